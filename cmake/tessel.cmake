@@ -1,0 +1,34 @@
+# Helpers shared by every layer's CMakeLists.txt.
+#
+#   tessel_layer(NAME)  adds every *.cpp in the calling folder and its sub-folders to libtessel,
+#                       except *_test.cpp and *_bench.cpp; the *_test.cpp files become one
+#                       GoogleTest binary, tessel_NAME_tests, registered with ctest.
+
+function(tessel_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra)
+  if(TESSEL_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+function(tessel_layer name)
+  file(GLOB_RECURSE all CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  set(sources "")
+  set(tests "")
+  foreach(f ${all})
+    if(f MATCHES "_test\\.cpp$")
+      list(APPEND tests ${f})
+    elseif(NOT f MATCHES "_bench\\.cpp$")
+      list(APPEND sources ${f})
+    endif()
+  endforeach()
+  target_sources(tessel PRIVATE ${sources})
+  if(tests)
+    set(bin tessel_${name}_tests)
+    add_executable(${bin} ${tests})
+    target_link_libraries(${bin} PRIVATE tessel GTest::gtest GTest::gtest_main)
+    tessel_warnings(${bin})
+    gtest_discover_tests(${bin} DISCOVERY_TIMEOUT 60
+                         PROPERTIES ENVIRONMENT "TESSEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
+  endif()
+endfunction()

@@ -1,0 +1,12 @@
+// Each subcommand of `tessel` lives in its own cmd_*.cpp and adds itself to the app here.
+// A subcommand's callback returns the process exit code through `exit_code`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace tessel::cli {
+
+// Set by the subcommand that ran; main() returns it.
+inline int exit_code = 0;
+
+}  // namespace tessel::cli

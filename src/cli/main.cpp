@@ -1,0 +1,15 @@
+// Entry point of the `tessel` command: parses the command line and runs one subcommand.
+#include <cstdio>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"tessel: train neural networks on any hardware"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "tessel 0.1.0");
+
+  // Subcommands (one cmd_*.cpp each) are added here.
+
+  CLI11_PARSE(app, argc, argv);
+  return tessel::cli::exit_code;
+}
