@@ -284,8 +284,9 @@ class Parser {
 
   Expected<Stmt> parse_assign() {
     Name name{peek().text, peek().loc};
+    SourceLoc loc = name.second;
     next();
-    SourceLoc loc = next().loc;  // '='
+    next();  // '='
     if (is_keyword("shared") || is_keyword("fragment")) {
       Scope scope = is_keyword("shared") ? Scope::kShared : Scope::kFragment;
       next();

@@ -17,18 +17,17 @@ struct Interval {
   std::optional<int64_t> lo, hi;
 };
 
-std::optional<int64_t> checked(bool overflow, int64_t v) {
-  return overflow ? std::nullopt : std::optional<int64_t>(v);
-}
 std::optional<int64_t> add(std::optional<int64_t> a, std::optional<int64_t> b) {
   if (!a || !b) return std::nullopt;
   int64_t r = 0;
-  return checked(__builtin_add_overflow(*a, *b, &r), r);
+  if (__builtin_add_overflow(*a, *b, &r)) return std::nullopt;
+  return r;
 }
 std::optional<int64_t> mul(std::optional<int64_t> a, std::optional<int64_t> b) {
   if (!a || !b) return std::nullopt;
   int64_t r = 0;
-  return checked(__builtin_mul_overflow(*a, *b, &r), r);
+  if (__builtin_mul_overflow(*a, *b, &r)) return std::nullopt;
+  return r;
 }
 std::optional<int64_t> neg(std::optional<int64_t> a) {
   if (!a || *a == INT64_MIN) return std::nullopt;
