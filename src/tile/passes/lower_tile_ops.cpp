@@ -85,7 +85,9 @@ class Lowerer : public IRMutator {
   }
 
   Stmt mutate_node(const Gemm* n, const Stmt& self) override {
-    if (!target_.is_gpu()) return self;
+    if (!target_.is_gpu() && n->a.buffer->layout == Layout::kPackedA &&
+        n->b.buffer->layout == Layout::kPackedB)
+      return self;
     std::vector<int64_t> a = tile_shape(n->a), b = tile_shape(n->b);
     Expr k = fresh("k", n->loc);
     Expr i = fresh("i", n->loc), j = fresh("i", n->loc);

@@ -3,8 +3,8 @@
 // from infer_bounds; `pad` becomes the masked value); reduce -> parallel over the result with a
 // serial loop along the axis; gemm -> a serial loop over k around a parallel multiply-add.
 //
-// On the CPU, gemm and copies into packed tiles (pack_gemm_operands) stay whole: the CPU code
-// generator turns them into calls of the per-ISA micro-kernel templates.
+// On the CPU, a gemm of two packed tiles and the copies into packed tiles (pack_gemm_operands)
+// stay whole: the CPU code generator turns them into calls of the per-ISA micro-kernel templates.
 #pragma once
 
 #include "tile/ir/ir.h"

@@ -74,6 +74,8 @@ Kernel pack_gemm_operands(const Kernel& kernel) {
   for (const Buffer& b : finder.shared) {
     const Use& u = c.uses[b.get()];
     if (u.other || u.mixed_transpose || b->rank() != 2) continue;
+    // The micro-kernels take f32, f16 and bf16 operands.
+    if (b->dtype != kF32 && b->dtype != kF16 && b->dtype != kBF16) continue;
     if ((u.as_a > 0) == (u.as_b > 0)) continue;  // unused, or used as both A and B
     auto nb = std::make_shared<BufferNode>(*b);
     nb->layout = u.as_a > 0 ? Layout::kPackedA : Layout::kPackedB;
