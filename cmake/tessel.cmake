@@ -1,8 +1,11 @@
 # Helpers shared by every layer's CMakeLists.txt.
 #
-#   tessel_layer(NAME)  adds every *.cpp in the calling folder and its sub-folders to libtessel,
+#   tessel_layer(NAME [EXCLUDE dir...])
+#                       adds every *.cpp in the calling folder and its sub-folders to libtessel,
 #                       except *_test.cpp and *_bench.cpp; the *_test.cpp files become one
-#                       GoogleTest binary, tessel_NAME_tests, registered with ctest.
+#                       GoogleTest binary, tessel_NAME_tests, registered with ctest. Sub-folders
+#                       named after EXCLUDE hold code that the layer builds into targets of its
+#                       own (a plug-in module loaded at run time, a helper program for tests).
 
 function(tessel_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra)
@@ -12,7 +15,11 @@ function(tessel_warnings target)
 endfunction()
 
 function(tessel_layer name)
+  cmake_parse_arguments(PARSE_ARGV 1 layer "" "" "EXCLUDE")
   file(GLOB_RECURSE all CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cpp)
+  foreach(dir ${layer_EXCLUDE})
+    list(FILTER all EXCLUDE REGEX "^${CMAKE_CURRENT_SOURCE_DIR}/${dir}/")
+  endforeach()
   set(sources "")
   set(tests "")
   foreach(f ${all})

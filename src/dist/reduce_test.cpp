@@ -1,0 +1,256 @@
+// Checks the reduction loops against a plain reference written here: exact integer arithmetic
+// (wrapped to the type's width), doubles for floats, GCC's _Float16 for binary16, and a
+// nearest-of-two-candidates rounding for bfloat16.
+#include "dist/reduce.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace tessel::dist {
+namespace {
+
+float ref_bf16_to_f32(uint16_t b) {
+  uint32_t w = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &w, 4);
+  return f;
+}
+
+// Rounds by picking the nearer of the two bfloat16 values around x (ties: even mantissa).
+uint16_t ref_f32_to_bf16(float x) {
+  if (std::isnan(x)) return 0x7FC0;
+  uint32_t w;
+  std::memcpy(&w, &x, 4);
+  uint16_t down = static_cast<uint16_t>(w >> 16);
+  uint16_t up = static_cast<uint16_t>(down + 1);
+  double d_down = std::abs(static_cast<double>(ref_bf16_to_f32(down)) - x);
+  double d_up = std::abs(static_cast<double>(ref_bf16_to_f32(up)) - x);
+  if (d_down < d_up) return down;
+  if (d_up < d_down) return up;
+  return (down & 1) ? up : down;
+}
+
+TEST(Reduce, HalfConversionsMatchCompilerFloat16) {
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+    _Float16 h;
+    uint16_t b16 = static_cast<uint16_t>(bits);
+    std::memcpy(&h, &b16, 2);
+    float want = static_cast<float>(h);
+    float got = f16_to_f32(b16);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << bits;
+    } else {
+      ASSERT_EQ(want, got) << "bits " << bits;
+    }
+  }
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-70000.f, 70000.f);
+  for (int i = 0; i < 200000; ++i) {
+    float x = i < 100000 ? dist(rng) : dist(rng) * 1e-8f;
+    _Float16 h = static_cast<_Float16>(x);
+    uint16_t want;
+    std::memcpy(&want, &h, 2);
+    ASSERT_EQ(want, f32_to_f16(x)) << "value " << x;
+  }
+}
+
+TEST(Reduce, BfloatConversionsMatchReference) {
+  std::mt19937 rng(2);
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t w = rng();
+    float x;
+    std::memcpy(&x, &w, 4);
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(x))));
+      continue;
+    }
+    if (std::isinf(ref_bf16_to_f32(static_cast<uint16_t>((w >> 16) + 1)))) continue;  // top edge
+    ASSERT_EQ(ref_f32_to_bf16(x), f32_to_bf16(x)) << "bits " << w;
+  }
+  EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
+  EXPECT_EQ(f32_to_bf16(1.0f + 0x1.0p-8f), 0x3F80);  // tie, rounds to even
+  EXPECT_EQ(f32_to_bf16(1.0f + 0x1.8p-8f), 0x3F81);  // above the tie
+}
+
+template <typename T>
+T wrap(int64_t exact) {
+  return static_cast<T>(static_cast<uint64_t>(exact));
+}
+
+struct Case {
+  DataType type;
+  RedOp op;
+  int n;
+  size_t count;
+};
+
+// Element i of input k, as a double the type represents exactly.
+double input_value(DataType type, RedOp op, int k, size_t i) {
+  uint64_t h = (i * 2654435761u + k * 40503u + 12345u) % 1000003u;
+  if (op == RedOp::kProd) {
+    static const double kProdValues[] = {1, -1, 2, 0.5, 1, -2, 1, 1.5};
+    double v = kProdValues[h % 8];
+    if (!is_floating(type)) v = std::trunc(v);
+    if (type == DataType::kUint8 || type == DataType::kUint32 || type == DataType::kUint64)
+      v = std::abs(v);
+    return v;
+  }
+  if (is_floating(type)) return (static_cast<double>(h % 512) - 256.0) / 16.0;
+  double v = static_cast<double>(h % 201) - 100.0;
+  if (type == DataType::kUint8 || type == DataType::kUint32 || type == DataType::kUint64)
+    v = std::abs(v);
+  return v;
+}
+
+void store(DataType type, void* base, size_t i, double v) {
+  switch (type) {
+    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case DataType::kUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case DataType::kUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v); break;
+    case DataType::kFloat16: {
+      _Float16 h = static_cast<_Float16>(v);
+      std::memcpy(static_cast<uint16_t*>(base) + i, &h, 2);
+      break;
+    }
+    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kBfloat16:
+      static_cast<uint16_t*>(base)[i] = ref_f32_to_bf16(static_cast<float>(v));
+      break;
+  }
+}
+
+double load(DataType type, const void* base, size_t i) {
+  switch (type) {
+    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DataType::kUint8: return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DataType::kUint32: return static_cast<const uint32_t*>(base)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kFloat16: {
+      _Float16 h;
+      std::memcpy(&h, static_cast<const uint16_t*>(base) + i, 2);
+      return static_cast<double>(h);
+    }
+    case DataType::kFloat32: return static_cast<const float*>(base)[i];
+    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+    case DataType::kBfloat16: return ref_bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+  }
+  return 0;
+}
+
+// What the type holds after storing the exact result `v` (integers wrap, floats round).
+double expected_stored(DataType type, double v) {
+  std::vector<unsigned char> cell(8);
+  switch (type) {
+    case DataType::kInt8: return static_cast<int8_t>(wrap<uint8_t>(static_cast<int64_t>(v)));
+    case DataType::kUint8: return wrap<uint8_t>(static_cast<int64_t>(v));
+    case DataType::kInt32: return static_cast<int32_t>(wrap<uint32_t>(static_cast<int64_t>(v)));
+    case DataType::kUint32: return wrap<uint32_t>(static_cast<int64_t>(v));
+    default: store(type, cell.data(), 0, v); return load(type, cell.data(), 0);
+  }
+}
+
+double reference(const Case& c, size_t i) {
+  double acc = input_value(c.type, c.op, 0, i);
+  for (int k = 1; k < c.n; ++k) {
+    double v = input_value(c.type, c.op, k, i);
+    switch (c.op) {
+      case RedOp::kSum:
+      case RedOp::kAvg: acc += v; break;
+      case RedOp::kProd: acc *= v; break;
+      case RedOp::kMax: acc = std::max(acc, v); break;
+      case RedOp::kMin: acc = std::min(acc, v); break;
+    }
+  }
+  if (c.op == RedOp::kAvg) acc = is_floating(c.type) ? acc / c.n : std::trunc(acc / c.n);
+  return acc;
+}
+
+using ReduceFn = void (*)(void*, void*, const void* const*, int, size_t, DataType, RedOp, int);
+
+void run_case(const Case& c, bool in_place, ReduceFn fn = reduce) {
+  const size_t elem = dtype_size(c.type);
+  std::vector<std::vector<unsigned char>> in(c.n, std::vector<unsigned char>(c.count * elem + 1));
+  for (int k = 0; k < c.n; ++k)
+    for (size_t i = 0; i < c.count; ++i) store(c.type, in[k].data(), i, input_value(c.type, c.op, k, i));
+  std::vector<unsigned char> out(c.count * elem + 1, 0xEE), out2(c.count * elem + 1, 0xDD);
+  std::vector<const void*> ptrs;
+  for (auto& v : in) ptrs.push_back(v.data());
+  void* dst = in_place ? in[0].data() : out.data();
+  fn(dst, out2.data(), ptrs.data(), c.n, c.count, c.type, c.op, c.n);
+  for (size_t i = 0; i < c.count; ++i) {
+    double want = expected_stored(c.type, reference(c, i));
+    double got = load(c.type, dst, i);
+    double got2 = load(c.type, out2.data(), i);
+    // Inputs are exact in every type and sums stay small, so f32 accumulation is exact and the
+    // only rounding is the final one (avg); allow one unit in the last place of the storage type.
+    double ulp = c.type == DataType::kFloat16   ? 0x1.0p-10
+                 : c.type == DataType::kBfloat16 ? 0x1.0p-7
+                 : c.type == DataType::kFloat32  ? 0x1.0p-23
+                                                 : 0x1.0p-52;
+    double tol = is_floating(c.type) ? ulp * std::max(1.0, std::abs(want)) : 0.0;
+    ASSERT_NEAR(got, want, tol) << dtype_name(c.type) << " " << redop_name(c.op) << " n=" << c.n
+                                << " count=" << c.count << " i=" << i;
+    ASSERT_EQ(got, got2) << "second output differs at " << i;
+  }
+  if (!in_place) {
+    EXPECT_EQ(out[c.count * elem], 0xEE) << "wrote past the end";
+  }
+  EXPECT_EQ(out2[c.count * elem], 0xDD) << "wrote past the end";
+}
+
+TEST(Reduce, EveryTypeAndOperatorMatchesReference) {
+  for (int t = 0; t < kNumDataTypes; ++t)
+    for (int o = 0; o < kNumRedOps; ++o)
+      for (int n : {1, 2, 3, 8})
+        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{1025},
+                             size_t{4099}})
+          run_case({static_cast<DataType>(t), static_cast<RedOp>(o), n, count}, false);
+}
+
+TEST(Reduce, BaselineLoopsMatchReference) {
+  for (int t = 0; t < kNumDataTypes; ++t)
+    for (int o = 0; o < kNumRedOps; ++o)
+      run_case({static_cast<DataType>(t), static_cast<RedOp>(o), 3, 2051}, false, reduce_baseline);
+}
+
+TEST(Reduce, OutputMayBeAnInput) {
+  for (int t = 0; t < kNumDataTypes; ++t)
+    run_case({static_cast<DataType>(t), RedOp::kSum, 3, 3001}, true);
+}
+
+TEST(Reduce, IntegersWrapLikeUnsignedArithmetic) {
+  int8_t a[2] = {100, -100}, b[2] = {100, -100}, out[2];
+  const void* in[2] = {a, b};
+  reduce(out, nullptr, in, 2, 2, DataType::kInt8, RedOp::kSum, 2);
+  EXPECT_EQ(out[0], static_cast<int8_t>(200 - 256));
+  EXPECT_EQ(out[1], static_cast<int8_t>(-200 + 256));
+  int32_t c[1] = {-7}, d[1] = {2}, avg[1];
+  const void* in2[2] = {c, d};
+  reduce(avg, nullptr, in2, 2, 1, DataType::kInt32, RedOp::kAvg, 2);
+  EXPECT_EQ(avg[0], -2);  // (-7 + 2) / 2 truncates toward zero
+}
+
+TEST(Reduce, VariantIsChosenFromCpuid) {
+  std::string variant = reduce_variant();
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
+              __builtin_cpu_supports("fma");
+  EXPECT_EQ(variant, avx2 ? "avx2" : "baseline");
+#else
+  EXPECT_EQ(variant, "baseline");
+#endif
+}
+
+}  // namespace
+}  // namespace tessel::dist
