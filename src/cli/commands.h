@@ -9,4 +9,7 @@ namespace tessel::cli {
 // Set by the subcommand that ran; main() returns it.
 inline int exit_code = 0;
 
+// `tessel launch` (cmd_launch.cpp).
+void add_launch_command(CLI::App& app);
+
 }  // namespace tessel::cli

@@ -1,5 +1,6 @@
 // The C API (tessel_comm.h) over the C++ core: argument checks, group bookkeeping, result
 // codes and last-error messages.
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@ struct tesselComm {
   std::unique_ptr<dist::Comm> impl;
   std::mutex mu;
   std::string last_error;
+  uint64_t last_error_order = 0;
 };
 
 struct tesselStream {
@@ -33,7 +35,12 @@ struct tesselEvent {
 
 namespace {
 
+// The last failure on this thread; a communicator's own last failure is kept with it. Both carry
+// an order number, so tesselGetLastError(comm) can return whichever is newer (a failure seen
+// by tesselStreamSynchronize belongs to no communicator until then).
 thread_local std::string thread_last_error;
+thread_local uint64_t thread_last_error_order = 0;
+std::atomic<uint64_t> error_order{0};
 
 tesselResult_t to_result(const Status& status) {
   switch (status.code()) {
@@ -54,11 +61,14 @@ tesselResult_t fail(tesselComm* comm, const Status& status) {
   if (status.ok()) return tesselSuccess;
   std::string text = status.to_string();
   tessel::log_debug("tessel: {}", text);
+  uint64_t order = error_order.fetch_add(1) + 1;
   if (comm) {
     std::lock_guard lock(comm->mu);
     comm->last_error = text;
+    comm->last_error_order = order;
   }
   thread_last_error = std::move(text);
+  thread_last_error_order = order;
   return to_result(status);
 }
 
@@ -118,7 +128,7 @@ const char* tesselGetErrorString(tesselResult_t result) {
 const char* tesselGetLastError(tesselComm_t comm) {
   if (comm) {
     std::lock_guard lock(comm->mu);
-    return comm->last_error.c_str();
+    if (comm->last_error_order >= thread_last_error_order) return comm->last_error.c_str();
   }
   return thread_last_error.c_str();
 }
@@ -137,6 +147,35 @@ tesselResult_t tesselGetUniqueId(tesselUniqueId* uniqueId) {
   return tesselSuccess;
 }
 
+namespace {
+struct InitSettings {
+  dist::CommOptions options;
+  dist::Backend backend;
+};
+// Options and backend from a config (NULL: defaults), the environment filling in the rest.
+tessel::Expected<InitSettings> settings_from(const tesselConfig_t* config) {
+  tesselConfig_t defaults = TESSEL_CONFIG_INITIALIZER;
+  if (!config) config = &defaults;
+  if (config->size != sizeof(tesselConfig_t))
+    return tessel::invalid_argument("tesselConfig_t.size is {}, expected {} (start from "
+                                    "TESSEL_CONFIG_INITIALIZER)",
+                                    config->size, sizeof(tesselConfig_t));
+  InitSettings settings;
+  TESSEL_ASSIGN_OR_RETURN(settings.options,
+                          dist::resolve_options(config->timeoutSeconds, config->opTimeoutSeconds,
+                                                config->checkCalls));
+  std::optional<dist::Backend> requested;
+  switch (config->backend) {
+    case tesselBackendShm: requested = dist::Backend::kShm; break;
+    case tesselBackendMpi: requested = dist::Backend::kMpi; break;
+    case tesselBackendNccl: requested = dist::Backend::kNccl; break;
+    default: break;
+  }
+  TESSEL_ASSIGN_OR_RETURN(settings.backend, dist::resolve_backend(requested));
+  return settings;
+}
+}  // namespace
+
 tesselResult_t tesselCommInitRankConfig(tesselComm_t* comm, int nranks, tesselUniqueId commId,
                                         int rank, const tesselConfig_t* config) {
   if (!comm) return fail(nullptr, tessel::invalid_argument("tesselCommInitRank: comm is null"));
@@ -145,32 +184,28 @@ tesselResult_t tesselCommInitRankConfig(tesselComm_t* comm, int nranks, tesselUn
     return fail(nullptr, tessel::failed_precondition(
                              "tesselCommInitRank inside tesselGroupStart/End is not supported; "
                              "use tesselCommInitAll for several ranks in one process"));
-  tesselConfig_t defaults = TESSEL_CONFIG_INITIALIZER;
-  if (!config) config = &defaults;
-  if (config->size != sizeof(tesselConfig_t))
-    return fail(nullptr, tessel::invalid_argument(
-                             "tesselConfig_t.size is {}, expected {} (start from "
-                             "TESSEL_CONFIG_INITIALIZER)", config->size, sizeof(tesselConfig_t)));
-  auto options = dist::resolve_options(config->timeoutSeconds, config->opTimeoutSeconds,
-                                       config->checkCalls);
-  if (!options.ok()) return fail(nullptr, options.status());
-  std::optional<dist::Backend> requested;
-  switch (config->backend) {
-    case tesselBackendShm: requested = dist::Backend::kShm; break;
-    case tesselBackendMpi: requested = dist::Backend::kMpi; break;
-    case tesselBackendNccl: requested = dist::Backend::kNccl; break;
-    default: break;
-  }
-  auto backend = dist::resolve_backend(requested);
-  if (!backend.ok()) return fail(nullptr, backend.status());
+  auto settings = settings_from(config);
+  if (!settings.ok()) return fail(nullptr, settings.status());
   auto id = dist::decode_unique_id(commId.internal);
   if (!id.ok()) return fail(nullptr, id.status());
-  auto store = dist::StoreClient::connect(id->host, id->port, options->timeout_s);
+  auto store = dist::StoreClient::connect(id->host, id->port, settings->options.timeout_s);
   if (!store.ok()) return fail(nullptr, store.status());
-  auto impl = dist::init_comm(&*store, id->key, nranks, rank, *backend, *options);
+  auto impl = dist::init_comm(&*store, id->key, nranks, rank, settings->backend, settings->options);
   if (!impl.ok())
     return fail(nullptr, impl.status().with_context("rank {} of {} joining a {} communicator",
-                                                    rank, nranks, dist::backend_name(*backend)));
+                                                    rank, nranks,
+                                                    dist::backend_name(settings->backend)));
+  *comm = wrap(std::move(*impl));
+  return tesselSuccess;
+}
+
+tesselResult_t tesselCommInitFromEnv(tesselComm_t* comm, const tesselConfig_t* config) {
+  if (!comm) return fail(nullptr, tessel::invalid_argument("tesselCommInitFromEnv: comm is null"));
+  *comm = nullptr;
+  auto settings = settings_from(config);
+  if (!settings.ok()) return fail(nullptr, settings.status());
+  auto impl = dist::init_comm_from_env(settings->backend, settings->options);
+  if (!impl.ok()) return fail(nullptr, impl.status());
   *comm = wrap(std::move(*impl));
   return tesselSuccess;
 }

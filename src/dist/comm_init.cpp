@@ -3,13 +3,16 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <random>
 
 #include "dist/host_comm.h"
 #include "dist/mpi_loader.h"
 #include "dist/nccl/nccl_comm.h"
 #include "dist/process_info.h"
+#include "dist/rendezvous.h"
 #include "dist/shm/shm_transport.h"
 
 namespace tessel::dist {
@@ -192,6 +195,36 @@ Expected<std::unique_ptr<Comm>> init_comm(StoreClient* store, const std::string&
     case Backend::kNccl: comm = init_nccl_comm(*store, key, nranks, rank, options); break;
   }
   if (store) (void)store->add(key + "/done", 1);
+  return comm;
+}
+
+Expected<std::unique_ptr<Comm>> init_comm_from_env(Backend backend, const CommOptions& options) {
+  TESSEL_ASSIGN_OR_RETURN(RankEnv env, rank_env());
+  if (backend == Backend::kMpi)
+    return init_comm(nullptr, "", env.world_size, env.rank, backend, options);
+  if (env.master_port == 0)
+    return invalid_argument("rank {} of {} (from {}) has no rendezvous port: set "
+                            "TESSEL_MASTER_PORT (or MASTER_PORT)",
+                            env.rank, env.world_size, env.source);
+  // Communicators made from the environment are numbered in the order each process makes them.
+  static std::atomic<int> made{0};
+  const std::string key = fmt::format("env/comm{}", made.fetch_add(1));
+  if (env.rank == 0 && !env.agent_store) {
+    // Rank 0 hosts the store until every rank has joined this communicator.
+    TESSEL_ASSIGN_OR_RETURN(auto server, StoreServer::start(env.master_addr, env.master_port));
+    server->stop_when_counter_reaches(key + "/done", key + "/nranks");
+    static std::mutex mu;
+    static auto* servers = new std::vector<std::unique_ptr<StoreServer>>();
+    std::lock_guard lock(mu);
+    std::erase_if(*servers, [](const auto& s) { return s->stopped(); });
+    servers->push_back(std::move(server));
+  }
+  TESSEL_ASSIGN_OR_RETURN(StoreClient store,
+                          StoreClient::connect(env.master_addr, env.master_port, options.timeout_s));
+  auto comm = init_comm(&store, key, env.world_size, env.rank, backend, options);
+  if (!comm.ok())
+    return comm.status().with_context("rank {} of {} (from {})", env.rank, env.world_size,
+                                      env.source);
   return comm;
 }
 

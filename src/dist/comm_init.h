@@ -34,4 +34,9 @@ Expected<std::vector<std::unique_ptr<Comm>>> init_local_comms(int nranks,
 Expected<std::unique_ptr<Comm>> init_comm(StoreClient* store, const std::string& key, int nranks,
                                           int rank, Backend backend, const CommOptions& options);
 
+// The communicator of every rank of the job described by the environment (rendezvous.h): rank
+// 0 hosts the store at the master address unless a launcher does. Every rank must create its
+// communicators from the environment in the same order.
+Expected<std::unique_ptr<Comm>> init_comm_from_env(Backend backend, const CommOptions& options);
+
 }  // namespace tessel::dist

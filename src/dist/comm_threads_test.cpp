@@ -48,7 +48,7 @@ std::string run_all(const std::vector<Case>& cases, tesselComm_t comm, tesselStr
 
 TEST(CommThreads, EveryCollectiveTypeAndReductionOnFourRanks) {
   // 1000 elements is past the slot size for wide types, so both algorithms run.
-  auto cases = testing::case_matrix(4, {0, 1, 7, 1000, 70001});
+  auto cases = testing::case_matrix(4, {{0, 0}, {0, 1}, {0, 7}, {0, 1000}, {0, 70001}});
   auto failures = on_threads(4, [&](int, tesselComm_t comm, tesselStream_t stream) {
     return run_all(cases, comm, stream);
   });
@@ -56,7 +56,7 @@ TEST(CommThreads, EveryCollectiveTypeAndReductionOnFourRanks) {
 }
 
 TEST(CommThreads, OneRankCopiesAndReduces) {
-  auto cases = testing::case_matrix(1, {0, 5, 100000});
+  auto cases = testing::case_matrix(1, {{0, 0}, {0, 5}, {0, 100000}});
   auto failures = on_threads(1, [&](int, tesselComm_t comm, tesselStream_t stream) {
     return run_all(cases, comm, stream);
   });

@@ -63,6 +63,7 @@ std::string rank_list(const std::vector<int>& ranks) {
 // Backs off while a condition is not yet true, and says when to stop waiting.
 class ShmTransport::Poller {
  public:
+  // `activity` is read on every check, so the caller may narrow its peers as it goes.
   Poller(ShmTransport& transport, const Activity& activity)
       : transport_(transport), activity_(activity) {}
 
@@ -99,7 +100,7 @@ class ShmTransport::Poller {
 
  private:
   ShmTransport& transport_;
-  Activity activity_;
+  const Activity& activity_;
   uint32_t polls_ = 0;
   uint64_t start_ns_ = 0;
   uint64_t next_check_ns_ = 0;
@@ -159,11 +160,20 @@ std::string ShmTransport::where(const Activity& activity) const {
                      activity.seq);
 }
 
+uint64_t ShmTransport::all_peers() const {
+  uint64_t mask = nranks_ >= 64 ? ~uint64_t{0} : (uint64_t{1} << nranks_) - 1;
+  return mask & ~(uint64_t{1} << rank_);
+}
+
+namespace {
+uint64_t bit(int rank) { return uint64_t{1} << rank; }
+}  // namespace
+
 Status ShmTransport::check_peers(const Activity& activity, const std::function<bool()>& ready,
                                  uint64_t now, uint64_t waited_ns) {
   const uint64_t timeout_ns = static_cast<uint64_t>(options_.timeout_s * 1e9);
   for (int peer = 0; peer < nranks_; ++peer) {
-    if (peer == rank_ || (activity.peer >= 0 && peer != activity.peer)) continue;
+    if (!(activity.peers & bit(peer))) continue;
     RankBlock& block = segment_->rank(peer);
     RankState state = load_acquire(block.state);
     if (state == RankState::kLeft || state == RankState::kAborted) {
@@ -193,7 +203,9 @@ Status ShmTransport::check_peers(const Activity& activity, const std::function<b
     }
   }
   if (options_.op_timeout_s > 0 && waited_ns > options_.op_timeout_s * 1e9 && !ready()) {
-    std::string whom = activity.peer >= 0 ? fmt::format("rank {}", activity.peer) : "its peers";
+    std::string whom;
+    for (int peer = 0; peer < nranks_; ++peer)
+      if (activity.peers & bit(peer)) whom += fmt::format("{}{}", whom.empty() ? "rank " : ", ", peer);
     return deadline_exceeded("{} waited {:.1f} s for {} (op timeout {:.1f} s); the peers are "
                              "alive but did not reach this call",
                              where(activity), waited_ns / 1e9, whom, options_.op_timeout_s);
@@ -261,7 +273,7 @@ size_t slot_bytes(const Call& call, int nranks) {
 Status ShmTransport::collective(const Call& call) {
   if (cancelled_.load(std::memory_order_acquire)) return cancel_status();
   const uint64_t seq = ++seq_;
-  Activity activity{&call, seq, -1};
+  Activity activity{&call, seq, all_peers()};
   if (load_acquire(segment_->header().fault.state) != 0) return fault_status(activity);
   if (nranks_ == 1) {
     run_locally(call);
@@ -300,7 +312,7 @@ Status ShmTransport::handshake(const Call& call, uint64_t seq, bool small) {
   for (int peer = 0; peer < nranks_; ++peer) {
     if (peer == rank_) continue;
     SlotHeader& theirs = segment_->slot(peer, seq);
-    TESSEL_TRY(wait([&] { return load_acquire(theirs.seq) == seq; }, {&call, seq, peer}));
+    TESSEL_TRY(wait([&] { return load_acquire(theirs.seq) == seq; }, {&call, seq, bit(peer)}));
   }
   if (!options_.check_calls) return ok_status();
 
@@ -336,7 +348,8 @@ Status ShmTransport::wait_counter(int peer, uint64_t RankBlock::*counter, uint64
                                   const Activity& activity) {
   uint64_t& field = segment_->rank(peer).*counter;
   if (load_acquire(field) >= step) return ok_status();
-  return wait([&] { return load_acquire(field) >= step; }, {activity.call, activity.seq, peer});
+  return wait([&] { return load_acquire(field) >= step; },
+              {activity.call, activity.seq, uint64_t{1} << peer});
 }
 
 void ShmTransport::publish(uint64_t RankBlock::*counter, uint64_t step) {
@@ -427,7 +440,7 @@ Status ShmTransport::point_to_point(std::span<const Call> calls) {
       Call sent{CallKind::kSend, static_cast<DataType>(t.header.dtype), RedOp::kSum, rank_,
                 t.header.count, nullptr, nullptr};
       if (sent.count != call.count || sent.dtype != call.dtype) {
-        Activity activity{&call, 0, call.peer};
+        Activity activity{&call, 0, bit(call.peer)};
         return record_fault(FaultKind::kMismatch, call.peer,
                             fmt::format("mismatched send/recv: rank {} called {} but rank {} "
                                         "called {}",
@@ -449,8 +462,9 @@ Status ShmTransport::point_to_point(std::span<const Call> calls) {
   };
 
   // Channels are FIFO: of the transfers to one peer in one direction only the first unfinished
-  // one may move.
-  Activity activity{&calls.front(), 0, calls.size() == 1 ? calls.front().peer : -1};
+  // one may move. Only the peers of unfinished transfers are watched: a peer that is done with
+  // this rank may leave.
+  Activity activity{&calls.front(), 0, 0};
   Poller poller(*this, activity);
   std::vector<char> sending_to(nranks_), receiving_from(nranks_);
   for (;;) {
@@ -468,6 +482,12 @@ Status ShmTransport::point_to_point(std::span<const Call> calls) {
       moved += bytes;
     }
     if (all_done) return ok_status();
+    activity.peers = 0;
+    for (const Transfer& t : transfers)
+      if (t.done < t.total) {
+        activity.peers |= bit(t.call->peer);
+        if (activity.peers == bit(t.call->peer)) activity.call = t.call;
+      }
     if (moved > 0) {
       poller.reset();
       continue;

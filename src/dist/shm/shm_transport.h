@@ -40,13 +40,14 @@ class ShmTransport final : public Transport {
   Segment& segment() { return *segment_; }
 
  private:
-  // What this rank is doing, for error messages: the call, its collective number (0 for send
-  // and receive) and the peer it waits for (-1: several).
+  // What this rank is doing: the call and its collective number (0 for send and receive), for
+  // error messages, and the peers it waits for (bit r = rank r), whose health it watches.
   struct Activity {
     const Call* call;
     uint64_t seq;
-    int peer;
+    uint64_t peers;
   };
+  uint64_t all_peers() const;
   class Poller;
 
   Status wait(const std::function<bool()>& ready, const Activity& activity);

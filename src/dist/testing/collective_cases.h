@@ -28,14 +28,22 @@ inline std::string describe(const Case& c) {
   return dist::describe(call) + (c.in_place ? " in place" : "");
 }
 
-// Every kind x type (x op for reductions) x count; roots vary; in-place variants for a few
-// types. `counts` are element counts.
-inline std::vector<Case> case_matrix(int nranks, const std::vector<size_t>& counts) {
+// A buffer size: `bytes` worth of elements plus `extra` elements ("1 MiB + 3 elements").
+struct Size {
+  size_t bytes = 0;
+  size_t extra = 0;
+  size_t count(DataType type) const { return bytes / dtype_size(type) + extra; }
+};
+
+// Every kind x type (x op for reductions) x size; roots vary; in-place variants for a few
+// types.
+inline std::vector<Case> case_matrix(int nranks, const std::vector<Size>& sizes) {
   std::vector<Case> cases;
   int variety = 0;
-  for (size_t count : counts)
+  for (const Size& size : sizes)
     for (int t = 0; t < kNumDataTypes; ++t) {
       auto type = static_cast<DataType>(t);
+      const size_t count = size.count(type);
       for (CallKind kind : {CallKind::kAllReduce, CallKind::kReduce, CallKind::kReduceScatter})
         for (int o = 0; o < kNumRedOps; ++o)
           cases.push_back({kind, type, static_cast<RedOp>(o), count, (variety++) % nranks, false});
