@@ -10,5 +10,7 @@ namespace tessel::cli {
 inline int exit_code = 0;
 
 void add_info_command(CLI::App& app);  // cmd_info.cpp
+// `tessel launch` (cmd_launch.cpp).
+void add_launch_command(CLI::App& app);
 
 }  // namespace tessel::cli
