@@ -9,6 +9,7 @@ namespace tessel::cli {
 // Set by the subcommand that ran; main() returns it.
 inline int exit_code = 0;
 
-void add_info_command(CLI::App& app);  // cmd_info.cpp
+void add_info_command(CLI::App& app);     // cmd_info.cpp
+void add_compile_command(CLI::App& app);  // cmd_compile.cpp
 
 }  // namespace tessel::cli

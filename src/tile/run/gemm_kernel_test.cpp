@@ -1,4 +1,4 @@
-// kernels/gemm.tile against a plain C++ gemm, on the CPU: shapes that include 1, primes and
+// kernels/gemm.tile against a plain C++ gemm, on every backend present: shapes that include 1, primes and
 // non-multiples of every tile size; transposed operands as strided views; alpha/beta (with beta = 0
 // ignoring NaNs in C, as BLAS does); bias and activations; bf16 and f16 inputs. Tolerances: f32
 // accumulation over K terms of magnitude <= 1 stays within 1e-4 absolute + 1e-5 relative; 16-bit
@@ -9,7 +9,7 @@
 #include <limits>
 
 #include "tile/parse/parser.h"
-#include "tile/run/cpu_kernel.h"
+#include "tile/run/test_backends.h"
 #include "tile/run/test_util.h"
 
 namespace tessel::tile {
@@ -47,7 +47,7 @@ std::vector<double> reference(const GemmCase& c, const std::vector<float>& a, co
 }
 
 // Runs one case with logical A [m, k] and B [k, n] given row-major in `a` and `b`.
-void run_case(const CpuKernel& kernel, const GemmCase& c, ScalarType in_type, int act = 0, bool with_bias = false) {
+void run_case(const testing::Launcher& launch, const GemmCase& c, ScalarType in_type, int act = 0, bool with_bias = false) {
   std::string what = fmt::format("gemm m={} n={} k={} ta={} tb={} alpha={} beta={} in={} act={} bias={}", c.m, c.n,
                                  c.k, c.trans_a, c.trans_b, c.alpha, c.beta, scalar_type_name(in_type), act, with_bias);
   std::vector<float> a = random_floats(c.m * c.k, 1), b = random_floats(c.k * c.n, 2);
@@ -85,7 +85,7 @@ void run_case(const CpuKernel& kernel, const GemmCase& c, ScalarType in_type, in
   TensorArg tb = layout(b, in_type == ScalarType::kF32 ? std::vector<uint16_t>{} : b16, c.k, c.n, c.trans_b, &bf, &bh);
   std::vector<float> out = c0;
   if (c.beta == 0) std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
-  Status s = kernel.launch({ta, tb, TensorArg{out.data(), ScalarType::kF32, {c.m, c.n}, {}},
+  Status s = launch({ta, tb, TensorArg{out.data(), ScalarType::kF32, {c.m, c.n}, {}},
                             TensorArg{with_bias ? bias.data() : nullptr, ScalarType::kF32, {c.n}, {}}, c.alpha, c.beta});
   ASSERT_TRUE(s.ok()) << s.to_string();
   expect_close(out, reference(c, a, b, c0, with_bias ? &bias : nullptr, act), 1e-4, 1e-5, what);
@@ -93,55 +93,69 @@ void run_case(const CpuKernel& kernel, const GemmCase& c, ScalarType in_type, in
 
 const GemmCase kShapes[] = {{1, 1, 1}, {7, 13, 5}, {97, 31, 257}, {64, 64, 64}, {130, 1, 3}, {1, 200, 17}, {33, 65, 300}};
 
-TEST(GemmKernel, F32DefaultTilesMatchesReference) {
-  auto k = CpuKernel::compile(gemm_source());
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
-  for (GemmCase c : kShapes) run_case(*k, c, ScalarType::kF32);
+// Small tiles: many blocks, ragged edges in every dimension, K split in many steps.
+const testing::Params kSmallTiles = {{"BM", "16"}, {"BN", "24"}, {"BK", "8"}};
+
+// The kernel compiled on every backend; GPU backends get small tiles unless told otherwise.
+template <typename Fn>
+void for_each_backend(const testing::Params& params, Fn fn) {
+  for (const testing::Backend& b : testing::test_backends()) {
+    SCOPED_TRACE("backend " + b.name);
+    testing::Params p = params;
+    if (b.name != "cpu")
+      for (const auto& [key, value] : kSmallTiles) p.emplace(key, value);
+    auto launch = b.compile(gemm_source(), p);
+    ASSERT_TRUE(launch.ok()) << launch.status().to_string();
+    fn(*launch);
+  }
 }
 
-// Small tiles: many blocks, ragged edges in every dimension, K split in many steps.
-const std::map<std::string, std::string> kSmallTiles = {{"BM", "16"}, {"BN", "24"}, {"BK", "8"}};
+TEST(GemmKernel, F32DefaultTilesMatchesReference) {
+  for_each_backend({}, [](const testing::Launcher& launch) {
+    for (GemmCase c : kShapes) run_case(launch, c, ScalarType::kF32);
+  });
+}
 
 TEST(GemmKernel, F32SmallTilesTransposesAlphaBeta) {
-  auto k = CpuKernel::compile(gemm_source(), kSmallTiles);
-  ASSERT_TRUE(k.ok()) << k.status().to_string();
-  for (GemmCase c : kShapes) {
-    run_case(*k, c, ScalarType::kF32);
-    GemmCase t = c;
-    t.trans_a = true;
-    t.alpha = 1.5;
-    t.beta = 0.5;
-    run_case(*k, t, ScalarType::kF32);
-    t.trans_a = false;
-    t.trans_b = true;
-    run_case(*k, t, ScalarType::kF32);
-    t.trans_a = true;
-    t.beta = 0;
-    run_case(*k, t, ScalarType::kF32);
-  }
+  for_each_backend(kSmallTiles, [](const testing::Launcher& launch) {
+    for (GemmCase c : kShapes) {
+      run_case(launch, c, ScalarType::kF32);
+      GemmCase t = c;
+      t.trans_a = true;
+      t.alpha = 1.5;
+      t.beta = 0.5;
+      run_case(launch, t, ScalarType::kF32);
+      t.trans_a = false;
+      t.trans_b = true;
+      run_case(launch, t, ScalarType::kF32);
+      t.trans_a = true;
+      t.beta = 0;
+      run_case(launch, t, ScalarType::kF32);
+    }
+  });
 }
 
 TEST(GemmKernel, BiasAndActivations) {
   for (int act : {1, 2}) {
-    auto params = kSmallTiles;
+    testing::Params params = kSmallTiles;
     params["BIAS"] = "1";
     params["ACT"] = std::to_string(act);
-    auto k = CpuKernel::compile(gemm_source(), params);
-    ASSERT_TRUE(k.ok()) << k.status().to_string();
-    for (GemmCase c : {GemmCase{17, 29, 11}, GemmCase{1, 1, 1}, GemmCase{40, 50, 60, false, false, 2.0, 1.0}})
-      run_case(*k, c, ScalarType::kF32, act, true);
+    for_each_backend(params, [act](const testing::Launcher& launch) {
+      for (GemmCase c : {GemmCase{17, 29, 11}, GemmCase{1, 1, 1}, GemmCase{40, 50, 60, false, false, 2.0, 1.0}})
+        run_case(launch, c, ScalarType::kF32, act, true);
+    });
   }
 }
 
 TEST(GemmKernel, SixteenBitInputsAccumulateInF32) {
   for (const char* t : {"bf16", "f16"}) {
-    auto params = kSmallTiles;
+    testing::Params params = kSmallTiles;
     params["T"] = t;
-    auto k = CpuKernel::compile(gemm_source(), params);
-    ASSERT_TRUE(k.ok()) << k.status().to_string();
     ScalarType st = std::string(t) == "bf16" ? ScalarType::kBF16 : ScalarType::kF16;
-    for (GemmCase c : kShapes) run_case(*k, c, st);
-    run_case(*k, GemmCase{23, 19, 41, true, true, 1.0, 0.0}, st);
+    for_each_backend(params, [st](const testing::Launcher& launch) {
+      for (GemmCase c : kShapes) run_case(launch, c, st);
+      run_case(launch, GemmCase{23, 19, 41, true, true, 1.0, 0.0}, st);
+    });
   }
 }
 
