@@ -12,5 +12,6 @@ inline int exit_code = 0;
 void add_info_command(CLI::App& app);  // cmd_info.cpp
 // `tessel launch` (cmd_launch.cpp).
 void add_launch_command(CLI::App& app);
+void add_compile_command(CLI::App& app);  // cmd_compile.cpp
 
 }  // namespace tessel::cli

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   // Subcommands (one cmd_*.cpp each) are added here.
   tessel::cli::add_info_command(app);
   tessel::cli::add_launch_command(app);
+  tessel::cli::add_compile_command(app);
 
   CLI11_PARSE(app, argc, argv);
   return tessel::cli::exit_code;
