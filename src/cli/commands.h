@@ -9,4 +9,6 @@ namespace tessel::cli {
 // Set by the subcommand that ran; main() returns it.
 inline int exit_code = 0;
 
+void add_info_command(CLI::App& app);  // cmd_info.cpp
+
 }  // namespace tessel::cli

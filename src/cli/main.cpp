@@ -9,6 +9,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "tessel 0.1.0");
 
   // Subcommands (one cmd_*.cpp each) are added here.
+  tessel::cli::add_info_command(app);
 
   CLI11_PARSE(app, argc, argv);
   return tessel::cli::exit_code;

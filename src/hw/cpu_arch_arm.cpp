@@ -33,7 +33,8 @@ std::string cpuinfo_field(const std::string& key) {
     std::size_t colon = line.find(':');
     if (colon == std::string::npos) continue;
     std::string k = line.substr(0, colon);
-    while (!k.empty() && (k.back() == ' ' || k.back() == '\t')) k.pop_back();
+    while (!k.empty() && (k.back() == ' ' || k.back() == '\t'))
+      k.pop_back();
     if (k != key) continue;
     std::size_t v = line.find_first_not_of(" \t", colon + 1);
     return v == std::string::npos ? std::string() : line.substr(v);
@@ -51,15 +52,24 @@ int parse_int(const std::string& s) {
 
 const char* implementer_name(int implementer) {
   switch (implementer) {
-    case 0x41: return "ARM";
-    case 0x42: return "Broadcom";
-    case 0x46: return "Fujitsu";
-    case 0x48: return "HiSilicon";
-    case 0x4e: return "NVIDIA";
-    case 0x51: return "Qualcomm";
-    case 0x61: return "Apple";
-    case 0xc0: return "Ampere";
-    default: return nullptr;
+    case 0x41:
+      return "ARM";
+    case 0x42:
+      return "Broadcom";
+    case 0x46:
+      return "Fujitsu";
+    case 0x48:
+      return "HiSilicon";
+    case 0x4e:
+      return "NVIDIA";
+    case 0x51:
+      return "Qualcomm";
+    case 0x61:
+      return "Apple";
+    case 0xc0:
+      return "Ampere";
+    default:
+      return nullptr;
   }
 }
 
@@ -98,7 +108,9 @@ CpuFeatureSet detect_cpu_features() {
   return f;
 }
 
-Status enable_amx_for_process() { return unavailable("AMX: an x86 feature; this CPU is arm64"); }
+Status enable_amx_for_process() {
+  return unavailable("AMX: an x86 feature; this CPU is arm64");
+}
 
 namespace hw_detail {
 
@@ -118,7 +130,9 @@ CpuIdentity detect_cpu_identity() {
   return id;
 }
 
-CacheSizes detect_cache_sizes_from_cpu() { return {}; }
+CacheSizes detect_cache_sizes_from_cpu() {
+  return {};
+}
 
 }  // namespace hw_detail
 }  // namespace tessel

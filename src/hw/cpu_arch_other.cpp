@@ -6,15 +6,23 @@
 
 namespace tessel {
 
-CpuFeatureSet detect_cpu_features() { return {}; }
+CpuFeatureSet detect_cpu_features() {
+  return {};
+}
 
-Status enable_amx_for_process() { return unavailable("AMX: an x86 feature; this CPU is not x86"); }
+Status enable_amx_for_process() {
+  return unavailable("AMX: an x86 feature; this CPU is not x86");
+}
 
 namespace hw_detail {
 
-CpuIdentity detect_cpu_identity() { return {"unknown", "unknown", 0, 0, 0}; }
+CpuIdentity detect_cpu_identity() {
+  return {"unknown", "unknown", 0, 0, 0};
+}
 
-CacheSizes detect_cache_sizes_from_cpu() { return {}; }
+CacheSizes detect_cache_sizes_from_cpu() {
+  return {};
+}
 
 }  // namespace hw_detail
 }  // namespace tessel

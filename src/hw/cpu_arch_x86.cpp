@@ -30,7 +30,9 @@ Regs cpuid(std::uint32_t leaf, std::uint32_t subleaf = 0) {
   return r;
 }
 
-bool bit(std::uint32_t word, int n) { return (word >> n) & 1u; }
+bool bit(std::uint32_t word, int n) {
+  return (word >> n) & 1u;
+}
 
 // XCR0: which register states the OS saves on a context switch. Read with the raw opcode so
 // this file needs no -mxsave.
@@ -112,9 +114,8 @@ CpuFeatureSet detect_cpu_features() {
   bool osxsave = bit(l1.ecx, 27);
   std::uint64_t xcr0 = osxsave ? read_xcr0() : 0;
   bool os_avx = (xcr0 & (kXcr0Sse | kXcr0Avx)) == (kXcr0Sse | kXcr0Avx);
-  bool os_avx512 =
-      os_avx && (xcr0 & (kXcr0Opmask | kXcr0ZmmHi256 | kXcr0Hi16Zmm)) ==
-                    (kXcr0Opmask | kXcr0ZmmHi256 | kXcr0Hi16Zmm);
+  bool os_avx512 = os_avx && (xcr0 & (kXcr0Opmask | kXcr0ZmmHi256 | kXcr0Hi16Zmm)) ==
+                                 (kXcr0Opmask | kXcr0ZmmHi256 | kXcr0Hi16Zmm);
   bool os_amx = (xcr0 & (kXcr0TileCfg | kXcr0TileData)) == (kXcr0TileCfg | kXcr0TileData);
 
   f.set(CpuFeature::kSse4_2, bit(l1.ecx, 20));
@@ -165,8 +166,8 @@ CpuIdentity detect_cpu_identity() {
   Regs l1 = cpuid(1);
   int base_family = static_cast<int>((l1.eax >> 8) & 0xf);
   int base_model = static_cast<int>((l1.eax >> 4) & 0xf);
-  id.family = base_family == 0xf ? base_family + static_cast<int>((l1.eax >> 20) & 0xff)
-                                 : base_family;
+  id.family =
+      base_family == 0xf ? base_family + static_cast<int>((l1.eax >> 20) & 0xff) : base_family;
   id.model_number = (base_family == 0x6 || base_family == 0xf)
                         ? base_model + (static_cast<int>((l1.eax >> 16) & 0xf) << 4)
                         : base_model;

@@ -27,7 +27,8 @@ std::optional<CpuFeature> cpu_feature_from_name(std::string_view name) {
 const std::vector<CpuFeature>& all_cpu_features() {
   static const std::vector<CpuFeature> all = [] {
     std::vector<CpuFeature> v;
-    for (std::size_t i = 0; i < kCpuFeatureCount; ++i) v.push_back(static_cast<CpuFeature>(i));
+    for (std::size_t i = 0; i < kCpuFeatureCount; ++i)
+      v.push_back(static_cast<CpuFeature>(i));
     return v;
   }();
   return all;

@@ -21,29 +21,29 @@
 namespace tessel {
 
 // X(enumerator, linux name). x86 first, then arm64. The order is the order of `tessel info`.
-#define TESSEL_CPU_FEATURES(X)     \
-  X(kSse4_2, "sse4_2")             \
-  X(kAvx, "avx")                   \
-  X(kAvx2, "avx2")                 \
-  X(kFma, "fma")                   \
-  X(kF16c, "f16c")                 \
-  X(kAvx512f, "avx512f")           \
-  X(kAvx512dq, "avx512dq")         \
-  X(kAvx512bw, "avx512bw")         \
-  X(kAvx512vl, "avx512vl")         \
-  X(kAvx512Vnni, "avx512_vnni")    \
-  X(kAvx512Bf16, "avx512_bf16")    \
-  X(kAvx512Fp16, "avx512_fp16")    \
-  X(kAvxVnni, "avx_vnni")          \
-  X(kAmxTile, "amx_tile")          \
-  X(kAmxBf16, "amx_bf16")          \
-  X(kAmxInt8, "amx_int8")          \
-  X(kAsimd, "asimd")               \
-  X(kAsimdHp, "asimdhp")           \
-  X(kAsimdDp, "asimddp")           \
-  X(kI8mm, "i8mm")                 \
-  X(kBf16, "bf16")                 \
-  X(kSve, "sve")                   \
+#define TESSEL_CPU_FEATURES(X)  \
+  X(kSse4_2, "sse4_2")          \
+  X(kAvx, "avx")                \
+  X(kAvx2, "avx2")              \
+  X(kFma, "fma")                \
+  X(kF16c, "f16c")              \
+  X(kAvx512f, "avx512f")        \
+  X(kAvx512dq, "avx512dq")      \
+  X(kAvx512bw, "avx512bw")      \
+  X(kAvx512vl, "avx512vl")      \
+  X(kAvx512Vnni, "avx512_vnni") \
+  X(kAvx512Bf16, "avx512_bf16") \
+  X(kAvx512Fp16, "avx512_fp16") \
+  X(kAvxVnni, "avx_vnni")       \
+  X(kAmxTile, "amx_tile")       \
+  X(kAmxBf16, "amx_bf16")       \
+  X(kAmxInt8, "amx_int8")       \
+  X(kAsimd, "asimd")            \
+  X(kAsimdHp, "asimdhp")        \
+  X(kAsimdDp, "asimddp")        \
+  X(kI8mm, "i8mm")              \
+  X(kBf16, "bf16")              \
+  X(kSve, "sve")                \
   X(kSve2, "sve2")
 
 enum class CpuFeature {

@@ -39,7 +39,8 @@ std::vector<int> parse_cpu_list(const std::string& text) {
       std::size_t dash = range.find('-');
       int lo = std::stoi(range.substr(0, dash));
       int hi = dash == std::string::npos ? lo : std::stoi(range.substr(dash + 1));
-      for (int c = lo; c <= hi; ++c) cpus.push_back(c);
+      for (int c = lo; c <= hi; ++c)
+        cpus.push_back(c);
     } catch (...) {
       return {};
     }
@@ -57,10 +58,14 @@ std::int64_t parse_size(const std::string& text) {
     return 0;
   }
   switch (text.back()) {
-    case 'K': return value << 10;
-    case 'M': return value << 20;
-    case 'G': return value << 30;
-    default: return value;
+    case 'K':
+      return value << 10;
+    case 'M':
+      return value << 20;
+    case 'G':
+      return value << 30;
+    default:
+      return value;
   }
 }
 
@@ -135,7 +140,8 @@ CpuTopology detect_cpu_topology() {
     t.threads = t.cores = n > 0 ? static_cast<int>(n) : 1;
     t.packages = 1;
     if (t.usable_cpus.empty())
-      for (int c = 0; c < t.threads; ++c) t.usable_cpus.push_back(c);
+      for (int c = 0; c < t.threads; ++c)
+        t.usable_cpus.push_back(c);
     t.one_cpu_per_usable_core = t.usable_cpus;
   }
   t.usable_threads = static_cast<int>(t.usable_cpus.size());

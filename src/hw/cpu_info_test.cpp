@@ -38,11 +38,12 @@ std::string proc_cpuinfo_value(const std::string& key) {
 }
 
 std::set<std::string> proc_cpuinfo_flags() {
-  std::string flags = proc_cpuinfo_value("flags");              // x86
-  if (flags.empty()) flags = proc_cpuinfo_value("Features");    // arm64
+  std::string flags = proc_cpuinfo_value("flags");            // x86
+  if (flags.empty()) flags = proc_cpuinfo_value("Features");  // arm64
   std::set<std::string> out;
   std::istringstream ss(flags);
-  for (std::string f; ss >> f;) out.insert(f);
+  for (std::string f; ss >> f;)
+    out.insert(f);
   return out;
 }
 
@@ -60,7 +61,8 @@ std::vector<int> expand(const std::string& list) {
   for (std::string part; std::getline(ss, part, ',');) {
     int a = 0, b = 0;
     if (std::sscanf(part.c_str(), "%d-%d", &a, &b) == 2) {
-      for (int i = a; i <= b; ++i) out.push_back(i);
+      for (int i = a; i <= b; ++i)
+        out.push_back(i);
     } else if (std::sscanf(part.c_str(), "%d", &a) == 1) {
       out.push_back(a);
     }
@@ -75,8 +77,9 @@ TEST(CpuInfo, FeaturesMatchProcCpuinfoFlagsBothWays) {
   for (CpuFeature f : all_cpu_features()) {
     std::string name = cpu_feature_name(f);
     EXPECT_EQ(detected.has(f), flags.count(name) == 1)
-        << name << (detected.has(f) ? " detected but not in /proc/cpuinfo"
-                                    : " in /proc/cpuinfo but not detected");
+        << name
+        << (detected.has(f) ? " detected but not in /proc/cpuinfo"
+                            : " in /proc/cpuinfo but not detected");
   }
 }
 
@@ -128,7 +131,8 @@ TEST(CpuInfo, TopologyMatchesSysfsCoreIds) {
   EXPECT_EQ(t.usable_threads, CPU_COUNT(&mask));
   EXPECT_LE(t.usable_cores, t.cores);
   EXPECT_EQ(t.usable_cores, static_cast<int>(t.one_cpu_per_usable_core.size()));
-  for (int c : t.one_cpu_per_usable_core) EXPECT_TRUE(CPU_ISSET(c, &mask)) << "cpu " << c;
+  for (int c : t.one_cpu_per_usable_core)
+    EXPECT_TRUE(CPU_ISSET(c, &mask)) << "cpu " << c;
 }
 
 TEST(CpuInfo, UsableCountsFollowTheAffinityMask) {
