@@ -48,6 +48,7 @@ struct Options {
   int threads = 0;
   std::string isa;
   double seconds = 0.3;
+  std::string tiles;  // BMxBNxBK for tessel; empty: the variant's defaults
 };
 
 // "2048" is 2048^3; "MxNxK" any shape.
@@ -117,6 +118,13 @@ Status run_bench(const Options& options) {
       options.threads > 0 ? options.threads : std::max(1, host_cpu_info().topology.usable_cores);
   TESSEL_ASSIGN_OR_RETURN(tile::ReferenceGemm tessel_gemm,
                           tile::ReferenceGemm::create(options.isa));
+  int tile_m = 0, tile_n = 0, tile_k = 0;
+  if (!options.tiles.empty()) {
+    char tail = 0;
+    if (std::sscanf(options.tiles.c_str(), "%dx%dx%d%c", &tile_m, &tile_n, &tile_k, &tail) != 3 ||
+        tile_m <= 0 || tile_n <= 0 || tile_k <= 0)
+      return invalid_argument("--tiles: '{}' is not BMxBNxBK", options.tiles);
+  }
   std::vector<std::string> notes;
   std::vector<std::unique_ptr<GemmPeer>> peers = load_gemm_peers(threads, &notes);
 
@@ -178,6 +186,9 @@ Status run_bench(const Options& options) {
         call.c = c;
         call.ldc = w.n;
         call.threads = threads;
+        call.bm = tile_m;
+        call.bn = tile_n;
+        call.bk = tile_k;
         return tessel_gemm.run(call);
       });
       std::vector<bool> peer_present(peers.size());
@@ -275,6 +286,8 @@ void add_bench_gemm_command(CLI::App& bench) {
                    "Threads for every implementation (default: the usable cores)");
   gemm->add_option("--isa", options->isa,
                    "tessel's variant: avx512bf16, avx512, avx2, portable (default: best here)");
+  gemm->add_option("--tiles", options->tiles,
+                   "tessel's block sizes BMxBNxBK (default: the variant's, for tuning)");
   gemm->add_option("--seconds", options->seconds,
                    "Time per implementation and workload, which sets the repetitions (5..41)");
   gemm->callback([options] {
