@@ -23,12 +23,15 @@ using Clock = std::chrono::steady_clock;
 
 // Median over rounds of the time per call, in nanoseconds.
 double ns_per_call(int calls, const std::function<void()>& call) {
-  for (int i = 0; i < calls / 10 + 1; ++i) call();  // warm up (threads awake, pages touched)
+  for (int i = 0; i < calls / 10 + 1; ++i)
+    call();  // warm up (threads awake, pages touched)
   std::vector<double> rounds;
   for (int r = 0; r < 7; ++r) {
     const auto start = Clock::now();
-    for (int i = 0; i < calls; ++i) call();
-    rounds.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / calls);
+    for (int i = 0; i < calls; ++i)
+      call();
+    rounds.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() /
+                     calls);
   }
   std::sort(rounds.begin(), rounds.end());
   return rounds[rounds.size() / 2];
@@ -81,7 +84,8 @@ int main(int argc, char** argv) {
     float* ys = y.data();
     auto body = [&](int64_t begin, int64_t end) {
       if (c.scale) {
-        for (int64_t i = begin; i < end; ++i) ys[i] = 2.0f * xs[i];
+        for (int64_t i = begin; i < end; ++i)
+          ys[i] = 2.0f * xs[i];
       } else {
         sink = sink + (end - begin);
       }
@@ -91,11 +95,15 @@ int main(int argc, char** argv) {
     const double omp_ns = ns_per_call(n_calls, [&] {
       const int64_t chunks = (c.n + c.grain - 1) / c.grain;
 #pragma omp parallel for schedule(static)
-      for (int64_t k = 0; k < chunks; ++k) body(k * c.grain, std::min(c.n, (k + 1) * c.grain));
+      for (int64_t k = 0; k < chunks; ++k)
+        body(k * c.grain, std::min(c.n, (k + 1) * c.grain));
     });
     if (json) {
-      results.push_back({{"case", c.name}, {"threads", threads}, {"tessel_ns", tessel_ns},
-                         {"openmp_ns", omp_ns}, {"ratio", tessel_ns / omp_ns}});
+      results.push_back({{"case", c.name},
+                         {"threads", threads},
+                         {"tessel_ns", tessel_ns},
+                         {"openmp_ns", omp_ns},
+                         {"ratio", tessel_ns / omp_ns}});
     } else {
       std::printf("%-30s %14.0f %14.0f %8.2f\n", c.name.c_str(), tessel_ns, omp_ns,
                   tessel_ns / omp_ns);
