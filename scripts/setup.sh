@@ -15,6 +15,8 @@ packages=(
   openmpi-bin libopenmpi-dev
   # benchmark peers (linked only into benchmarks)
   libdnnl-dev libopenblas-dev
+  # independent peer for the measured bandwidth and peak rates (tessel_hw_bench)
+  likwid
   # data
   dataset-fashion-mnist
 )

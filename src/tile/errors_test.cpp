@@ -1,0 +1,319 @@
+// Every user error of the tile language that a person is likely to make, with the exact
+// file:line:col and message the compiler gives. The compiler must report each one as a Status,
+// never crash or assert. Sources are short so the locations can be checked by eye: line 1 is the
+// kernel header, columns count from 1.
+#include <gtest/gtest.h>
+
+#include "tile/parse/parser.h"
+#include "tile/pipeline.h"
+
+namespace tessel::tile {
+namespace {
+
+struct ErrorCase {
+  const char* name;
+  const char* source;
+  const char* expected;  // the whole message
+  std::map<std::string, std::string> params = {};
+  Target target = Target::cpu();
+};
+
+// Parses and compiles; returns the message of the first error, or "" when there was none.
+std::string first_error(const ErrorCase& c) {
+  auto k = parse_kernel(c.source, "e.tile");
+  if (!k) return k.status().message();
+  CompileOptions o;
+  o.target = c.target;
+  o.params = c.params;
+  auto ir = compile_ir(*k, o);
+  return ir.ok() ? "" : ir.status().message();
+}
+
+const ErrorCase kCases[] = {
+    {"UnknownName",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    parallel (i) in [1] { x[b] = z[b] }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:34: unknown name 'z'"},
+    {"UnknownDtype",
+     "kernel k(x: f33[N]) {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:13: unknown dtype 'f33' (expected f32, f16, bf16, f64, i32, i64, ... or a dtype parameter)"},
+    {"MismatchedTypes",
+     "kernel k<T: dtype = f16>(x: T[N], y: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    parallel (i) in [1] { y[b] = x[b] + y[b] }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:39: mismatched types in '+': T and f32; convert one side, e.g. T(...)"},
+    {"GemmShapesDisagree",
+     "kernel k(A: f32[M, K]) {\n"
+     "  grid (1) as (b) {\n"
+     "    As = shared<f32>[16, 32]\n"
+     "    Bs = shared<f32>[16, 8]\n"
+     "    acc = fragment<f32>[16, 8]\n"
+     "    gemm(As, Bs, acc)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:6:5: gemm shapes do not agree: 'As' is [16, 32] and 'Bs' is [16, 8]; the inner dimensions 32 and 16 differ"},
+    {"WrongArgumentCount",
+     "kernel k(A: f32[M, K]) {\n"
+     "  grid (1) as (b) {\n"
+     "    As = shared<f32>[16, 32]\n"
+     "    copy(A[0, 0], As, As)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:4:5: copy takes 2 arguments, got 3; usage: copy(source, destination[, pad=value])"},
+    {"TileTooLargeForCpu",
+     "kernel k(A: f32[M, K]) {\n"
+     "  grid (1) as (b) {\n"
+     "    As = shared<f32>[256, 512]\n"
+     "    acc = fragment<f32>[512, 512]\n"
+     "    copy(A[0, 0], As)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:4:5: tile 'acc' does not fit: the tiles of one block need 1.5 MiB (As 512 KiB, acc 1 MiB) but the cpu target has 1 MiB of fast memory per block"},
+    {"UnknownParameterOverride",
+     "kernel k<BM = 4>(x: f32[N]) {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:8: kernel 'k' has no parameter 'BX' (its parameters: BM)",
+     {{"BX", "8"}}},
+    {"IntegerParameterGivenText",
+     "kernel k<BM = 4>(x: f32[N]) {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:10: parameter 'BM' is an integer; got '8x'",
+     {{"BM", "8x"}}},
+    {"DtypeParameterGivenInteger",
+     "kernel k<T: dtype = f32>(x: T[N]) {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:10: parameter 'T' is a float dtype (f32, f16, bf16, f64); got 'i32'",
+     {{"T", "i32"}}},
+    {"TileDimensionNotPositive",
+     "kernel k<BM = 4>(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    t = shared<f32>[BM, 4]\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: dimension 0 of tile 't' is 0; tile dimensions must be positive",
+     {{"BM", "0"}}},
+    {"Redefinition",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    x = shared<f32>[4]\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: 'x' is already defined at e.tile:1:10"},
+    {"AssignToTileAsAWhole",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    x = 1.0\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: cannot assign to tensor 'x' as a whole; assign elements: x[i, j] = ..."},
+    {"ValueReassigned",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = 1\n"
+     "    v = 2\n"
+     "  }\n"
+     "}\n",
+     "e.tile:4:5: 'v' is already defined at e.tile:3:5; values cannot be reassigned"},
+    {"StoreOutsideParallel",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    x[b] = 1.0\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: element assignment outside a parallel loop; wrap it in parallel (...) in ... { }"},
+    {"TileOpInsideParallel",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    t = fragment<f32>[4]\n"
+     "    parallel (i) in t { clear(t) }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:4:25: 'fill' is a tile operation and cannot appear inside a parallel loop"},
+    {"CopyBetweenGlobals",
+     "kernel k(x: f32[N], y: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    copy(x[b], y[b])\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: copy needs a shared or fragment tile on at least one side; both 'x' and 'y' are global tensors"},
+    {"GemmOnGlobal",
+     "kernel k(A: f32[M, K]) {\n"
+     "  grid (1) as (b) {\n"
+     "    Bs = shared<f32>[4, 4]\n"
+     "    acc = fragment<f32>[4, 4]\n"
+     "    gemm(A[0, 0], Bs, acc)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:5:10: gemm operand 'A' is a global tensor; copy a tile of it into shared memory first"},
+    {"GemmAccumulatorNotF32Fragment",
+     "kernel k(A: f32[M, K]) {\n"
+     "  grid (1) as (b) {\n"
+     "    As = shared<f32>[4, 4]\n"
+     "    Cs = shared<f32>[4, 4]\n"
+     "    gemm(As, As, Cs)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:5:18: gemm accumulates into an f32 fragment; 'Cs' is shared<f32>[4, 4]"},
+    {"GemmOperandDtypes",
+     "kernel k(A: f32[M, K]) {\n"
+     "  grid (1) as (b) {\n"
+     "    As = shared<f16>[4, 4]\n"
+     "    Bs = shared<f32>[4, 4]\n"
+     "    acc = fragment<f32>[4, 4]\n"
+     "    gemm(As, Bs, acc)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:6:5: gemm operands have different dtypes: 'As' is f16 and 'Bs' is f32"},
+    {"ReduceAxisOutOfRange",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    t = fragment<f32>[4, 8]\n"
+     "    s = fragment<f32>[4]\n"
+     "    reduce(t, s, axis=2, op=sum)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:5:23: axis 2 is out of range for 't' with 2 dimensions"},
+    {"ReduceDestinationShape",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    t = fragment<f32>[4, 8]\n"
+     "    s = fragment<f32>[8]\n"
+     "    reduce(t, s, axis=1, op=max)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:5:5: reduce of 't' along axis 1 gives [4] but 's' is [8]"},
+    {"UnknownReduction",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    t = fragment<f32>[4, 8]\n"
+     "    s = fragment<f32>[4]\n"
+     "    reduce(t, s, axis=1, op=mean)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:5:29: unknown reduction 'mean' (expected sum, max or min)"},
+    {"IndexCount",
+     "kernel k(x: f32[M, N]) {\n"
+     "  grid (M) as (b) {\n"
+     "    parallel (i) in [1] { x[b, i, 0] = 0.0 }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:27: 'x' has 2 dimensions but 3 indices were given"},
+    {"TileIndexMayLeaveTile",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    t = fragment<f32>[8]\n"
+     "    clear(t)\n"
+     "    parallel (i) in t { x[b * 8 + i] = t[i + 1] }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:5:40: index 0 of tile 't' (i + 1) may leave [0, 8); it can reach 8"},
+    {"CopyTileShapes",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    s = shared<f32>[4, 8]\n"
+     "    t = fragment<f32>[4, 8]\n"
+     "    copy(s.T, t)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:5:5: copy between tiles of different shapes: 's'.T is [8, 4] and 't' is [4, 8]"},
+    {"MissingParenthesis",
+     "kernel k(x: f32[N] {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:20: expected ')' to close the argument list, found '{'"},
+    {"UnclosedBrace",
+     "kernel k(x: f32[N]) {\n  grid (N) as (b) {\n",
+     "e.tile:2:19: this '{' is never closed"},
+    {"GridNamesCount",
+     "kernel k(x: f32[M, N]) {\n  grid (M, N) as (b) { }\n}\n",
+     "e.tile:2:3: grid has 2 dimensions but names 1 block index"},
+    {"StatementsOutsideGrid",
+     "kernel k(x: f32[N]) {\n  grid (N) as (b) { }\n  v = 1\n}\n",
+     "e.tile:3:3: statements after the grid; everything belongs inside it"},
+    {"MathOnInteger",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = exp(b)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:13: exp needs a float argument, got i64; convert it, e.g. f32(...)"},
+    {"SelectConditionNotBool",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = select(b, 1.0, 2.0)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:16: select's condition must be a bool, got i64"},
+    {"RunTimeTileDimension",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    t = shared<f32>[N]\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:21: tile dimensions must be compile-time constants; 'N' is known only at run time"},
+    {"FloatIndex",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    parallel (i) in [1] { x[1.5] = 0.0 }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:29: index 0 of 'x' must be an integer, got f32"},
+    {"UnexpectedCharacter",
+     "kernel k(x: f32[N]) {\n  grid (N) as (b) { @ }\n}\n",
+     "e.tile:2:21: unexpected character '@'"},
+    {"ReservedName",
+     "kernel k(_x: f32[N]) {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:10: names starting with '_' are reserved for the compiler: '_x'"},
+    {"NestedParallel",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    parallel (i) in [2] { parallel (j) in [2] { } }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:27: parallel loops do not nest; list every dimension in one: parallel (i, j) in ..."},
+    {"RegisterFragmentTooLargeForGpu",
+     "kernel k(C: f32[M, N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    acc = fragment<f32>[256, 256]\n"
+     "    clear(acc)\n"
+     "    copy(acc, C[0, 0])\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: fragment 'acc' [256, 256] needs 512 registers per thread (fragments so far: 512); the opencl target allows 128 with 128 threads per block; use smaller tiles",
+     {},
+     Target::opencl()},
+    {"UnknownFunction",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = softplus(1.0)\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:9: unknown function 'softplus'"},
+    {"FloatIntoIntegerTensor",
+     "kernel k(x: i32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    parallel (i) in [1] { x[b] = 0.5 * 3.0 }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:38: storing f32 into 'x' of i32 drops the fraction; convert explicitly: i32(...)"},
+    {"StagesNotPositive",
+     "kernel k<S = 2>(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    for t in pipelined(4, stages=S) { }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: stages must be a compile-time constant of at least 1, got 0",
+     {{"S", "0"}}},
+};
+
+class TileErrors : public ::testing::TestWithParam<ErrorCase> {};
+
+TEST_P(TileErrors, ReportsLocationAndMessage) { EXPECT_EQ(first_error(GetParam()), GetParam().expected); }
+
+INSTANTIATE_TEST_SUITE_P(All, TileErrors, ::testing::ValuesIn(kCases),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(TileErrors, ThereAreAtLeastTwentyCases) { EXPECT_GE(std::size(kCases), 20u); }
+
+}  // namespace
+}  // namespace tessel::tile

@@ -1,0 +1,48 @@
+// Names and sizes of the tile language's element types.
+#include "tile/ir/dtype.h"
+
+namespace tessel::tile {
+
+namespace {
+struct ScalarInfo {
+  ScalarType type;
+  const char* name;
+  int bytes;
+};
+constexpr ScalarInfo kScalars[] = {
+    {ScalarType::kBool, "bool", 1}, {ScalarType::kI8, "i8", 1},     {ScalarType::kU8, "u8", 1},
+    {ScalarType::kI32, "i32", 4},   {ScalarType::kI64, "i64", 8},   {ScalarType::kF16, "f16", 2},
+    {ScalarType::kBF16, "bf16", 2}, {ScalarType::kF32, "f32", 4},   {ScalarType::kF64, "f64", 8},
+};
+const ScalarInfo& info(ScalarType t) { return kScalars[static_cast<int>(t)]; }
+}  // namespace
+
+bool DType::is_int() const {
+  if (is_param()) return false;
+  return scalar_ == ScalarType::kI8 || scalar_ == ScalarType::kU8 || scalar_ == ScalarType::kI32 ||
+         scalar_ == ScalarType::kI64;
+}
+
+bool DType::is_float() const {
+  if (is_param()) return true;
+  return scalar_ == ScalarType::kF16 || scalar_ == ScalarType::kBF16 ||
+         scalar_ == ScalarType::kF32 || scalar_ == ScalarType::kF64;
+}
+
+bool DType::is_half() const {
+  return !is_param() && (scalar_ == ScalarType::kF16 || scalar_ == ScalarType::kBF16);
+}
+
+int DType::bytes() const { return is_param() ? 4 : info(scalar_).bytes; }
+
+std::string DType::name() const { return is_param() ? param_ : info(scalar_).name; }
+
+std::optional<ScalarType> scalar_type_from_name(std::string_view name) {
+  for (const ScalarInfo& s : kScalars)
+    if (name == s.name) return s.type;
+  return std::nullopt;
+}
+
+const char* scalar_type_name(ScalarType t) { return info(t).name; }
+
+}  // namespace tessel::tile

@@ -1,0 +1,108 @@
+// Shape checks after specialisation (see check_shapes.h).
+#include "tile/passes/check_shapes.h"
+
+#include "tile/ir/printer.h"
+#include "tile/ir/visitor.h"
+
+namespace tessel::tile {
+
+std::vector<int64_t> tile_shape(const TileRef& t) {
+  std::vector<int64_t> s;
+  for (int d = 0; d < t.buffer->rank(); ++d) s.push_back(t.buffer->const_dim(d));
+  if (t.transposed) std::swap(s[s.size() - 2], s[s.size() - 1]);
+  return s;
+}
+
+namespace {
+
+std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+class ShapeChecker : public IRVisitor {
+ public:
+  Status status;
+
+ protected:
+  using IRVisitor::visit_node;
+
+  void fail(Status s) {
+    if (status.ok()) status = std::move(s);
+  }
+
+  void visit_node(const Alloc* n) override {
+    const BufferNode& b = *n->buffer;
+    for (int d = 0; d < b.rank(); ++d) {
+      auto v = const_int(b.shape[d]);
+      if (!v) return fail(error_at(b.loc, "dimension {} of tile '{}' is not a compile-time constant: {}",
+                                   d, b.name, to_string(b.shape[d])));
+      if (*v <= 0)
+        return fail(error_at(b.loc, "dimension {} of tile '{}' is {}; tile dimensions must be positive",
+                             d, b.name, *v));
+    }
+  }
+
+  void visit_node(const For* n) override {
+    if (n->stages) {
+      auto s = const_int(n->stages);
+      if (!s || *s < 1)
+        return fail(error_at(n->loc, "stages must be a compile-time constant of at least 1, got {}",
+                             to_string(n->stages)));
+    }
+    IRVisitor::visit_node(n);
+  }
+
+  void visit_node(const Parallel* n) override {
+    for (const Expr& e : n->extents) {
+      auto v = const_int(e);
+      if (!v || *v <= 0)
+        return fail(error_at(n->loc, "parallel extents must be positive compile-time constants, got {}",
+                             to_string(e)));
+    }
+    IRVisitor::visit_node(n);
+  }
+
+  void visit_node(const Copy* n) override {
+    if (!status.ok()) return;
+    if (!n->src.is_global() && !n->dst.is_global()) {
+      auto s = tile_shape(n->src), d = tile_shape(n->dst);
+      if (s != d)
+        fail(error_at(n->loc, "copy between tiles of different shapes: '{}'{} is {} and '{}' is {}",
+                      n->src.buffer->name, n->src.transposed ? ".T" : "", shape_text(s),
+                      n->dst.buffer->name, shape_text(d)));
+    }
+  }
+
+  void visit_node(const Gemm* n) override {
+    if (!status.ok()) return;
+    auto a = tile_shape(n->a), b = tile_shape(n->b), c = tile_shape(n->c);
+    auto name = [](const TileRef& t) { return fmt::format("'{}{}'", t.buffer->name, t.transposed ? ".T" : ""); };
+    if (a[1] != b[0])
+      return fail(error_at(n->loc, "gemm shapes do not agree: {} is {} and {} is {}; the inner dimensions {} and {} differ",
+                           name(n->a), shape_text(a), name(n->b), shape_text(b), a[1], b[0]));
+    if (c[0] != a[0] || c[1] != b[1])
+      fail(error_at(n->loc, "gemm accumulator {} is {} but {} @ {} is [{}, {}]", name(n->c), shape_text(c),
+                    name(n->a), name(n->b), a[0], b[1]));
+  }
+
+  void visit_node(const Reduce* n) override {
+    if (!status.ok()) return;
+    std::vector<int64_t> s, d;
+    for (int i = 0; i < n->src->rank(); ++i)
+      if (i != n->axis) s.push_back(n->src->const_dim(i));
+    if (s.empty()) s.push_back(1);
+    for (int i = 0; i < n->dst->rank(); ++i) d.push_back(n->dst->const_dim(i));
+    if (s != d)
+      fail(error_at(n->loc, "reduce of '{}' along axis {} gives {} but '{}' is {}", n->src->name, n->axis,
+                    shape_text(s), n->dst->name, shape_text(d)));
+  }
+};
+
+}  // namespace
+
+Status check_shapes(const Kernel& kernel) {
+  TESSEL_CHECK(kernel.specialized, "check_shapes before specialize");
+  ShapeChecker c;
+  c.visit(kernel.body);
+  return c.status;
+}
+
+}  // namespace tessel::tile

@@ -1,0 +1,61 @@
+// The pass pipeline (see pipeline.h). Read it top to bottom: that is the order of compilation.
+#include "tile/pipeline.h"
+
+#include "tile/ir/verifier.h"
+#include "tile/passes/check_fast_memory.h"
+#include "tile/passes/check_shapes.h"
+#include "tile/passes/infer_bounds.h"
+#include "tile/passes/insert_barriers.h"
+#include "tile/passes/lower_tile_ops.h"
+#include "tile/passes/pack_gemm_operands.h"
+#include "tile/passes/place_fragments.h"
+#include "tile/passes/specialize.h"
+
+namespace tessel::tile {
+
+namespace {
+// Verifies the IR a pass produced and shows it to the dump hook.
+Status after(const char* pass, const Kernel& k, const CompileOptions& o) {
+  Status s = verify(k);
+  if (!s.ok()) return s.with_context("after pass {}", pass);
+  if (o.dump) o.dump(pass, k);
+  return ok_status();
+}
+}  // namespace
+
+Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
+  const Target& target = o.target;
+  Kernel k = parsed;
+  TESSEL_TRY(after("parse", k, o));
+
+  TESSEL_ASSIGN_OR_RETURN(k, specialize(k, o.params));
+  TESSEL_TRY(after("specialize", k, o));
+
+  TESSEL_TRY(check_shapes(k));
+
+  if (!target.is_gpu()) {
+    k = pack_gemm_operands(k);
+    TESSEL_TRY(after("pack_gemm_operands", k, o));
+  }
+
+  k = lower_tile_ops(k, target);
+  TESSEL_TRY(after("lower_tile_ops", k, o));
+
+  TESSEL_ASSIGN_OR_RETURN(k, infer_bounds(k));
+  TESSEL_TRY(after("infer_bounds", k, o));
+
+  if (target.is_gpu()) {
+    k = place_fragments(k, target);
+    TESSEL_TRY(after("place_fragments", k, o));
+  }
+
+  TESSEL_TRY(check_fast_memory(k, target));
+
+  if (target.is_gpu()) {
+    k = insert_barriers(k, target);
+    TESSEL_TRY(after("insert_barriers", k, o));
+  }
+  return k;
+}
+
+}  // namespace tessel::tile

@@ -1,0 +1,36 @@
+// What the compiler needs to know about a target: its kind, how much fast memory a block may
+// use, how many threads run a block. Defaults describe a typical device; callers that know the
+// real device (hw/ detection, an OpenCL device query) fill in its numbers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "support/status.h"
+
+namespace tessel::tile {
+
+enum class TargetKind { kCpu, kOpenCL, kCuda };
+
+struct Target {
+  TargetKind kind = TargetKind::kCpu;
+  // CPU: the per-core L2 cache that a block's tiles should stay in. GPU: local/shared memory per
+  // work-group/block.
+  int64_t fast_memory_bytes = 1 << 20;
+  // GPU: threads per block. CPU: 1 (a block is one task of the thread pool).
+  int threads_per_block = 1;
+  // GPU: how many f32 registers one thread may spend on fragments before the compiler refuses.
+  int max_fragment_registers = 128;
+
+  bool is_gpu() const { return kind != TargetKind::kCpu; }
+  std::string name() const;
+
+  static Target cpu(int64_t l2_bytes = 1 << 20);
+  static Target opencl(int64_t local_bytes = 32 << 10, int threads = 128);
+  static Target cuda(int64_t shared_bytes = 48 << 10, int threads = 256);
+};
+
+// "cpu", "opencl", "cuda" (with default numbers).
+Expected<Target> target_from_name(const std::string& name);
+
+}  // namespace tessel::tile
