@@ -1,0 +1,161 @@
+// oneDNN and OpenBLAS behind dlopen for `tessel bench gemm`. Their C signatures are declared here
+// (row-major dnnl_* calls, CBLAS enums) because their headers are not needed to build tessel.
+#include "cli/bench_gemm_peers.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <string>
+
+namespace tessel::cli {
+namespace {
+
+using tile::GemmInput;
+
+// The first of `names` that loads, or null; the dlerror text of the last attempt in *error.
+void* open_library(const std::vector<const char*>& names, std::string* error) {
+  for (const char* name : names) {
+    if (void* handle = dlopen(name, RTLD_NOW | RTLD_LOCAL)) return handle;
+    const char* e = dlerror();
+    *error = e ? e : "unknown dlopen error";
+  }
+  return nullptr;
+}
+
+template <typename Fn>
+Fn symbol(void* handle, const char* name) {
+  return reinterpret_cast<Fn>(dlsym(handle, name));
+}
+
+class OneDnn : public GemmPeer {
+ public:
+  using Sgemm = int (*)(char, char, int64_t, int64_t, int64_t, float, const float*, int64_t,
+                        const float*, int64_t, float, float*, int64_t);
+  using GemmBf16 = int (*)(char, char, int64_t, int64_t, int64_t, float, const uint16_t*, int64_t,
+                           const uint16_t*, int64_t, float, float*, int64_t);
+  struct Version {
+    int major, minor, patch;
+    const char* hash;
+  };
+
+  OneDnn(void* handle, Sgemm sgemm, GemmBf16 gemm_bf16)
+      : handle_(handle), sgemm_(sgemm), gemm_bf16_(gemm_bf16) {}
+  ~OneDnn() override { dlclose(handle_); }
+
+  const char* name() const override { return "onednn"; }
+  std::string describe() const override {
+    auto version = symbol<const Version* (*)()>(handle_, "dnnl_version");
+    if (!version) return "oneDNN";
+    const Version* v = version();
+    return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
+  }
+  bool supports(GemmInput input) const override {
+    return input == GemmInput::kF32 || (input == GemmInput::kBf16 && gemm_bf16_ != nullptr);
+  }
+  Status run(const PeerGemmCall& c) override {
+    const int status =
+        c.input == GemmInput::kF32
+            ? sgemm_('N', 'N', c.m, c.n, c.k, 1.0f, static_cast<const float*>(c.a), c.k,
+                     static_cast<const float*>(c.b), c.n, 0.0f, c.c, c.n)
+            : gemm_bf16_('N', 'N', c.m, c.n, c.k, 1.0f, static_cast<const uint16_t*>(c.a), c.k,
+                         static_cast<const uint16_t*>(c.b), c.n, 0.0f, c.c, c.n);
+    if (status != 0) return internal_error("oneDNN gemm returned status {}", status);
+    return ok_status();
+  }
+
+ private:
+  void* handle_;
+  Sgemm sgemm_;
+  GemmBf16 gemm_bf16_;
+};
+
+class OpenBlas : public GemmPeer {
+ public:
+  static constexpr int kRowMajor = 101, kNoTrans = 111;
+  using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
+                         float, float*, int);
+  using Sbgemm = void (*)(int, int, int, int, int, int, float, const uint16_t*, int,
+                          const uint16_t*, int, float, float*, int);
+
+  OpenBlas(void* handle, Sgemm sgemm, Sbgemm sbgemm)
+      : handle_(handle), sgemm_(sgemm), sbgemm_(sbgemm) {}
+  ~OpenBlas() override { dlclose(handle_); }
+
+  const char* name() const override { return "openblas"; }
+  std::string describe() const override {
+    auto config = symbol<char* (*)()>(handle_, "openblas_get_config");
+    auto corename = symbol<char* (*)()>(handle_, "openblas_get_corename");
+    std::string text = config ? config() : "OpenBLAS";
+    if (corename) text += fmt::format(" (core {})", corename());
+    if (!sbgemm_) text += " (no cblas_sbgemm in this build)";
+    return text;
+  }
+  bool supports(GemmInput input) const override {
+    return input == GemmInput::kF32 || (input == GemmInput::kBf16 && sbgemm_ != nullptr);
+  }
+  Status run(const PeerGemmCall& c) override {
+    if (c.m > INT32_MAX || c.n > INT32_MAX || c.k > INT32_MAX)
+      return unimplemented("OpenBLAS takes 32-bit sizes");
+    const int m = int(c.m), n = int(c.n), k = int(c.k);
+    if (c.input == GemmInput::kF32)
+      sgemm_(kRowMajor, kNoTrans, kNoTrans, m, n, k, 1.0f, static_cast<const float*>(c.a), k,
+             static_cast<const float*>(c.b), n, 0.0f, c.c, n);
+    else
+      sbgemm_(kRowMajor, kNoTrans, kNoTrans, m, n, k, 1.0f, static_cast<const uint16_t*>(c.a), k,
+              static_cast<const uint16_t*>(c.b), n, 0.0f, c.c, n);
+    return ok_status();
+  }
+
+ private:
+  void* handle_;
+  Sgemm sgemm_;
+  Sbgemm sbgemm_;
+};
+
+}  // namespace
+
+std::vector<std::unique_ptr<GemmPeer>> load_gemm_peers(int threads,
+                                                       std::vector<std::string>* notes) {
+  std::vector<std::unique_ptr<GemmPeer>> peers;
+  std::string error;
+
+  // oneDNN runs on OpenMP here: the thread count is read when libgomp starts, and set again
+  // below through omp_set_num_threads in case the runtime was already up.
+  setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  if (void* dnnl = open_library({"libdnnl.so.3", "libdnnl.so.2", "libdnnl.so"}, &error)) {
+    auto sgemm = symbol<OneDnn::Sgemm>(dnnl, "dnnl_sgemm");
+    if (sgemm) {
+      // dlsym on the library's handle also searches its dependencies (libgomp).
+      if (auto set_threads = symbol<void (*)(int)>(dnnl, "omp_set_num_threads"))
+        set_threads(threads);
+      peers.push_back(std::make_unique<OneDnn>(
+          dnnl, sgemm, symbol<OneDnn::GemmBf16>(dnnl, "dnnl_gemm_bf16bf16f32")));
+    } else {
+      notes->push_back("oneDNN: no dnnl_sgemm in the library");
+      dlclose(dnnl);
+    }
+  } else {
+    notes->push_back("oneDNN not loaded: " + error);
+  }
+
+  // Left set, these make OpenBLAS run an older kernel than the one it would pick for this CPU.
+  unsetenv("OPENBLAS_CORETYPE");
+  unsetenv("OPENBLAS_L2_SIZE");
+  if (void* blas = open_library({"libopenblas.so.0", "libopenblas.so"}, &error)) {
+    auto sgemm = symbol<OpenBlas::Sgemm>(blas, "cblas_sgemm");
+    if (sgemm) {
+      if (auto set_threads = symbol<void (*)(int)>(blas, "openblas_set_num_threads"))
+        set_threads(threads);
+      peers.push_back(
+          std::make_unique<OpenBlas>(blas, sgemm, symbol<OpenBlas::Sbgemm>(blas, "cblas_sbgemm")));
+    } else {
+      notes->push_back("OpenBLAS: no cblas_sgemm in the library");
+      dlclose(blas);
+    }
+  } else {
+    notes->push_back("OpenBLAS not loaded: " + error);
+  }
+  return peers;
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,304 @@
+// `tessel bench gemm`: GFLOP/s of tessel's CPU gemm next to oneDNN and OpenBLAS (loaded at run
+// time, bench_gemm_peers.h) on the gemm workloads of WORKLOADS.md, f32 and bf16 (bf16 inputs,
+// f32 accumulation), with each tessel figure's ratio to the best peer, all in one run.
+//
+// tessel's figure is "tessel-cpu-templates": the CPU gemm templates run by the hand-written block
+// loop (tile/codegen/cpu/templates/reference_gemm.h), until the tile compiler's generated gemm
+// takes its place. The implementations take turns inside every repetition, so a slowdown from a
+// neighbour on a shared machine hits all of them alike; each figure is the median of the
+// repetitions after one warm-up call. Every peer's result is checked against tessel's.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/bench_gemm_peers.h"
+#include "cli/commands.h"
+#include "hw/cpu_info.h"
+#include "tile/codegen/cpu/templates/reference_gemm.h"
+
+namespace tessel::cli {
+namespace {
+
+using tile::GemmInput;
+
+struct Workload {
+  int64_t m, n, k;
+};
+
+// WORKLOADS.md: M = N = K in {512 .. 4096}; gpt_mini's projections, M = 2048 tokens and
+// K x N in {384 x 1152, 384 x 384, 384 x 1536, 1536 x 384}.
+const Workload kWorkloads[] = {{512, 512, 512},    {1024, 1024, 1024}, {2048, 2048, 2048},
+                               {4096, 4096, 4096}, {2048, 1152, 384},  {2048, 384, 384},
+                               {2048, 1536, 384},  {2048, 384, 1536}};
+
+struct Options {
+  bool json = false;
+  std::vector<std::string> sizes;
+  std::vector<std::string> dtypes = {"f32", "bf16"};
+  int threads = 0;
+  std::string isa;
+  double seconds = 0.3;
+  std::string tiles;  // BMxBNxBK for tessel; empty: the variant's defaults
+};
+
+// "2048" is 2048^3; "MxNxK" any shape.
+Expected<std::vector<Workload>> parse_sizes(const std::vector<std::string>& tokens) {
+  if (tokens.empty()) return std::vector<Workload>(std::begin(kWorkloads), std::end(kWorkloads));
+  std::vector<Workload> out;
+  for (const std::string& token : tokens) {
+    long long m = 0, n = 0, k = 0;
+    char tail = 0;
+    if (std::sscanf(token.c_str(), "%lldx%lldx%lld%c", &m, &n, &k, &tail) == 3 && m > 0 && n > 0 &&
+        k > 0) {
+      out.push_back({m, n, k});
+    } else if (std::sscanf(token.c_str(), "%lld%c", &m, &tail) == 1 && m > 0) {
+      out.push_back({m, m, m});
+    } else {
+      return invalid_argument("--sizes: '{}' is neither N (for N^3) nor MxNxK", token);
+    }
+  }
+  return out;
+}
+
+Expected<std::vector<GemmInput>> parse_dtypes(const std::vector<std::string>& names) {
+  std::vector<GemmInput> out;
+  for (const std::string& name : names) {
+    if (name == "f32")
+      out.push_back(GemmInput::kF32);
+    else if (name == "bf16")
+      out.push_back(GemmInput::kBf16);
+    else
+      return invalid_argument("--dtypes: '{}' is not one of f32, bf16", name);
+  }
+  return out;
+}
+
+uint16_t round_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// One implementation in one workload: how to run it, its output, its timings.
+struct Contender {
+  Contender(std::string name, std::function<Status(float* c)> runner)
+      : impl(std::move(name)), run(std::move(runner)) {}
+  std::string impl;
+  std::function<Status(float* c)> run;
+  std::vector<float> c;
+  std::vector<double> seconds;
+  double gflops = 0;
+};
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+Status run_bench(const Options& options) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Workload> workloads, parse_sizes(options.sizes));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<GemmInput> dtypes, parse_dtypes(options.dtypes));
+  if (options.threads < 0) return invalid_argument("--threads: {} is negative", options.threads);
+  if (!(options.seconds > 0)) return invalid_argument("--seconds must be positive");
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, host_cpu_info().topology.usable_cores);
+  TESSEL_ASSIGN_OR_RETURN(tile::ReferenceGemm tessel_gemm,
+                          tile::ReferenceGemm::create(options.isa));
+  int tile_m = 0, tile_n = 0, tile_k = 0;
+  if (!options.tiles.empty()) {
+    char tail = 0;
+    if (std::sscanf(options.tiles.c_str(), "%dx%dx%d%c", &tile_m, &tile_n, &tile_k, &tail) != 3 ||
+        tile_m <= 0 || tile_n <= 0 || tile_k <= 0)
+      return invalid_argument("--tiles: '{}' is not BMxBNxBK", options.tiles);
+  }
+  std::vector<std::string> notes;
+  std::vector<std::unique_ptr<GemmPeer>> peers = load_gemm_peers(threads, &notes);
+
+  if (!options.json) {
+    std::printf(
+        "tessel bench gemm: C = A * B, row-major, %d threads; GFLOP/s, median after one "
+        "warm-up, implementations taking turns in each repetition\n",
+        threads);
+    std::printf(
+        "  tessel-cpu-templates: tessel's CPU gemm templates (%s) via the reference block "
+        "loop, until the tile compiler's gemm replaces it\n",
+        tessel_gemm.isa());
+    for (const auto& peer : peers)
+      std::printf("  %s: %s\n", peer->name(), peer->describe().c_str());
+    for (const std::string& note : notes)
+      std::printf("  %s\n", note.c_str());
+    std::printf("\n%-5s %5s %5s %5s  %20s", "dtype", "m", "n", "k", "tessel-cpu-templates");
+    for (const auto& peer : peers)
+      std::printf(" %9s", peer->name());
+    std::printf("  %s\n", "tessel/best peer");
+  }
+
+  // Inputs: uniform in [-1, 1], the largest workload's worth, shared by all workloads.
+  int64_t a_elems = 0, b_elems = 0;
+  for (const Workload& w : workloads) {
+    a_elems = std::max(a_elems, w.m * w.k);
+    b_elems = std::max(b_elems, w.k * w.n);
+  }
+  std::vector<float> a_f32(static_cast<size_t>(a_elems)), b_f32(static_cast<size_t>(b_elems));
+  std::mt19937 rng(42);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (float& x : a_f32)
+    x = dist(rng);
+  for (float& x : b_f32)
+    x = dist(rng);
+  std::vector<uint16_t> a_bf16(a_f32.size()), b_bf16(b_f32.size());
+  std::transform(a_f32.begin(), a_f32.end(), a_bf16.begin(), round_to_bf16);
+  std::transform(b_f32.begin(), b_f32.end(), b_bf16.begin(), round_to_bf16);
+
+  int disagreements = 0;
+  for (GemmInput dtype : dtypes) {
+    const bool bf16 = dtype == GemmInput::kBf16;
+    const void* a = bf16 ? static_cast<const void*>(a_bf16.data()) : a_f32.data();
+    const void* b = bf16 ? static_cast<const void*>(b_bf16.data()) : b_f32.data();
+    for (const Workload& w : workloads) {
+      std::vector<Contender> contenders;
+      contenders.emplace_back("tessel-cpu-templates", [&](float* c) {
+        tile::ReferenceGemmCall call;
+        call.m = w.m;
+        call.n = w.n;
+        call.k = w.k;
+        call.input = dtype;
+        call.a = a;
+        call.a_row_stride = w.k;
+        call.a_col_stride = 1;
+        call.b = b;
+        call.b_row_stride = w.n;
+        call.b_col_stride = 1;
+        call.c = c;
+        call.ldc = w.n;
+        call.threads = threads;
+        call.bm = tile_m;
+        call.bn = tile_n;
+        call.bk = tile_k;
+        return tessel_gemm.run(call);
+      });
+      std::vector<bool> peer_present(peers.size());
+      for (size_t p = 0; p < peers.size(); ++p) {
+        peer_present[p] = peers[p]->supports(dtype);
+        if (!peer_present[p]) continue;
+        GemmPeer* peer = peers[p].get();
+        contenders.emplace_back(peer->name(), [=, &w](float* c) {
+          return peer->run({w.m, w.n, w.k, dtype, a, b, c});
+        });
+      }
+      // Warm-up (pages, JIT, thread start-up), which also sizes the repetitions.
+      double slowest = 0;
+      for (Contender& x : contenders) {
+        x.c.assign(size_t(w.m * w.n), 0.0f);
+        const double start = now_seconds();
+        TESSEL_TRY(x.run(x.c.data())
+                       .with_context("{} {} {}x{}x{}", x.impl, tile::gemm_input_name(dtype), w.m,
+                                     w.n, w.k));
+        slowest = std::max(slowest, now_seconds() - start);
+      }
+      const int reps = std::clamp(int(std::ceil(options.seconds / slowest)), 5, 41) | 1;
+      for (int r = 0; r < reps; ++r)
+        for (Contender& x : contenders) {
+          const double start = now_seconds();
+          TESSEL_TRY(x.run(x.c.data()));
+          x.seconds.push_back(now_seconds() - start);
+        }
+      const double flop = 2.0 * double(w.m) * double(w.n) * double(w.k);
+      double best_peer = 0;
+      for (Contender& x : contenders) {
+        x.gflops = flop / median(x.seconds) / 1e9;
+        if (&x != &contenders[0]) best_peer = std::max(best_peer, x.gflops);
+      }
+      // Same inputs, f32 sums in another order: |difference| <= 2 * 2 K u sum|a||b| <= 4 K^2 u.
+      const double tolerance = 4.0 * double(w.k) * double(w.k) * std::ldexp(1.0, -24);
+      bool agrees = true;
+      for (size_t x = 1; x < contenders.size(); ++x)
+        for (size_t i = 0; i < contenders[0].c.size(); ++i)
+          if (!(std::fabs(double(contenders[0].c[i]) - contenders[x].c[i]) <= tolerance)) {
+            agrees = false;
+            break;
+          }
+      if (!agrees) ++disagreements;
+      const double ratio = best_peer > 0 ? contenders[0].gflops / best_peer : 0;
+
+      if (options.json) {
+        for (const Contender& x : contenders) {
+          nlohmann::json row = {{"impl", x.impl},     {"dtype", tile::gemm_input_name(dtype)},
+                                {"m", w.m},           {"n", w.n},
+                                {"k", w.k},           {"gflops", std::round(x.gflops * 10) / 10},
+                                {"threads", threads}, {"reps", reps}};
+          if (&x == &contenders[0]) {
+            row["isa"] = tessel_gemm.isa();
+            if (best_peer > 0) row["ratio"] = std::round(ratio * 1000) / 1000;
+            row["agrees_with_peers"] = agrees;
+          }
+          std::printf("%s\n", row.dump().c_str());
+        }
+      } else {
+        std::printf("%-5s %5lld %5lld %5lld  %20.1f", tile::gemm_input_name(dtype), (long long)w.m,
+                    (long long)w.n, (long long)w.k, contenders[0].gflops);
+        size_t next = 1;
+        for (size_t p = 0; p < peers.size(); ++p) {
+          if (peer_present[p])
+            std::printf(" %9.1f", contenders[next++].gflops);
+          else
+            std::printf(" %9s", "n/a");
+        }
+        if (best_peer > 0) std::printf("  %.2fx", ratio);
+        std::printf("%s\n", agrees ? "" : "  RESULTS DIFFER");
+      }
+      std::fflush(stdout);
+    }
+  }
+  if (disagreements > 0)
+    return internal_error("tessel's result differed from a peer's in {} workload(s)",
+                          disagreements);
+  return ok_status();
+}
+
+}  // namespace
+
+void add_bench_gemm_command(CLI::App& bench) {
+  auto options = std::make_shared<Options>();
+  CLI::App* gemm = bench.add_subcommand(
+      "gemm", "GFLOP/s of tessel's CPU gemm next to oneDNN and OpenBLAS, f32 and bf16");
+  gemm->add_flag("--json", options->json, "One JSON object per implementation and workload");
+  gemm->add_option("--sizes", options->sizes,
+                   "Workloads: N for N^3 or MxNxK, comma-separated (default: all of "
+                   "WORKLOADS.md)")
+      ->delimiter(',');
+  gemm->add_option("--dtypes", options->dtypes, "f32, bf16 (default both)")->delimiter(',');
+  gemm->add_option("--threads", options->threads,
+                   "Threads for every implementation (default: the usable cores)");
+  gemm->add_option("--isa", options->isa,
+                   "tessel's variant: avx512bf16, avx512, avx2, portable (default: best here)");
+  gemm->add_option("--tiles", options->tiles,
+                   "tessel's block sizes BMxBNxBK (default: the variant's, for tuning)");
+  gemm->add_option("--seconds", options->seconds,
+                   "Time per implementation and workload, which sets the repetitions (5..41)");
+  gemm->callback([options] {
+    Status status = run_bench(*options);
+    if (!status.ok()) {
+      std::fprintf(stderr, "tessel bench gemm: %s\n", status.to_string().c_str());
+      exit_code = 1;
+      return;
+    }
+    exit_code = 0;
+  });
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,191 @@
+// The block loop that generated code for the tile `gemm` kernel performs, written out by hand over
+// the templates (tile_gemm.h, tile_gemm_schedule.h), for the tests and the benchmark only: the tile
+// compiler emits its own. C[M x N] (f32, row-major, leading dimension ldc) = A[M x K] * B[K x N],
+// element (i, k) of A at a[i * a_row_stride + k * a_col_stride] and likewise for B, so either
+// operand may be transposed.
+//
+//   BlockLoopWorkspace<TPack> ws;                  // keep it: its memory is reused across calls
+//   reference_block_loop<float, float>(args, /*threads=*/2, ws);
+#pragma once
+
+#include <atomic>
+#include <cstdlib>
+#include <thread>
+
+#include "tile_gemm.h"
+#include "tile_gemm_schedule.h"
+
+namespace tessel_cpu {
+inline namespace TESSEL_CPU_ISA_NAMESPACE {
+
+struct BlockLoopArgs {
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;  // TSrc elements
+  int64_t a_row_stride = 0, a_col_stride = 0;
+  const void* b = nullptr;  // TSrc elements
+  int64_t b_row_stride = 0, b_col_stride = 0;
+  float* c = nullptr;
+  int64_t ldc = 0;
+  int bm = 0, bn = 0, bk = 0;  // block sizes, e.g. DefaultTiles<TPack>
+  // The schedule of tile_gemm_schedule.h: each tile packed once and shared by all blocks.
+  // false: the plain contract, every block packing its own tiles.
+  bool share_tiles = true;
+  // Tiles packed and multiplied at the full BM x BK / BK x BN, zero padded, instead of at the
+  // tile's valid size (the two forms of the contract).
+  bool padded_tiles = false;
+};
+
+struct BlockGrid {
+  int64_t m, n, k;  // blocks along M, N and K steps
+  explicit BlockGrid(const BlockLoopArgs& args)
+      : m((args.m + args.bm - 1) / args.bm),
+        n((args.n + args.bn - 1) / args.bn),
+        k((args.k + args.bk - 1) / args.bk) {}
+};
+
+// Memory of one gemm call: packed tiles of A and B (all of them when tiles are shared, one of
+// each per thread when not), their states, one accumulator per thread. Grows to the largest call
+// seen and is kept, so that repeated calls do not fault pages in again.
+template <typename TPack>
+class BlockLoopWorkspace {
+ public:
+  BlockLoopWorkspace() = default;
+  BlockLoopWorkspace(const BlockLoopWorkspace&) = delete;
+  BlockLoopWorkspace& operator=(const BlockLoopWorkspace&) = delete;
+  ~BlockLoopWorkspace() { std::free(memory_); }
+
+  // Lays the workspace out for `args` on `threads` threads; false if memory ran out.
+  bool prepare(const BlockLoopArgs& args, int threads) {
+    const BlockGrid grid(args);
+    a_tiles_ = args.share_tiles ? grid.m * grid.k : threads;
+    b_tiles_ = args.share_tiles ? grid.n * grid.k : threads;
+    a_tile_elems_ = round_up(packed_a_elems<TPack>(args.bm, args.bk), 64 / int(sizeof(TPack)));
+    b_tile_elems_ = round_up(packed_b_elems<TPack>(args.bk, args.bn), 64 / int(sizeof(TPack)));
+    acc_elems_ = round_up(int64_t(args.bm) * args.bn, 16);
+    state_bytes_ = round_up(a_tiles_ + b_tiles_, 64);
+    const int64_t bytes =
+        int64_t(sizeof(TPack)) * (a_tiles_ * a_tile_elems_ + b_tiles_ * b_tile_elems_) +
+        int64_t(sizeof(float)) * acc_elems_ * threads + state_bytes_;
+    if (bytes > capacity_) {
+      std::free(memory_);
+      memory_ = static_cast<char*>(std::aligned_alloc(64, size_t(round_up(bytes, 64))));
+      capacity_ = memory_ ? bytes : 0;
+    }
+    return memory_ != nullptr;
+  }
+
+  TPack* a_tile(int64_t index) { return reinterpret_cast<TPack*>(memory_) + index * a_tile_elems_; }
+  TPack* b_tile(int64_t index) { return a_tile(a_tiles_) + index * b_tile_elems_; }
+  float* acc(int thread) {
+    return reinterpret_cast<float*>(b_tile(b_tiles_)) + thread * acc_elems_;
+  }
+  uint8_t* states() { return reinterpret_cast<uint8_t*>(memory_ + capacity_ - state_bytes_); }
+  PackedTiles<TPack> shared_a() { return {a_tile(0), states(), a_tiles_, a_tile_elems_}; }
+  PackedTiles<TPack> shared_b() {
+    return {b_tile(0), states() + a_tiles_, b_tiles_, b_tile_elems_};
+  }
+
+ private:
+  char* memory_ = nullptr;
+  int64_t capacity_ = 0;
+  int64_t a_tiles_ = 0, b_tiles_ = 0, a_tile_elems_ = 0, b_tile_elems_ = 0, acc_elems_ = 0;
+  int64_t state_bytes_ = 0;
+};
+
+// Runs blocks taken from `next_block` until none are left: one thread's share of the grid.
+template <typename TSrc, typename TPack>
+void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>& ws,
+                            PackedTiles<TPack>& tiles_a, PackedTiles<TPack>& tiles_b,
+                            std::atomic<int64_t>& next_block, int thread) {
+  const BlockGrid grid(args);
+  const TSrc* a = static_cast<const TSrc*>(args.a);
+  const TSrc* b = static_cast<const TSrc*>(args.b);
+  float* acc = ws.acc(thread);
+  const int64_t ldacc = args.bn;
+  for (int64_t block = next_block.fetch_add(1, std::memory_order_relaxed); block < grid.m * grid.n;
+       block = next_block.fetch_add(1, std::memory_order_relaxed)) {
+    const BlockCoords at = block_coords(block, grid.m, grid.n, kGroupRows);
+    const int64_t m0 = at.by * args.bm, n0 = at.bx * args.bn;
+    const int rows = int(args.m - m0 < args.bm ? args.m - m0 : args.bm);
+    const int cols = int(args.n - n0 < args.bn ? args.n - n0 : args.bn);
+    auto depth_at = [&](int64_t kt) {
+      return int(args.k - kt * args.bk < args.bk ? args.k - kt * args.bk : args.bk);
+    };
+    // Packing at the tile's valid size (edge form) or at the full tile (padded form).
+    auto pack_a_tile = [&](int64_t kt) {
+      return [&, kt](TPack* dst) {
+        const int depth = depth_at(kt);
+        pack_a<TSrc, TPack>(a + m0 * args.a_row_stride + kt * args.bk * args.a_col_stride,
+                            args.a_row_stride, args.a_col_stride, rows, depth,
+                            args.padded_tiles ? args.bm : rows, args.padded_tiles ? args.bk : depth,
+                            dst);
+      };
+    };
+    auto pack_b_tile = [&](int64_t kt) {
+      return [&, kt](TPack* dst) {
+        const int depth = depth_at(kt);
+        pack_b<TSrc, TPack>(b + kt * args.bk * args.b_row_stride + n0 * args.b_col_stride,
+                            args.b_row_stride, args.b_col_stride, depth, cols,
+                            args.padded_tiles ? args.bk : depth, args.padded_tiles ? args.bn : cols,
+                            dst);
+      };
+    };
+    if (args.share_tiles) {
+      for (int64_t kt = 0; kt < grid.k; ++kt) {  // claim pass
+        tiles_a.claim(at.by * grid.k + kt, pack_a_tile(kt));
+        tiles_b.claim(at.bx * grid.k + kt, pack_b_tile(kt));
+      }
+    }
+    const int acc_rows = args.padded_tiles ? args.bm : rows;
+    const int acc_cols = args.padded_tiles ? args.bn : cols;
+    for (int i = 0; i < acc_rows; ++i)  // clear(acc)
+      std::memset(acc + i * ldacc, 0, sizeof(float) * acc_cols);
+    for (int64_t kt = 0; kt < grid.k; ++kt) {
+      const TPack* a_tile;
+      const TPack* b_tile;
+      if (args.share_tiles) {
+        a_tile = tiles_a.get(at.by * grid.k + kt, pack_a_tile(kt));
+        b_tile = tiles_b.get(at.bx * grid.k + kt, pack_b_tile(kt));
+      } else {
+        pack_a_tile(kt)(ws.a_tile(thread));
+        pack_b_tile(kt)(ws.b_tile(thread));
+        a_tile = ws.a_tile(thread);
+        b_tile = ws.b_tile(thread);
+      }
+      gemm_packed<TPack>(a_tile, b_tile, acc, ldacc, acc_rows, acc_cols,
+                         args.padded_tiles ? args.bk : depth_at(kt));
+    }
+    for (int i = 0; i < rows; ++i)  // copy(acc, C): masked store
+      std::memcpy(args.c + (m0 + i) * args.ldc + n0, acc + i * ldacc, sizeof(float) * cols);
+  }
+}
+
+// The whole gemm on `threads` threads (the caller's and threads - 1 started here). Returns false
+// only if the workspace could not be allocated.
+template <typename TSrc, typename TPack>
+bool reference_block_loop(const BlockLoopArgs& args, int threads, BlockLoopWorkspace<TPack>& ws) {
+  if (args.m <= 0 || args.n <= 0) return true;
+  if (args.k <= 0) {
+    for (int64_t i = 0; i < args.m; ++i)
+      std::memset(args.c + i * args.ldc, 0, sizeof(float) * args.n);
+    return true;
+  }
+  constexpr int kMaxThreads = 256;
+  threads = threads < 1 ? 1 : threads > kMaxThreads ? kMaxThreads : threads;
+  if (!ws.prepare(args, threads)) return false;
+  PackedTiles<TPack> tiles_a = ws.shared_a(), tiles_b = ws.shared_b();
+  tiles_a.reset();
+  tiles_b.reset();
+  std::atomic<int64_t> next_block{0};
+  std::thread helpers[kMaxThreads];
+  for (int t = 1; t < threads; ++t)
+    helpers[t] = std::thread(
+        [&, t] { reference_block_worker<TSrc, TPack>(args, ws, tiles_a, tiles_b, next_block, t); });
+  reference_block_worker<TSrc, TPack>(args, ws, tiles_a, tiles_b, next_block, 0);
+  for (int t = 1; t < threads; ++t)
+    helpers[t].join();
+  return true;
+}
+
+}  // namespace TESSEL_CPU_ISA_NAMESPACE
+}  // namespace tessel_cpu

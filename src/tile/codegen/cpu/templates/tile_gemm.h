@@ -1,0 +1,276 @@
+// CPU templates for the tile `gemm`: packing operand tiles into `shared` (cache-resident) buffers
+// and the register-blocked micro-kernels that multiply them. Generated C++ for the cpu target
+// includes this header; it is compiled ahead of time into libtessel and at run time by the system
+// compiler, once per ISA variant, so it depends on nothing but the C++ standard library and
+// <immintrin.h>.
+//
+// ISA. Chosen at compile time from the predefined macros, so one source serves every variant
+// (flags: isa_variants.cmake):
+//   avx512bf16  __AVX512F__ BW DQ VL, __AVX512BF16__, __FMA__, __F16C__
+//   avx512      the same without __AVX512BF16__
+//   avx2        __AVX2__ and __FMA__ (F16C used when present)
+//   portable    anything else: plain C++ loops, any architecture
+// Everything lives in namespace tessel_cpu, inside an inline namespace named after the variant
+// (tessel_cpu::isa_avx512bf16, ...). Code that says tessel_cpu::gemm_packed gets its own
+// variant, and variants compiled into one library never share an instantiation (the linker would
+// otherwise keep one copy of an inline function for all of them: an AVX-512 body on an AVX2
+// machine). Generated code compiled per variant into one library must wrap itself the same way.
+//
+// Element types. float, tessel_cpu::bf16 and tessel_cpu::f16 (bit patterns in a uint16_t).
+// TPack, the type of the packed tiles, is float for f32 and f16 sources (f16 converted while
+// packing) and bf16 for bf16 sources (or f32 sources rounded to bf16 for mixed precision).
+// Accumulation is always f32.
+//
+// The contract with the tile compiler. One block of a tile kernel computes acc[BM x BN] (f32,
+// row-major, leading dimension ldacc, in memory) over a K loop of BK steps:
+//
+//   clear(acc)              memset of acc
+//   for k0 in 0, BK, ...:
+//     copy(A[m0, k0], As)   pack_a(&A(m0, k0), rs_a, cs_a, rows, cols, BM, BK, As)
+//     copy(B[k0, n0], Bs)   pack_b(&B(k0, n0), rs_b, cs_b, rows, cols, BK, BN, Bs)
+//     gemm(As, Bs, acc)     gemm_packed(As, Bs, acc, ldacc, BM, BN, BK)
+//   copy(acc, C[m0, n0])    the caller's masked store
+//
+//   template <typename TSrc, typename TPack>
+//   void pack_a(const TSrc* src, int64_t row_stride, int64_t col_stride, int rows, int cols,
+//               int BM, int BK, TPack* dst);
+//   template <typename TSrc, typename TPack>
+//   void pack_b(const TSrc* src, int64_t row_stride, int64_t col_stride, int rows, int cols,
+//               int BK, int BN, TPack* dst);
+//   template <typename TPack>
+//   void gemm_packed(const TPack* a_packed, const TPack* b_packed, float* acc, int64_t ldacc,
+//                    int BM, int BN, int BK);                  // acc += A * B
+//   template <typename TPack> constexpr int64_t packed_a_elems(int BM, int BK);
+//   template <typename TPack> constexpr int64_t packed_b_elems(int BK, int BN);
+//
+// - Element (i, k) of the source tile is src[i * row_stride + k * col_stride] (for pack_b:
+//   element (k, n) is src[k * row_stride + n * col_stride]), so a transposed operand is just other
+//   strides; any strides work, unit strides take the fast paths.
+// - rows x cols is the part of the tile inside the tensor (rows < BM or cols < BK at ragged
+//   edges); the rest of the BM x BK (BK x BN) tile is packed as zeros, so gemm_packed may always
+//   run whole micro-tiles. Size the buffers with packed_a_elems/packed_b_elems (they round BM and
+//   BN up to the micro-tile and BK up to a K pair for bf16). Buffers aligned to 64 bytes are best.
+// - gemm_packed reads and writes only acc[0..BM) x [0..BN), so acc may be exactly BM x BN.
+// - Optional, and faster at ragged edges: the packed layout depends only on the BK given (panels
+//   of MR rows / NR columns, K-major inside a panel), not on BM or BN. So a block at the edge may
+//   call gemm_packed with BM = rows and BN = cols of its tile to skip padding micro-tiles, and the
+//   last K step may pack and multiply with BK = the K left (the same value to pack_* and gemm).
+//
+// Default tile sizes for the cpu target (chosen by measurement, docs/DESIGN.md "CPU gemm
+// templates"): tessel_cpu::DefaultTiles<TPack>::kBM, kBN, kBK. Micro-tiles: MicroTile<TPack>.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VL__) && defined(__FMA__) && defined(__F16C__)
+#if defined(__AVX512BF16__)
+#define TESSEL_CPU_ISA_AVX512BF16 1
+#define TESSEL_CPU_ISA_NAMESPACE isa_avx512bf16
+#define TESSEL_CPU_ISA_NAME "avx512bf16"
+#else
+#define TESSEL_CPU_ISA_AVX512 1
+#define TESSEL_CPU_ISA_NAMESPACE isa_avx512
+#define TESSEL_CPU_ISA_NAME "avx512"
+#endif
+#elif defined(__AVX2__) && defined(__FMA__)
+#define TESSEL_CPU_ISA_AVX2 1
+#define TESSEL_CPU_ISA_NAMESPACE isa_avx2
+#define TESSEL_CPU_ISA_NAME "avx2"
+#else
+#define TESSEL_CPU_ISA_PORTABLE 1
+#define TESSEL_CPU_ISA_NAMESPACE isa_portable
+#define TESSEL_CPU_ISA_NAME "portable"
+#endif
+
+namespace tessel_cpu {
+
+// 16-bit floating-point storage types: the bit pattern only (no arithmetic on them).
+struct bf16 {
+  uint16_t bits;
+};
+struct f16 {
+  uint16_t bits;
+};
+
+inline namespace TESSEL_CPU_ISA_NAMESPACE {
+
+inline constexpr const char* kIsaName = TESSEL_CPU_ISA_NAME;
+
+constexpr int64_t round_up(int64_t x, int64_t multiple) {
+  return (x + multiple - 1) / multiple * multiple;
+}
+constexpr int min_int(int a, int b) {
+  return a < b ? a : b;
+}
+
+// ---- scalar conversions -------------------------------------------------------------------------
+
+inline float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+inline float to_float(float x) {
+  return x;
+}
+inline float to_float(bf16 x) {
+  return bits_to_float(uint32_t(x.bits) << 16);
+}
+inline float to_float(f16 x) {
+#if defined(__F16C__)
+  return _cvtsh_ss(x.bits);
+#else
+  const uint32_t sign = uint32_t(x.bits & 0x8000u) << 16;
+  const uint32_t exponent = (x.bits >> 10) & 0x1fu;
+  uint32_t mantissa = x.bits & 0x3ffu;
+  if (exponent == 0x1f) return bits_to_float(sign | 0x7f800000u | (mantissa << 13));  // inf, nan
+  if (exponent != 0) return bits_to_float(sign | ((exponent + 112) << 23) | (mantissa << 13));
+  if (mantissa == 0) return bits_to_float(sign);
+  int shift = 0;  // subnormal: normalise the mantissa
+  while (!(mantissa & 0x400u)) {
+    mantissa <<= 1;
+    ++shift;
+  }
+  return bits_to_float(sign | uint32_t(113 - shift) << 23 | ((mantissa & 0x3ffu) << 13));
+#endif
+}
+
+// Round to nearest even, as the hardware conversions do; NaN stays a (quiet) NaN.
+inline bf16 float_to_bf16(float f) {
+  const uint32_t u = float_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{uint16_t((u >> 16) | 0x40u)};
+  return bf16{uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
+// Converts one source element to the packed type.
+template <typename TPack>
+struct PackConvert;
+template <>
+struct PackConvert<float> {
+  template <typename TSrc>
+  static float from(TSrc x) {
+    return to_float(x);
+  }
+};
+template <>
+struct PackConvert<bf16> {
+  static bf16 from(bf16 x) { return x; }
+  template <typename TSrc>
+  static bf16 from(TSrc x) {
+    return float_to_bf16(to_float(x));
+  }
+};
+
+// K steps interleaved in the packed layout: bf16 goes in K pairs, the unit of vdpbf16ps.
+template <typename TPack>
+inline constexpr int kKPack = 1;
+template <>
+inline constexpr int kKPack<bf16> = 2;
+
+// The packed layout shared by every variant (only R differs): an operand of n_total x k_total
+// (n = the M dimension of A or the N dimension of B) is cut into panels of R along n; inside a
+// panel the K steps follow each other, each holding R elements (R K-pairs for bf16):
+//   element (n, k) -> dst[(n / R) * R * kpad + (k / P) * R * P + (n % R) * P + k % P]
+// with P = kKPack<TPack> and kpad = k_total rounded up to P.
+//
+// Scalar packing of K steps [k_begin, kpad) of one panel whose first n_valid rows are in the
+// tensor; the ISA headers call it for what their vector paths do not cover.
+template <int R, typename TSrc, typename TPack>
+inline void pack_panel_scalar(const TSrc* src, int64_t stride_n, int64_t stride_k, int n_valid,
+                              int k_valid, int64_t k_begin, int64_t kpad, TPack* panel) {
+  constexpr int P = kKPack<TPack>;
+  for (int64_t k = k_begin; k < kpad; ++k) {
+    TPack* out = panel + (k / P) * R * P + k % P;
+    for (int r = 0; r < R; ++r)
+      out[r * P] = (r < n_valid && k < k_valid)
+                       ? PackConvert<TPack>::from(src[r * stride_n + k * stride_k])
+                       : TPack{};
+  }
+}
+
+}  // namespace TESSEL_CPU_ISA_NAMESPACE
+}  // namespace tessel_cpu
+
+// Each ISA header defines, inside the same namespaces: MicroTile<TPack> {kMR, kNR, kKPack},
+// DefaultTiles<TPack> {kBM, kBN, kBK}, micro_kernel<TPack>(a, b, c, ldc, ksteps) for one whole
+// kMR x kNR tile, and pack_panels<R>(...) (below, with fast paths where it has them).
+#if defined(TESSEL_CPU_ISA_AVX512BF16) || defined(TESSEL_CPU_ISA_AVX512)
+#include "tile_gemm_avx512.h"
+#elif defined(TESSEL_CPU_ISA_AVX2)
+#include "tile_gemm_avx2.h"
+#else
+#include "tile_gemm_portable.h"
+#endif
+
+namespace tessel_cpu {
+inline namespace TESSEL_CPU_ISA_NAMESPACE {
+
+template <typename TPack>
+constexpr int64_t packed_a_elems(int BM, int BK) {
+  return round_up(BM, MicroTile<TPack>::kMR) * round_up(BK, MicroTile<TPack>::kKPack);
+}
+template <typename TPack>
+constexpr int64_t packed_b_elems(int BK, int BN) {
+  return round_up(BN, MicroTile<TPack>::kNR) * round_up(BK, MicroTile<TPack>::kKPack);
+}
+
+template <typename TSrc, typename TPack>
+inline void pack_a(const TSrc* src, int64_t row_stride, int64_t col_stride, int rows, int cols,
+                   int BM, int BK, TPack* dst) {
+  pack_panels<MicroTile<TPack>::kMR>(src, row_stride, col_stride, rows, cols, BM, BK, dst);
+}
+
+template <typename TSrc, typename TPack>
+inline void pack_b(const TSrc* src, int64_t row_stride, int64_t col_stride, int rows, int cols,
+                   int BK, int BN, TPack* dst) {
+  pack_panels<MicroTile<TPack>::kNR>(src, col_stride, row_stride, cols, rows, BN, BK, dst);
+}
+
+// acc[0..BM) x [0..BN) += A * B. Whole micro-tiles run straight on acc; a micro-tile that
+// sticks out of BM x BN runs on a small copy so that nothing outside is touched.
+template <typename TPack>
+inline void gemm_packed(const TPack* a_packed, const TPack* b_packed, float* acc, int64_t ldacc,
+                        int BM, int BN, int BK) {
+  constexpr int kMR = MicroTile<TPack>::kMR;
+  constexpr int kNR = MicroTile<TPack>::kNR;
+  constexpr int kKPack = MicroTile<TPack>::kKPack;
+  const int ksteps = (BK + kKPack - 1) / kKPack;
+  const int64_t panel_k = int64_t(ksteps) * kKPack;
+  auto tile = [&](int i0, int j0) {
+    const TPack* b_panel = b_packed + j0 * panel_k;
+    const int cols = min_int(kNR, BN - j0);
+    const TPack* a_panel = a_packed + i0 * panel_k;
+    float* c = acc + i0 * ldacc + j0;
+    const int rows = min_int(kMR, BM - i0);
+    if (rows == kMR && cols == kNR) {
+      micro_kernel<TPack>(a_panel, b_panel, c, ldacc, ksteps);
+      return;
+    }
+    alignas(64) float edge[kMR * kNR] = {};
+    for (int i = 0; i < rows; ++i)
+      std::memcpy(edge + i * kNR, c + i * ldacc, sizeof(float) * cols);
+    micro_kernel<TPack>(a_panel, b_panel, edge, kNR, ksteps);
+    for (int i = 0; i < rows; ++i)
+      std::memcpy(c + i * ldacc, edge + i * kNR, sizeof(float) * cols);
+  };
+  // A's micro-panel (MR x BK) stays in L1 while B's panels stream past it from L2; measured a
+  // few per cent faster than the B-panel-outer order on Zen 5 (the B tile fits L2, A's is reused).
+  for (int i0 = 0; i0 < BM; i0 += kMR)
+    for (int j0 = 0; j0 < BN; j0 += kNR)
+      tile(i0, j0);
+}
+
+}  // namespace TESSEL_CPU_ISA_NAMESPACE
+}  // namespace tessel_cpu
