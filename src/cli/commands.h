@@ -10,6 +10,9 @@ namespace tessel::cli {
 inline int exit_code = 0;
 
 void add_info_command(CLI::App& app);  // cmd_info.cpp
+// `tessel launch` (cmd_launch.cpp).
+void add_launch_command(CLI::App& app);
+void add_compile_command(CLI::App& app);  // cmd_compile.cpp
 
 // `tessel bench` (cmd_bench.cpp) returns the parent that each benchmark adds itself to.
 CLI::App& add_bench_command(CLI::App& app);

@@ -10,6 +10,8 @@ int main(int argc, char** argv) {
 
   // Subcommands (one cmd_*.cpp each) are added here.
   tessel::cli::add_info_command(app);
+  tessel::cli::add_launch_command(app);
+  tessel::cli::add_compile_command(app);
   CLI::App& bench = tessel::cli::add_bench_command(app);
   tessel::cli::add_bench_gemm_command(bench);
 

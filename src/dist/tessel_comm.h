@@ -121,6 +121,11 @@ tesselResult_t tesselGetUniqueId(tesselUniqueId* uniqueId);
 tesselResult_t tesselCommInitRank(tesselComm_t* comm, int nranks, tesselUniqueId commId, int rank);
 tesselResult_t tesselCommInitRankConfig(tesselComm_t* comm, int nranks, tesselUniqueId commId,
                                         int rank, const tesselConfig_t* config);
+/* This process's rank of the job described by the environment, as torchrun sets it up:
+ * TESSEL_RANK / TESSEL_WORLD_SIZE / TESSEL_MASTER_ADDR / TESSEL_MASTER_PORT (set by `tessel
+ * launch`), torchrun's RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT, or mpirun's
+ * OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE. config may be NULL. */
+tesselResult_t tesselCommInitFromEnv(tesselComm_t* comm, const tesselConfig_t* config);
 /* nranks communicators in this process (ranks as threads), one per entry of comms. devlist is
  * accepted for NCCL compatibility and ignored on the CPU; it may be NULL. */
 tesselResult_t tesselCommInitAll(tesselComm_t* comms, int nranks, const int* devlist);

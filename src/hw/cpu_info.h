@@ -29,11 +29,13 @@ struct CacheSizes {
 };
 
 struct CpuTopology {
-  int packages = 0;      // sockets
-  int cores = 0;         // physical cores online
-  int threads = 0;       // hardware threads (logical CPUs) online
-  int usable_cores = 0;  // physical cores with at least one thread in this process's affinity mask
-  int usable_threads = 0;  // logical CPUs in this process's affinity mask
+  int packages = 0;  // sockets
+  int cores = 0;     // physical cores online
+  int threads = 0;   // hardware threads (logical CPUs) online
+  // The affinity mask is the calling thread's (sched_getaffinity(0)): the process's, as set by
+  // taskset, numactl or a container's cpuset, unless this thread was pinned since.
+  int usable_cores = 0;    // physical cores with at least one thread in the affinity mask
+  int usable_threads = 0;  // logical CPUs in the affinity mask
   // One logical CPU id per usable physical core (its first usable sibling): where to pin one
   // worker per core.
   std::vector<int> one_cpu_per_usable_core;

@@ -33,8 +33,9 @@ std::string CRenderer::storage_type(const DType& t) const {
   return value_type(t);
 }
 
-std::string CRenderer::int_literal(int64_t v) const {
-  if (v >= INT32_MIN && v <= INT32_MAX) return std::to_string(v);
+std::string CRenderer::int_literal(int64_t v, const DType& type) const {
+  bool wide = type == kI64 && d_.suffix_every_i64;
+  if (v >= INT32_MIN && v <= INT32_MAX && !wide) return std::to_string(v);
   return std::to_string(v) + d_.i64_literal_suffix;
 }
 
@@ -95,7 +96,7 @@ std::string CRenderer::expr(const Expr& e) {
     case NodeKind::kIntImm: {
       const IntImm* i = e->as<IntImm>();
       if (i->type.is_bool()) return i->value ? "true" : "false";
-      return int_literal(i->value);
+      return int_literal(i->value, i->type);
     }
     case NodeKind::kFloatImm: return float_literal(e->as<FloatImm>()->value, e->type);
     case NodeKind::kVar: return ident(e->as<Var>()->name);
@@ -155,7 +156,7 @@ void CRenderer::emit(const std::string& line) {
 }
 
 void CRenderer::open(const std::string& line) {
-  emit(line + " {");
+  emit(line.empty() ? "{" : line + " {");
   ++indent_;
 }
 

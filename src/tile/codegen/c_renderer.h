@@ -24,6 +24,7 @@ struct CDialect {
   std::string f16_load, bf16_load, f16_store, bf16_store, f16_round, bf16_round;
   std::string f32_literal_suffix = "f";
   std::string i64_literal_suffix;
+  bool suffix_every_i64 = false;  // OpenCL: min(32, n) with n a long is ambiguous without 32L
   std::string infinity;  // an f32 expression for +inf
   std::string restrict_keyword;
   // Integer and floating-point min/max.
@@ -47,7 +48,7 @@ class CRenderer {
   std::string ident(const std::string& name) const;
   std::string value_type(const DType& t) const;    // the C type of a value (f16 -> float)
   std::string storage_type(const DType& t) const;  // the C type of a stored element
-  std::string int_literal(int64_t v) const;
+  std::string int_literal(int64_t v, const DType& type) const;
   std::string float_literal(double v, const DType& t) const;
 
   // ----- expressions

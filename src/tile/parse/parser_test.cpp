@@ -77,7 +77,7 @@ Expected<Kernel> build_gemm() {
   KernelBuilder kb("gemm");
   DType T = kb.dtype_param("T", kF32);
   DType U = kb.dtype_param("U", kF32);
-  Ex BM = kb.param("BM", 96), BN = kb.param("BN", 128), BK = kb.param("BK", 256);
+  Ex BM = kb.param("BM", 192), BN = kb.param("BN", 256), BK = kb.param("BK", 256);
   Ex STAGES = kb.param("STAGES", 2), BIAS = kb.param("BIAS", 0), ACT = kb.param("ACT", 0);
   Tile A = kb.tensor("A", T, {"M", "K"});
   Tile B = kb.tensor("B", T, {"K", "N"});

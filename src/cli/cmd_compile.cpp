@@ -1,0 +1,93 @@
+// `tessel compile FILE.tile`: runs the tile compiler and prints the IR or the generated source.
+//
+//   tessel compile kernels/gemm.tile --target opencl --emit source -D BM=64 -D T=bf16
+//   tessel compile kernels/gemm.tile --dump-ir      # the IR after every pass, then the result
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "tile/codegen/cpu/cpu_renderer.h"
+#include "tile/codegen/cuda/cuda_renderer.h"
+#include "tile/codegen/opencl/opencl_renderer.h"
+#include "tile/ir/printer.h"
+#include "tile/parse/parser.h"
+#include "tile/pipeline.h"
+
+namespace tessel::cli {
+
+namespace {
+
+struct CompileArgs {
+  std::string file;
+  std::string kernel;
+  std::string target = "cpu";
+  std::string emit = "source";
+  bool dump_ir = false;
+  std::vector<std::string> defines;
+};
+
+int run_compile(const CompileArgs& a) {
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "tessel compile: %s\n", s.message().c_str());
+    return 1;
+  };
+  std::map<std::string, std::string> params;
+  for (const std::string& d : a.defines) {
+    size_t eq = d.find('=');
+    if (eq == std::string::npos || eq == 0)
+      return fail(invalid_argument("-D {}: expected NAME=VALUE", d));
+    params[d.substr(0, eq)] = d.substr(eq + 1);
+  }
+  auto kernels = tile::parse_tile_file(a.file);
+  if (!kernels) return fail(kernels.status());
+  const tile::Kernel* kernel = nullptr;
+  for (const tile::Kernel& k : *kernels)
+    if (a.kernel.empty() ? kernels->size() == 1 : k.name == a.kernel) kernel = &k;
+  if (!kernel) {
+    std::string names;
+    for (const tile::Kernel& k : *kernels) names += (names.empty() ? "" : ", ") + k.name;
+    return fail(a.kernel.empty() ? invalid_argument("{} defines kernels {}; pick one with --kernel", a.file, names)
+                                 : not_found("{} has no kernel '{}' (it has {})", a.file, a.kernel, names));
+  }
+  auto target = tile::target_from_name(a.target);
+  if (!target) return fail(target.status());
+  tile::CompileOptions o;
+  o.target = *target;
+  o.params = params;
+  if (a.dump_ir)
+    o.dump = [](const std::string& pass, const tile::Kernel& ir) {
+      std::printf("# ---- IR after %s\n%s\n", pass.c_str(), tile::to_string(ir).c_str());
+    };
+  auto ir = tile::compile_ir(*kernel, o);
+  if (!ir) return fail(ir.status());
+  if (a.emit == "ir") {
+    if (!a.dump_ir) std::printf("%s", tile::to_string(*ir).c_str());
+    return 0;
+  }
+  std::string source = a.target == "cpu"      ? tile::render_cpu(*ir)
+                       : a.target == "opencl" ? tile::render_opencl(*ir, o.target)
+                                              : tile::render_cuda(*ir, o.target);
+  if (a.dump_ir) std::printf("# ---- %s source\n", a.target.c_str());
+  std::printf("%s", source.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void add_compile_command(CLI::App& app) {
+  auto args = std::make_shared<CompileArgs>();
+  CLI::App* cmd = app.add_subcommand("compile", "compile a .tile kernel and print its IR or generated source");
+  cmd->add_option("file", args->file, "the .tile file")->required()->check(CLI::ExistingFile);
+  cmd->add_option("--kernel", args->kernel, "which kernel, when the file has several");
+  cmd->add_option("--target", args->target, "cpu, opencl or cuda")
+      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
+  cmd->add_option("--emit", args->emit, "ir (the lowered IR) or source (the generated code)")
+      ->check(CLI::IsMember({"ir", "source"}));
+  cmd->add_flag("--dump-ir", args->dump_ir, "print the IR after every pass");
+  cmd->add_option("-D", args->defines, "set a compile-time parameter: -D BM=64, -D T=bf16");
+  cmd->callback([args] { exit_code = run_compile(*args); });
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,157 @@
+// Collectives with ranks as threads of this process (tesselCommInitAll), every kind, type and
+// reduction, checked against testing/collective_check.h. The multi-process tests
+// (collectives_test.cpp) cover the same matrix with ranks as processes.
+#include <gtest/gtest.h>
+
+#include <thread>
+#include <vector>
+
+#include "dist/tessel_comm.h"
+#include "dist/testing/collective_cases.h"
+
+namespace tessel::dist {
+namespace {
+
+using testing::Case;
+
+// Runs `body(rank, comm, stream)` on one thread per rank and collects the failures.
+template <typename Body>
+std::vector<std::string> on_threads(int nranks, Body body) {
+  std::vector<tesselComm_t> comms(nranks);
+  EXPECT_EQ(tesselCommInitAll(comms.data(), nranks, nullptr), tesselSuccess)
+      << tesselGetLastError(nullptr);
+  std::vector<std::string> failures(nranks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < nranks; ++r)
+    threads.emplace_back([&, r] {
+      tesselStream_t stream;
+      tesselStreamCreate(&stream);
+      failures[r] = body(r, comms[r], stream);
+      tesselStreamDestroy(stream);
+    });
+  for (auto& t : threads) t.join();
+  for (auto comm : comms) tesselCommDestroy(comm);
+  std::vector<std::string> out;
+  for (auto& f : failures)
+    if (!f.empty()) out.push_back(f);
+  return out;
+}
+
+std::string run_all(const std::vector<Case>& cases, tesselComm_t comm, tesselStream_t stream) {
+  std::string failures;
+  for (const Case& c : cases) {
+    std::string f = testing::run_case(comm, stream, c);
+    if (!f.empty()) failures += f + "\n";
+  }
+  return failures;
+}
+
+TEST(CommThreads, EveryCollectiveTypeAndReductionOnFourRanks) {
+  // 1000 elements is past the slot size for wide types, so both algorithms run.
+  auto cases = testing::case_matrix(4, {{0, 0}, {0, 1}, {0, 7}, {0, 1000}, {0, 70001}});
+  auto failures = on_threads(4, [&](int, tesselComm_t comm, tesselStream_t stream) {
+    return run_all(cases, comm, stream);
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(CommThreads, OneRankCopiesAndReduces) {
+  auto cases = testing::case_matrix(1, {{0, 0}, {0, 5}, {0, 100000}});
+  auto failures = on_threads(1, [&](int, tesselComm_t comm, tesselStream_t stream) {
+    return run_all(cases, comm, stream);
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(CommThreads, SendRecvRing) {
+  auto failures = on_threads(3, [&](int, tesselComm_t comm, tesselStream_t stream) {
+    std::string f;
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1000}, size_t{300000}})
+      for (DataType t : {DataType::kUint8, DataType::kFloat32, DataType::kFloat64})
+        f += testing::run_ring(comm, stream, t, count);
+    return f;
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(CommThreads, CallsAreAsynchronousAndOrderedOnAStream) {
+  // Rank 0 enqueues three all-reduces and returns before rank 1 has called anything; once rank
+  // 1 joins, the stream finishes them in order (each one's input is the previous output).
+  auto failures = on_threads(2, [&](int rank, tesselComm_t comm, tesselStream_t stream) {
+    std::vector<float> value(1000, 1.0f);
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    for (int i = 0; i < 3; ++i)
+      if (tesselAllReduce(value.data(), value.data(), value.size(), tesselFloat32, tesselSum, comm,
+                          stream) != tesselSuccess)
+        return std::string("enqueue failed");
+    if (rank == 0 && tesselStreamQuery(stream) != tesselInProgress)
+      return std::string("rank 0's calls finished before rank 1 joined");
+    if (tesselStreamSynchronize(stream) != tesselSuccess) return std::string("sync failed");
+    for (float v : value)
+      if (v != 8.0f) return "got " + std::to_string(v) + ", expected 8 (1 doubled three times)";
+    return std::string();
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(CommThreads, MismatchedCountsFailOnEveryRankWithBothCalls) {
+  auto failures = on_threads(2, [&](int rank, tesselComm_t comm, tesselStream_t stream) {
+    std::vector<int32_t> data(100, 1);
+    size_t count = rank == 0 ? 100 : 99;
+    tesselAllReduce(data.data(), data.data(), count, tesselInt32, tesselSum, comm, stream);
+    tesselResult_t result = tesselStreamSynchronize(stream);
+    std::string error = tesselGetLastError(nullptr);
+    if (result != tesselInvalidUsage) return "result " + std::to_string(result) + ": " + error;
+    for (const char* part : {"mismatched collective #1",
+                             "rank 0 called all_reduce(count=100, i32, sum)",
+                             "rank 1 called all_reduce(count=99, i32, sum)"})
+      if (error.find(part) == std::string::npos) return "missing '" + std::string(part) + "' in " + error;
+    // The communicator is broken: the next call fails at once.
+    if (tesselAllReduce(data.data(), data.data(), 1, tesselInt32, tesselSum, comm, stream) !=
+        tesselInvalidUsage)
+      return std::string("the next call did not fail");
+    tesselResult_t async = tesselSuccess;
+    tesselCommGetAsyncError(comm, &async);
+    if (async != tesselInvalidUsage) return std::string("no async error");
+    return std::string();
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(CommThreads, ArgumentsAreCheckedBeforeEnqueueing) {
+  tesselComm_t comms[2];
+  ASSERT_EQ(tesselCommInitAll(comms, 2, nullptr), tesselSuccess);
+  float x = 0;
+  EXPECT_EQ(tesselAllReduce(nullptr, &x, 1, tesselFloat32, tesselSum, comms[0], nullptr),
+            tesselInvalidArgument);
+  EXPECT_NE(std::string(tesselGetLastError(comms[0])).find("send buffer is null"),
+            std::string::npos);
+  EXPECT_EQ(tesselBroadcast(&x, &x, 1, tesselFloat32, 2, comms[0], nullptr),
+            tesselInvalidArgument);
+  EXPECT_NE(std::string(tesselGetLastError(comms[0])).find("root 2 is outside"), std::string::npos);
+  EXPECT_EQ(tesselAllReduce(&x, &x, 1, static_cast<tesselDataType_t>(11), tesselSum, comms[0],
+                            nullptr),
+            tesselInvalidArgument);
+  EXPECT_EQ(tesselSend(&x, 1, tesselFloat32, 0, comms[0], nullptr), tesselInvalidArgument);
+  EXPECT_EQ(tesselAllReduce(&x, &x, 1, tesselFloat32, tesselSum, nullptr, nullptr),
+            tesselInvalidArgument);
+  // Zero elements need no buffers. One thread drives both ranks, so the calls go in a group.
+  EXPECT_EQ(tesselGroupStart(), tesselSuccess);
+  EXPECT_EQ(tesselAllReduce(nullptr, nullptr, 0, tesselFloat32, tesselSum, comms[0], nullptr),
+            tesselSuccess);
+  EXPECT_EQ(tesselAllReduce(nullptr, nullptr, 0, tesselFloat32, tesselSum, comms[1], nullptr),
+            tesselSuccess);
+  EXPECT_EQ(tesselGroupEnd(), tesselSuccess);
+  EXPECT_EQ(tesselStreamSynchronize(nullptr), tesselSuccess);
+  int count = 0, rank = -1;
+  EXPECT_EQ(tesselCommCount(comms[1], &count), tesselSuccess);
+  EXPECT_EQ(tesselCommUserRank(comms[1], &rank), tesselSuccess);
+  EXPECT_EQ(count, 2);
+  EXPECT_EQ(rank, 1);
+  for (auto comm : comms) EXPECT_EQ(tesselCommDestroy(comm), tesselSuccess);
+  EXPECT_STREQ(tesselGetErrorString(tesselRemoteError),
+               "remote process exited or there was a network error");
+}
+
+}  // namespace
+}  // namespace tessel::dist

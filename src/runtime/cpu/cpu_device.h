@@ -1,0 +1,36 @@
+// The CPU as a tessel device: memory is 64-byte aligned host memory (a cache line, and the width
+// of an AVX-512 register), copies are memcpy, and there is nothing to wait for.
+//
+//   Device* cpu = cpu_device();              // the registered one (runtime/device.h)
+//   CpuDevice scratch;                       // or a private one, e.g. for tests
+#pragma once
+
+#include "runtime/device.h"
+
+namespace tessel {
+
+class CpuDevice final : public Device {
+ public:
+  static constexpr size_t kAlignment = 64;
+
+  // Released blocks are kept up to max_cached_bytes; by default a quarter of physical memory.
+  explicit CpuDevice(size_t max_cached_bytes = default_cache_limit());
+
+  CachingAllocator& allocator() override { return allocator_; }
+  void* host_address(DeviceBuffer buffer) const override { return buffer.handle; }
+  Status synchronize() override { return ok_status(); }
+
+  static size_t default_cache_limit();
+
+ protected:
+  Status do_copy_from_host(DeviceBuffer dst, size_t dst_offset, const void* src,
+                           size_t bytes) override;
+  Status do_copy_to_host(void* dst, DeviceBuffer src, size_t src_offset, size_t bytes) override;
+  Status do_copy_on_device(DeviceBuffer dst, size_t dst_offset, DeviceBuffer src, size_t src_offset,
+                           size_t bytes) override;
+
+ private:
+  CachingAllocator allocator_;
+};
+
+}  // namespace tessel

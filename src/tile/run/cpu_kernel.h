@@ -1,0 +1,41 @@
+// A tile kernel compiled for this CPU and ready to run: the pass pipeline, the CPU renderer and
+// the JIT in one call, then launches that bind tensors and scalars and run the grid's blocks on
+// worker threads.
+//
+//   auto k = CpuKernel::compile(parse_kernel(text, "gemm.tile").value(), {{"BM", "64"}});
+//   Status s = k->launch({TensorArg{a, ScalarType::kF32, {M, K}}, ..., 1.0, 0.0});
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "support/status.h"
+#include "tile/ir/ir.h"
+#include "tile/run/bind.h"
+#include "tile/run/cpu_jit.h"
+
+namespace tessel::tile {
+
+class CpuKernel {
+ public:
+  // `params` overrides compile-time parameters (-D NAME=VALUE).
+  static Expected<CpuKernel> compile(const Kernel& parsed,
+                                     const std::map<std::string, std::string>& params = {},
+                                     const CpuJitOptions& jit = {});
+
+  // Arguments in the kernel's order. Runs the whole grid and returns when it is done.
+  Status launch(const std::vector<LaunchArg>& args) const;
+
+  const Kernel& ir() const { return ir_; }
+  const std::string& source() const { return source_; }
+  const CpuModule& module() const { return module_; }
+
+ private:
+  Kernel ir_;
+  std::vector<bool> used_;
+  std::string source_;
+  CpuModule module_;
+};
+
+}  // namespace tessel::tile

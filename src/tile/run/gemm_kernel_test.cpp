@@ -1,0 +1,176 @@
+// kernels/gemm.tile against a plain C++ gemm, on every backend present: shapes that include 1, primes and
+// non-multiples of every tile size; transposed operands as strided views; alpha/beta (with beta = 0
+// ignoring NaNs in C, as BLAS does); bias and activations; bf16 and f16 inputs. Tolerances: f32
+// accumulation over K terms of magnitude <= 1 stays within 1e-4 absolute + 1e-5 relative; 16-bit
+// inputs are rounded by the test first, so the kernel's products are exact and the same holds.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "tile/parse/parser.h"
+#include "tile/run/test_backends.h"
+#include "tile/run/test_util.h"
+
+namespace tessel::tile {
+namespace {
+
+using testing::expect_close;
+using testing::random_floats;
+
+struct GemmCase {
+  int64_t m, n, k;
+  bool trans_a = false, trans_b = false;
+  double alpha = 1.0, beta = 0.0;
+};
+
+const Kernel& gemm_source() {
+  static const Kernel k = parse_tile_file(testing::kernels_dir() + "/gemm.tile").value()[0];
+  return k;
+}
+
+// C = act(alpha * A @ B + beta * C + bias): the reference, in double.
+std::vector<double> reference(const GemmCase& c, const std::vector<float>& a, const std::vector<float>& b,
+                              const std::vector<float>& c0, const std::vector<float>* bias, int act) {
+  std::vector<double> out(c.m * c.n);
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j) {
+      double s = 0;
+      for (int64_t p = 0; p < c.k; ++p) s += double(a[i * c.k + p]) * double(b[p * c.n + j]);
+      double v = c.alpha * s + (c.beta == 0 ? 0.0 : c.beta * c0[i * c.n + j]);
+      if (bias) v += (*bias)[j];
+      if (act == 1) v = v > 0 ? v : 0;
+      if (act == 2) v = 0.5 * v * (1 + std::tanh(0.7978845608028654 * (v + 0.044715 * v * v * v)));
+      out[i * c.n + j] = v;
+    }
+  return out;
+}
+
+// Runs one case with logical A [m, k] and B [k, n] given row-major in `a` and `b`.
+void run_case(const testing::Launcher& launch, const GemmCase& c, ScalarType in_type, int act = 0, bool with_bias = false) {
+  std::string what = fmt::format("gemm m={} n={} k={} ta={} tb={} alpha={} beta={} in={} act={} bias={}", c.m, c.n,
+                                 c.k, c.trans_a, c.trans_b, c.alpha, c.beta, scalar_type_name(in_type), act, with_bias);
+  std::vector<float> a = random_floats(c.m * c.k, 1), b = random_floats(c.k * c.n, 2);
+  std::vector<float> c0 = random_floats(c.m * c.n, 3), bias = random_floats(c.n, 4);
+  // 16-bit inputs: the kernel sees the rounded values, and so does the reference.
+  std::vector<uint16_t> a16(a.size()), b16(b.size());
+  auto round_all = [&](std::vector<float>& v, std::vector<uint16_t>& bits) {
+    for (size_t i = 0; i < v.size(); ++i) {
+      bits[i] = in_type == ScalarType::kBF16 ? testing::to_bf16_bits(v[i]) : testing::to_f16_bits(v[i]);
+      v[i] = in_type == ScalarType::kBF16 ? testing::from_bf16_bits(bits[i]) : testing::from_f16_bits(bits[i]);
+    }
+  };
+  if (in_type != ScalarType::kF32) {
+    round_all(a, a16);
+    round_all(b, b16);
+  }
+  // Transposed operands are stored transposed and passed as strided views of the logical shape.
+  auto layout = [&](const std::vector<float>& v, const std::vector<uint16_t>& v16, int64_t rows, int64_t cols,
+                    bool trans, std::vector<float>* f, std::vector<uint16_t>* h) -> TensorArg {
+    *f = v;
+    *h = v16;
+    if (trans)
+      for (int64_t i = 0; i < rows; ++i)
+        for (int64_t j = 0; j < cols; ++j) {
+          (*f)[j * rows + i] = v[i * cols + j];
+          if (!v16.empty()) (*h)[j * rows + i] = v16[i * cols + j];
+        }
+    void* data = in_type == ScalarType::kF32 ? static_cast<void*>(f->data()) : static_cast<void*>(h->data());
+    std::vector<int64_t> strides = trans ? std::vector<int64_t>{1, rows} : std::vector<int64_t>{cols, 1};
+    return TensorArg{data, in_type, {rows, cols}, strides};
+  };
+  std::vector<float> af, bf;
+  std::vector<uint16_t> ah, bh;
+  TensorArg ta = layout(a, in_type == ScalarType::kF32 ? std::vector<uint16_t>{} : a16, c.m, c.k, c.trans_a, &af, &ah);
+  TensorArg tb = layout(b, in_type == ScalarType::kF32 ? std::vector<uint16_t>{} : b16, c.k, c.n, c.trans_b, &bf, &bh);
+  std::vector<float> out = c0;
+  if (c.beta == 0) std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
+  Status s = launch({ta, tb, TensorArg{out.data(), ScalarType::kF32, {c.m, c.n}, {}},
+                            TensorArg{with_bias ? bias.data() : nullptr, ScalarType::kF32, {c.n}, {}}, c.alpha, c.beta});
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  expect_close(out, reference(c, a, b, c0, with_bias ? &bias : nullptr, act), 1e-4, 1e-5, what);
+}
+
+const GemmCase kShapes[] = {{1, 1, 1}, {7, 13, 5}, {97, 31, 257}, {64, 64, 64}, {130, 1, 3}, {1, 200, 17}, {33, 65, 300}};
+
+// Small tiles: many blocks, ragged edges in every dimension, K split in many steps.
+const testing::Params kSmallTiles = {{"BM", "16"}, {"BN", "24"}, {"BK", "8"}};
+
+// The kernel compiled on every backend; GPU backends get small tiles unless told otherwise.
+template <typename Fn>
+void for_each_backend(const testing::Params& params, Fn fn) {
+  for (const testing::Backend& b : testing::test_backends()) {
+    SCOPED_TRACE("backend " + b.name);
+    testing::Params p = params;
+    if (b.name != "cpu")
+      for (const auto& [key, value] : kSmallTiles) p.emplace(key, value);
+    auto launch = b.compile(gemm_source(), p);
+    ASSERT_TRUE(launch.ok()) << launch.status().to_string();
+    fn(*launch);
+  }
+}
+
+TEST(GemmKernel, F32DefaultTilesMatchesReference) {
+  for_each_backend({}, [](const testing::Launcher& launch) {
+    for (GemmCase c : kShapes) run_case(launch, c, ScalarType::kF32);
+  });
+}
+
+TEST(GemmKernel, F32SmallTilesTransposesAlphaBeta) {
+  for_each_backend(kSmallTiles, [](const testing::Launcher& launch) {
+    for (GemmCase c : kShapes) {
+      run_case(launch, c, ScalarType::kF32);
+      GemmCase t = c;
+      t.trans_a = true;
+      t.alpha = 1.5;
+      t.beta = 0.5;
+      run_case(launch, t, ScalarType::kF32);
+      t.trans_a = false;
+      t.trans_b = true;
+      run_case(launch, t, ScalarType::kF32);
+      t.trans_a = true;
+      t.beta = 0;
+      run_case(launch, t, ScalarType::kF32);
+    }
+  });
+}
+
+TEST(GemmKernel, BiasAndActivations) {
+  for (int act : {1, 2}) {
+    testing::Params params = kSmallTiles;
+    params["BIAS"] = "1";
+    params["ACT"] = std::to_string(act);
+    for_each_backend(params, [act](const testing::Launcher& launch) {
+      for (GemmCase c : {GemmCase{17, 29, 11}, GemmCase{1, 1, 1}, GemmCase{40, 50, 60, false, false, 2.0, 1.0}})
+        run_case(launch, c, ScalarType::kF32, act, true);
+    });
+  }
+}
+
+TEST(GemmKernel, SixteenBitInputsAccumulateInF32) {
+  for (const char* t : {"bf16", "f16"}) {
+    testing::Params params = kSmallTiles;
+    params["T"] = t;
+    ScalarType st = std::string(t) == "bf16" ? ScalarType::kBF16 : ScalarType::kF16;
+    for_each_backend(params, [st](const testing::Launcher& launch) {
+      for (GemmCase c : kShapes) run_case(launch, c, st);
+      run_case(launch, GemmCase{23, 19, 41, true, true, 1.0, 0.0}, st);
+    });
+  }
+}
+
+TEST(GemmKernel, LaunchErrorsNameTheArgument) {
+  auto k = CpuKernel::compile(gemm_source(), kSmallTiles);
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  std::vector<float> a(6), b(6), c(4);
+  TensorArg ta{a.data(), ScalarType::kF32, {2, 3}, {}}, tb{b.data(), ScalarType::kF32, {2, 3}, {}};
+  TensorArg tc{c.data(), ScalarType::kF32, {2, 2}, {}}, tbias{nullptr, ScalarType::kF32, {2}, {}};
+  EXPECT_EQ(k->launch({ta, tb, tc, tbias, 1.0, 0.0}).message(), "kernel 'gemm': size K is 3 in 'A' but 2 in 'B'");
+  EXPECT_EQ(k->launch({ta, tb, tc, tbias, 1.0}).message(),
+            "kernel 'gemm' takes 6 arguments (A, B, C, bias, alpha, beta), got 5");
+  TensorArg wrong{b.data(), ScalarType::kBF16, {3, 2}, {}};
+  EXPECT_EQ(k->launch({ta, wrong, tc, tbias, 1.0, 0.0}).message(), "kernel 'gemm': argument 'B' must hold f32, got bf16");
+}
+
+}  // namespace
+}  // namespace tessel::tile
