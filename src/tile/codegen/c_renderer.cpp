@@ -61,8 +61,12 @@ std::string CRenderer::cast(const std::string& value, const DType& from, const D
 
 std::string CRenderer::global_offset(const Buffer& b, const std::vector<Expr>& idx) {
   std::string off;
-  for (size_t d = 0; d < idx.size(); ++d)
-    off += fmt::format("{}{} * {}_stride{}", d ? " + " : "", expr(idx[d]), ident(b->name), d);
+  for (size_t d = 0; d < idx.size(); ++d) {
+    if (d + 1 == idx.size() && unit_last_stride_.count(b->name))
+      off += fmt::format("{}{}", d ? " + " : "", expr(idx[d]));
+    else
+      off += fmt::format("{}{} * {}_stride{}", d ? " + " : "", expr(idx[d]), ident(b->name), d);
+  }
   return off;
 }
 

@@ -74,6 +74,9 @@ class CRenderer {
 
   const CDialect& d_;
   const Kernel* kernel_ = nullptr;
+  // Global tensors whose last dimension the code being rendered may assume contiguous (a
+  // run-time check chose this version of a loop), so the compiler sees unit-stride accesses.
+  std::set<std::string> unit_last_stride_;
   std::string out_;
   int indent_ = 0;
 };

@@ -136,7 +136,41 @@ class CpuRenderer : public CRenderer {
     }
   }
 
+  // Element loops over global tensors come in two versions: one for tensors whose last
+  // dimension is contiguous (the usual case, which the compiler vectorises), one for any strides.
   void parallel(const Parallel* p) override {
+    struct Globals : IRVisitor {
+      std::set<std::string> names;
+      using IRVisitor::visit_node;
+      void visit_node(const Load* n) override {
+        if (n->buffer->scope == Scope::kGlobal) names.insert(n->buffer->name);
+        IRVisitor::visit_node(n);
+      }
+      void visit_node(const Store* n) override {
+        if (n->buffer->scope == Scope::kGlobal) names.insert(n->buffer->name);
+        IRVisitor::visit_node(n);
+      }
+    } globals;
+    globals.visit(p->body);
+    if (globals.names.empty()) return loops(p);
+    std::string check;
+    for (const std::string& name : globals.names) {
+      const KernelArg* arg = nullptr;
+      for (const KernelArg& a : kernel_->args)
+        if (a.name == name) arg = &a;
+      check += fmt::format("{}{}_stride{} == 1", check.empty() ? "" : " && ", ident(name), arg->tensor->rank() - 1);
+    }
+    open(fmt::format("if ({})", check));
+    unit_last_stride_ = globals.names;
+    loops(p);
+    unit_last_stride_.clear();
+    --indent_;
+    open("} else");
+    loops(p);
+    close();
+  }
+
+  void loops(const Parallel* p) {
     size_t n = p->vars.size();
     for (size_t d = 0; d < n; ++d) {
       std::string v = expr(p->vars[d]);
