@@ -51,9 +51,4 @@ void reduce_baseline(void* out, void* out2, const void* const* inputs, int ninpu
   reduce_any(out, out2, inputs, ninputs, count, type, op, op == RedOp::kAvg ? avg_divisor : 0);
 }
 
-float f16_to_f32(uint16_t bits) { return half_bits_to_float(bits); }
-uint16_t f32_to_f16(float value) { return float_to_half_bits(value); }
-float bf16_to_f32(uint16_t bits) { return bfloat_bits_to_float(bits); }
-uint16_t f32_to_bf16(float value) { return float_to_bfloat_bits(value); }
-
 }  // namespace tessel::dist

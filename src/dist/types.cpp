@@ -1,6 +1,8 @@
 // Names, sizes and argument checks for the collectives vocabulary (types.h).
 #include "dist/types.h"
 
+#include <algorithm>
+
 namespace tessel::dist {
 
 size_t dtype_size(DataType type) {
@@ -98,6 +100,26 @@ std::string describe(const Call& call) {
   if (has_root(call.kind)) text += fmt::format(", root={}", call.peer);
   if (is_point_to_point(call.kind)) text += fmt::format(", peer={}", call.peer);
   return text + ")";
+}
+
+std::string describe_mismatch(uint64_t seq, const std::vector<Call>& calls) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // a call and who made it
+  for (size_t r = 0; r < calls.size(); ++r) {
+    std::string text = describe(calls[r]);
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == text; });
+    if (it == groups.end()) groups.push_back({text, {static_cast<int>(r)}});
+    else it->second.push_back(static_cast<int>(r));
+  }
+  if (groups.size() <= 1) return "";
+  std::string message = fmt::format("mismatched collective #{} across ranks:", seq);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& ranks = groups[i].second;
+    std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t k = 0; k < ranks.size(); ++k) who += (k ? ", " : "") + std::to_string(ranks[k]);
+    message += fmt::format("{} {} called {}", i ? ";" : "", who, groups[i].first);
+  }
+  return message;
 }
 
 size_t send_bytes(const Call& call, int rank, int nranks) {

@@ -16,6 +16,7 @@
 // from memory once and each output byte written once: staging and results are a few chunks per
 // rank, small enough to stay in cache.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -25,6 +26,8 @@
 namespace tessel::dist::shm {
 
 namespace {
+
+constexpr int kMaxRanks = 64;  // the shm backend's limit (comm_init.cpp)
 
 // Parts start on 64-byte boundaries so that two ranks never write one cache line.
 size_t align_elements(size_t elem) { return std::max<size_t>(1, 64 / elem); }
@@ -71,7 +74,7 @@ void ShmTransport::slot_exchange(const Call& call, uint64_t seq) {
   auto data_of = [&](int r) -> const unsigned char* {
     return r == rank_ ? bytes(call.send) : segment_->slot(r, seq).data();
   };
-  std::vector<const void*> inputs(nranks_);
+  std::array<const void*, kMaxRanks> inputs;
   switch (call.kind) {
     case CallKind::kAllReduce:
     case CallKind::kReduce:
