@@ -296,6 +296,12 @@ const ErrorCase kCases[] = {
      "  }\n"
      "}\n",
      "e.tile:3:38: storing f32 into 'x' of i32 drops the fraction; convert explicitly: i32(...)"},
+    {"TargetDefaultForUnknownParameter",
+     "kernel k<BM = 4>(x: f32[N]) on gpu <BN = 2> {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:37: 'on gpu' sets 'BN', which is not a parameter"},
+    {"UnknownTarget",
+     "kernel k<BM = 4>(x: f32[N]) on tpu <BM = 2> {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:32: unknown target 'tpu' (expected cpu, gpu, opencl or cuda)"},
     {"StagesNotPositive",
      "kernel k<S = 2>(x: f32[N]) {\n"
      "  grid (1) as (b) {\n"
