@@ -218,6 +218,7 @@ bool have_likwid() {
 }
 
 struct Row {
+  Row(std::string figure, std::string unit) : figure(std::move(figure)), unit(std::move(unit)) {}
   std::string figure, unit, tessel_kernel;
   double tessel = 0;
   std::optional<double> asm_peer, likwid_peer;
@@ -251,10 +252,10 @@ int run(int argc, char** argv) {
   bool bf16 = f.has(CpuFeature::kAvx512Bf16);
   std::int64_t triad_bytes = triad_bytes_per_array(cpu);
 
-  Row bw, f32, b16;
-  bw.figure = "memory bandwidth (triad)", bw.unit = "GB/s", bw.tessel_kernel = "triad";
-  f32.figure = "peak f32 fma", f32.unit = "GFLOP/s";
-  b16.figure = "peak bf16 dot", b16.unit = "GFLOP/s";
+  Row bw("memory bandwidth (triad)", "GB/s");
+  Row f32("peak f32 fma", "GFLOP/s");
+  Row b16("peak bf16 dot", "GFLOP/s");
+  bw.tessel_kernel = "triad";
   bw.likwid_test = avx512 ? "stream_avx512" : avx2 ? "stream_avx_fma" : "stream";
   f32.likwid_test = avx512 ? "peakflops_sp_avx512_fma" : avx2 ? "peakflops_sp_avx_fma" : "";
   // likwid's working set is all arrays of all threads together; 16 kB a thread sits in L1.

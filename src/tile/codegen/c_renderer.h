@@ -64,6 +64,7 @@ class CRenderer {
   // ----- statements
   void stmt(const Stmt& s);
   virtual void parallel(const Parallel* p) = 0;
+  virtual void for_loop(const For* f);
   virtual void copy(const Copy* c);
   virtual void gemm(const Gemm* g);
   virtual void barrier(const Barrier* b);

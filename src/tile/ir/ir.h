@@ -90,6 +90,12 @@ struct BufferNode {
   Layout layout = Layout::kRowMajor;
   // For kPackedA/kPackedB: the gemm reads this tile transposed, so packing swaps its axes.
   bool packed_transposed = false;
+  // For packed tiles (schedule_cpu_gemm): packed at the size of the part inside the tensor rather
+  // than padded to the whole tile, and multiplied at that size.
+  bool edge_packed = false;
+  // Non-empty: the tile's contents depend only on these block and loop indices, so it is packed
+  // once per launch into a table shared by every block (schedule_cpu_gemm).
+  std::vector<std::string> memo_key;
   SourceLoc loc;
 
   int rank() const { return static_cast<int>(shape.size()); }

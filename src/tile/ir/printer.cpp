@@ -121,8 +121,9 @@ class StmtPrinter {
         out += fmt::format("{}{} = {}<{}>{}", pad, b.name, scope_name(b.scope), b.dtype.name(),
                            shape_string(b.shape));
         if (b.layout != Layout::kRowMajor)
-          out += fmt::format("  layout {}{}", layout_name(b.layout),
-                             b.packed_transposed ? " transposed" : "");
+          out += fmt::format("  layout {}{}{}", layout_name(b.layout),
+                             b.packed_transposed ? " transposed" : "", b.edge_packed ? " edge" : "");
+        if (!b.memo_key.empty()) out += fmt::format("  shared by blocks per ({})", fmt::join(b.memo_key, ", "));
         out += "\n";
         return;
       }

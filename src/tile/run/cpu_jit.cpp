@@ -146,12 +146,14 @@ Expected<fs::path> header_dir(const fs::path& cache) {
   return dir;
 }
 
-Expected<tessel_cpu::KernelEntry> load(const fs::path& library, const std::string& entry) {
+Status load(const fs::path& library, const std::string& entry, CpuModule* m) {
   void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) return internal_error("dlopen {}: {}", library.string(), ::dlerror());
   void* sym = ::dlsym(handle, entry.c_str());
   if (!sym) return internal_error("{} has no symbol {}", library.string(), entry);
-  return reinterpret_cast<tessel_cpu::KernelEntry>(sym);
+  m->handle = handle;
+  m->entry = reinterpret_cast<tessel_cpu::KernelEntry>(sym);
+  return ok_status();
 }
 
 CpuIsa detect_isa() {
@@ -173,6 +175,10 @@ const CpuIsa& host_cpu_isa() {
   return isa;
 }
 
+void* module_symbol(const CpuModule& module, const std::string& name) {
+  return module.handle ? ::dlsym(module.handle, name.c_str()) : nullptr;
+}
+
 std::string default_cache_dir() {
   if (const char* d = std::getenv("TESSEL_CACHE_DIR"); d && *d) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tessel";
@@ -191,7 +197,7 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   TESSEL_ASSIGN_OR_RETURN(std::string identity, compiler_identity(compiler));
   TESSEL_ASSIGN_OR_RETURN(fs::path include, header_dir(cache));
 
-  std::vector<std::string> flags = {"-std=c++17", "-O3", "-fPIC", "-shared", "-fopenmp-simd",
+  std::vector<std::string> flags = {"-std=c++20", "-O3", "-fPIC", "-shared", "-fopenmp-simd",
                                     "-fno-math-errno", "-ffp-contract=fast", "-w"};
   flags.insert(flags.end(), options.isa.flags.begin(), options.isa.flags.end());
   KeyHasher h;
@@ -208,7 +214,7 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   CpuModule m;
   m.library_path = library.string();
   if (fs::exists(library)) {
-    TESSEL_ASSIGN_OR_RETURN(m.entry, load(library, entry));
+    TESSEL_TRY(load(library, entry, &m));
     m.from_cache = true;
     return m;
   }
@@ -234,7 +240,7 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
     ::unlink(tmp.c_str());
     return s;
   }
-  TESSEL_ASSIGN_OR_RETURN(m.entry, load(library, entry));
+  TESSEL_TRY(load(library, entry, &m));
   return m;
 }
 
