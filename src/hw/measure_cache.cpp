@@ -2,9 +2,7 @@
 // written atomically (support/atomic_file.h) so processes starting together never read half a
 // file.
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hw/measure.h"
 #include "support/atomic_file.h"
@@ -78,11 +76,8 @@ Expected<std::optional<MeasuredFigures>> load_measured_figures(const std::filesy
   std::filesystem::path path = measured_cache_path(dir, cpu);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::optional<MeasuredFigures>();
-  std::ifstream in(path);
-  if (!in) return io_error("cannot read {}", path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  TESSEL_ASSIGN_OR_RETURN(std::string text, read_file(path.string()));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   // A damaged or foreign file is not an error for the user: the figures are measured again.
   if (j.is_discarded() || !j.is_object()) {
     log_warn("hw: ignoring {}: not valid JSON", path.string());
