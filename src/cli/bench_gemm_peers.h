@@ -34,6 +34,9 @@ class GemmPeer {
   virtual std::string describe() const = 0;
   virtual bool supports(tile::GemmInput input) const = 0;
   virtual Status run(const PeerGemmCall& call) = 0;
+  // How long the library's threads keep spinning after a call, holding cores that the next
+  // implementation would need; the benchmark waits this long before timing anything else.
+  virtual double settle_seconds() const = 0;
 };
 
 // The peers found on this machine, each set to use `threads` threads. OPENBLAS_CORETYPE and

@@ -5,8 +5,11 @@
 // tessel's figure is "tessel-cpu-templates": the CPU gemm templates run by the hand-written block
 // loop (tile/codegen/cpu/templates/reference_gemm.h), until the tile compiler's generated gemm
 // takes its place. The implementations take turns inside every repetition, so a slowdown from a
-// neighbour on a shared machine hits all of them alike; each figure is the median of the
-// repetitions after one warm-up call. Every peer's result is checked against tessel's.
+// neighbour on a shared machine hits all of them alike. A turn is: one untimed call for short
+// problems (it wakes the library's sleeping threads, as back-to-back calls would find them), the
+// timed call, then a wait until the library's threads stop spinning (OpenBLAS's spin for 0.1 s and
+// would otherwise hold a core during the next implementation's call). Each figure is the median
+// of the timed calls. Every peer's result is checked against tessel's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +20,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -91,10 +95,11 @@ uint16_t round_to_bf16(float f) {
 
 // One implementation in one workload: how to run it, its output, its timings.
 struct Contender {
-  Contender(std::string name, std::function<Status(float* c)> runner)
-      : impl(std::move(name)), run(std::move(runner)) {}
+  Contender(std::string name, std::function<Status(float* c)> runner, double settle)
+      : impl(std::move(name)), run(std::move(runner)), settle_seconds(settle) {}
   std::string impl;
   std::function<Status(float* c)> run;
+  double settle_seconds;
   std::vector<float> c;
   std::vector<double> seconds;
   double gflops = 0;
@@ -102,6 +107,14 @@ struct Contender {
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Calls shorter than this get an untimed call first in their turn: waking a library's sleeping
+// threads costs tens of microseconds, which is noise for long calls and not for short ones.
+constexpr double kWakeUpBelowSeconds = 0.05;
+
+void settle(double seconds) {
+  if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
 }
 
 double median(std::vector<double> v) {
@@ -171,34 +184,40 @@ Status run_bench(const Options& options) {
     const void* b = bf16 ? static_cast<const void*>(b_bf16.data()) : b_f32.data();
     for (const Workload& w : workloads) {
       std::vector<Contender> contenders;
-      contenders.emplace_back("tessel-cpu-templates", [&](float* c) {
-        tile::ReferenceGemmCall call;
-        call.m = w.m;
-        call.n = w.n;
-        call.k = w.k;
-        call.input = dtype;
-        call.a = a;
-        call.a_row_stride = w.k;
-        call.a_col_stride = 1;
-        call.b = b;
-        call.b_row_stride = w.n;
-        call.b_col_stride = 1;
-        call.c = c;
-        call.ldc = w.n;
-        call.threads = threads;
-        call.bm = tile_m;
-        call.bn = tile_n;
-        call.bk = tile_k;
-        return tessel_gemm.run(call);
-      });
+      contenders.emplace_back(
+          "tessel-cpu-templates",
+          [&](float* c) {
+            tile::ReferenceGemmCall call;
+            call.m = w.m;
+            call.n = w.n;
+            call.k = w.k;
+            call.input = dtype;
+            call.a = a;
+            call.a_row_stride = w.k;
+            call.a_col_stride = 1;
+            call.b = b;
+            call.b_row_stride = w.n;
+            call.b_col_stride = 1;
+            call.c = c;
+            call.ldc = w.n;
+            call.threads = threads;
+            call.bm = tile_m;
+            call.bn = tile_n;
+            call.bk = tile_k;
+            return tessel_gemm.run(call);
+          },
+          /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
       std::vector<bool> peer_present(peers.size());
       for (size_t p = 0; p < peers.size(); ++p) {
         peer_present[p] = peers[p]->supports(dtype);
         if (!peer_present[p]) continue;
         GemmPeer* peer = peers[p].get();
-        contenders.emplace_back(peer->name(), [=, &w](float* c) {
-          return peer->run({w.m, w.n, w.k, dtype, a, b, c});
-        });
+        contenders.emplace_back(
+            peer->name(),
+            [=, &w](float* c) {
+              return peer->run({w.m, w.n, w.k, dtype, a, b, c});
+            },
+            peer->settle_seconds());
       }
       // Warm-up (pages, JIT, thread start-up), which also sizes the repetitions.
       double slowest = 0;
@@ -209,13 +228,17 @@ Status run_bench(const Options& options) {
                        .with_context("{} {} {}x{}x{}", x.impl, tile::gemm_input_name(dtype), w.m,
                                      w.n, w.k));
         slowest = std::max(slowest, now_seconds() - start);
+        settle(x.settle_seconds);
       }
       const int reps = std::clamp(int(std::ceil(options.seconds / slowest)), 5, 41) | 1;
+      const bool wake_first = slowest < kWakeUpBelowSeconds;
       for (int r = 0; r < reps; ++r)
         for (Contender& x : contenders) {
+          if (wake_first) TESSEL_TRY(x.run(x.c.data()));
           const double start = now_seconds();
           TESSEL_TRY(x.run(x.c.data()));
           x.seconds.push_back(now_seconds() - start);
+          settle(x.settle_seconds);
         }
       const double flop = 2.0 * double(w.m) * double(w.n) * double(w.k);
       double best_peer = 0;

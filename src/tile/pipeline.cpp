@@ -9,6 +9,7 @@
 #include "tile/passes/lower_tile_ops.h"
 #include "tile/passes/pack_gemm_operands.h"
 #include "tile/passes/place_fragments.h"
+#include "tile/passes/schedule_cpu_gemm.h"
 #include "tile/passes/specialize.h"
 
 namespace tessel::tile {
@@ -28,7 +29,7 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
   Kernel k = parsed;
   TESSEL_TRY(after("parse", k, o));
 
-  TESSEL_ASSIGN_OR_RETURN(k, specialize(k, o.params));
+  TESSEL_ASSIGN_OR_RETURN(k, specialize(k, o.params, target.name()));
   TESSEL_TRY(after("specialize", k, o));
 
   TESSEL_TRY(check_shapes(k));
@@ -47,6 +48,11 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
   if (target.is_gpu()) {
     k = place_fragments(k, target);
     TESSEL_TRY(after("place_fragments", k, o));
+  }
+
+  if (!target.is_gpu()) {
+    k = schedule_cpu_gemm(k);
+    TESSEL_TRY(after("schedule_cpu_gemm", k, o));
   }
 
   TESSEL_TRY(check_fast_memory(k, target));

@@ -36,12 +36,16 @@ struct CpuJitOptions {
 // A loaded kernel. Loaded objects stay loaded for the life of the process.
 struct CpuModule {
   tessel_cpu::KernelEntry entry = nullptr;
+  void* handle = nullptr;    // from dlopen, for symbols other than the entry point
   std::string library_path;  // the cached shared object
   bool from_cache = false;   // true when no compiler ran
 };
 
 Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string& entry,
                                     const CpuJitOptions& options = {});
+
+// Another symbol of a loaded module, or null when it has none.
+void* module_symbol(const CpuModule& module, const std::string& name);
 
 // The cache directory used when options name none.
 std::string default_cache_dir();

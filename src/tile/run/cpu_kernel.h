@@ -7,6 +7,8 @@
 #pragma once
 
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -32,10 +34,24 @@ class CpuKernel {
   const CpuModule& module() const { return module_; }
 
  private:
+  // Memory for tiles that blocks share (<entry>_workspace / <entry>_prepare in the generated
+  // code), kept across launches; one launch at a time uses it.
+  struct Workspace {
+    std::mutex mu;
+    void* memory = nullptr;
+    int64_t bytes = 0;
+    ~Workspace();
+  };
+  using WorkspaceSize = int64_t (*)(const tessel_cpu::Arg*);
+  using WorkspacePrepare = void (*)(const tessel_cpu::Arg*, void*);
+
   Kernel ir_;
   std::vector<bool> used_;
   std::string source_;
   CpuModule module_;
+  WorkspaceSize workspace_size_ = nullptr;
+  WorkspacePrepare workspace_prepare_ = nullptr;
+  std::shared_ptr<Workspace> workspace_ = std::make_shared<Workspace>();
 };
 
 }  // namespace tessel::tile

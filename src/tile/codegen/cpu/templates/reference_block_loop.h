@@ -160,30 +160,43 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
   }
 }
 
-// The whole gemm on `threads` threads (the caller's and threads - 1 started here). Returns false
-// only if the workspace could not be allocated.
-template <typename TSrc, typename TPack>
-bool reference_block_loop(const BlockLoopArgs& args, int threads, BlockLoopWorkspace<TPack>& ws) {
+// Runs body(t) for every t in [0, threads), concurrently: threads - 1 std::threads and the
+// caller. A runner may also run several t one after the other on one thread (a thread pool with
+// fewer threads does): that is safe, because a tile is only ever waited for while the thread that
+// claimed it is packing it.
+struct StdThreadRunner {
+  template <typename Body>
+  void operator()(int threads, Body&& body) const {
+    constexpr int kMaxThreads = 256;
+    std::thread helpers[kMaxThreads];
+    const int started = threads - 1 < kMaxThreads ? threads - 1 : kMaxThreads;
+    for (int t = 0; t < started; ++t)
+      helpers[t] = std::thread([&body, t] { body(t + 1); });
+    body(0);
+    for (int t = 0; t < started; ++t)
+      helpers[t].join();
+  }
+};
+
+// The whole gemm on `threads` workers. Returns false only if the workspace could not be allocated.
+template <typename TSrc, typename TPack, typename Runner = StdThreadRunner>
+bool reference_block_loop(const BlockLoopArgs& args, int threads, BlockLoopWorkspace<TPack>& ws,
+                          Runner&& run_on_threads = Runner()) {
   if (args.m <= 0 || args.n <= 0) return true;
   if (args.k <= 0) {
     for (int64_t i = 0; i < args.m; ++i)
       std::memset(args.c + i * args.ldc, 0, sizeof(float) * args.n);
     return true;
   }
-  constexpr int kMaxThreads = 256;
-  threads = threads < 1 ? 1 : threads > kMaxThreads ? kMaxThreads : threads;
+  threads = threads < 1 ? 1 : threads;
   if (!ws.prepare(args, threads)) return false;
   PackedTiles<TPack> tiles_a = ws.shared_a(), tiles_b = ws.shared_b();
   tiles_a.reset();
   tiles_b.reset();
   std::atomic<int64_t> next_block{0};
-  std::thread helpers[kMaxThreads];
-  for (int t = 1; t < threads; ++t)
-    helpers[t] = std::thread(
-        [&, t] { reference_block_worker<TSrc, TPack>(args, ws, tiles_a, tiles_b, next_block, t); });
-  reference_block_worker<TSrc, TPack>(args, ws, tiles_a, tiles_b, next_block, 0);
-  for (int t = 1; t < threads; ++t)
-    helpers[t].join();
+  run_on_threads(threads, [&](int t) {
+    reference_block_worker<TSrc, TPack>(args, ws, tiles_a, tiles_b, next_block, t);
+  });
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "hw/cpu_features.h"
+#include "support/thread_pool.h"
 #include "tile/codegen/cpu/templates/reference_gemm_variant.h"
 
 namespace tessel::tile {
@@ -51,6 +52,15 @@ bool runs_here(const VariantEntry& entry) {
   for (CpuFeature f : entry.needs)
     if (!features.has(f)) return false;
   return true;
+}
+
+// The block loop's workers on libtessel's thread pool; a pool smaller than `threads` runs some of
+// them one after the other, which the block loop allows.
+void run_on_pool(int threads, void (*body)(void*, int), void* body_context) {
+  ThreadPool::global().parallel_for(threads, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t t = begin; t < end; ++t)
+      body(body_context, int(t));
+  });
 }
 
 Status check_operand(const char* name, const void* data, int64_t rows, int64_t cols,
@@ -149,7 +159,7 @@ Status ReferenceGemm::run(const ReferenceGemmCall& call) {
   if (call.m >= (int64_t(1) << 31) || call.n >= (int64_t(1) << 31) || call.bm > kMaxTileSide ||
       call.bn > kMaxTileSide || call.bk > kMaxTileSide)
     return unimplemented("gemm: sizes past 2^31 rows or columns, or tiles past 2^16");
-  if (!variant_->run(workspaces_, call))
+  if (!variant_->run(workspaces_, call, ThreadRunner{run_on_pool}))
     return resource_exhausted("gemm: out of memory for the packing buffers of a {} x {} x {} gemm",
                               call.m, call.n, call.k);
   return ok_status();

@@ -36,6 +36,7 @@ struct ReferenceGemmCall {
   int64_t b_row_stride = 0, b_col_stride = 0;
   float* c = nullptr;
   int64_t ldc = 0;
+  // Workers of the block loop, run on libtessel's thread pool (ThreadPool::global()).
   int threads = 1;
   int bm = 0, bn = 0, bk = 0;  // block sizes; 0 takes the variant's default
   // The schedule of tile_gemm_schedule.h (each tile packed once, shared by all blocks). false:

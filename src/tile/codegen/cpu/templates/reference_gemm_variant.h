@@ -3,16 +3,26 @@
 // inside the variant's own inline namespace (see tile_gemm.h). Internal to reference_gemm.cpp.
 #pragma once
 
+#include <type_traits>
+
 #include "tile/codegen/cpu/templates/reference_block_loop.h"
 #include "tile/codegen/cpu/templates/reference_gemm.h"
 
 namespace tessel::tile {
 
+// Runs body(body_context, t) for every t in [0, threads), concurrently where it can: libtessel's
+// thread pool, handed to the variants as a plain function so that none of its code is compiled
+// with a variant's flags.
+struct ThreadRunner {
+  void (*run)(int threads, void (*body)(void* body_context, int thread), void* body_context);
+};
+
 struct ReferenceGemmVariant {
   const char* isa;
   void* (*new_workspaces)();
   void (*delete_workspaces)(void* workspaces);
-  bool (*run)(void* workspaces, const ReferenceGemmCall& call);  // false: out of memory
+  // false: out of memory
+  bool (*run)(void* workspaces, const ReferenceGemmCall& call, ThreadRunner runner);
   GemmTiles (*default_tiles)(bool bf16);
 };
 
@@ -26,8 +36,21 @@ struct ReferenceWorkspaces {
   BlockLoopWorkspace<bf16> bf16_kernel;
 };
 
+// The ThreadRunner as the block loop's Runner.
+struct PoolRunner {
+  tessel::tile::ThreadRunner runner;
+  template <typename Body>
+  void operator()(int threads, Body&& body) const {
+    using B = std::remove_reference_t<Body>;
+    runner.run(
+        threads, [](void* context, int t) { (*static_cast<B*>(context))(t); },
+        const_cast<void*>(static_cast<const void*>(&body)));
+  }
+};
+
 template <typename TSrc, typename TPack>
-bool run_reference(BlockLoopWorkspace<TPack>& ws, const tessel::tile::ReferenceGemmCall& call) {
+bool run_reference(BlockLoopWorkspace<TPack>& ws, const tessel::tile::ReferenceGemmCall& call,
+                   tessel::tile::ThreadRunner runner) {
   BlockLoopArgs args;
   args.m = call.m;
   args.n = call.n;
@@ -45,21 +68,22 @@ bool run_reference(BlockLoopWorkspace<TPack>& ws, const tessel::tile::ReferenceG
   args.bk = call.bk > 0 ? call.bk : DefaultTiles<TPack>::kBK;
   args.share_tiles = call.share_tiles;
   args.padded_tiles = call.padded_tiles;
-  return reference_block_loop<TSrc, TPack>(args, call.threads, ws);
+  return reference_block_loop<TSrc, TPack>(args, call.threads, ws, PoolRunner{runner});
 }
 
-inline bool run_reference_call(void* workspaces, const tessel::tile::ReferenceGemmCall& call) {
+inline bool run_reference_call(void* workspaces, const tessel::tile::ReferenceGemmCall& call,
+                               tessel::tile::ThreadRunner runner) {
   using tessel::tile::GemmInput;
   auto& ws = *static_cast<ReferenceWorkspaces*>(workspaces);
   switch (call.input) {
     case GemmInput::kF32:
-      return call.bf16_compute ? run_reference<float, bf16>(ws.bf16_kernel, call)
-                               : run_reference<float, float>(ws.f32_kernel, call);
+      return call.bf16_compute ? run_reference<float, bf16>(ws.bf16_kernel, call, runner)
+                               : run_reference<float, float>(ws.f32_kernel, call, runner);
     case GemmInput::kF16:
-      return call.bf16_compute ? run_reference<f16, bf16>(ws.bf16_kernel, call)
-                               : run_reference<f16, float>(ws.f32_kernel, call);
+      return call.bf16_compute ? run_reference<f16, bf16>(ws.bf16_kernel, call, runner)
+                               : run_reference<f16, float>(ws.f32_kernel, call, runner);
     case GemmInput::kBf16:
-      return run_reference<bf16, bf16>(ws.bf16_kernel, call);
+      return run_reference<bf16, bf16>(ws.bf16_kernel, call, runner);
   }
   return false;
 }
