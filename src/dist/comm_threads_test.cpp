@@ -3,6 +3,7 @@
 // (collectives_test.cpp) cover the same matrix with ranks as processes.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -93,6 +94,39 @@ TEST(CommThreads, CallsAreAsynchronousAndOrderedOnAStream) {
     return std::string();
   });
   EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(CommThreads, EventsMarkAPointOnTheStream) {
+  // Rank 0 records an event after its first all-reduce and makes a second; rank 1 joins the
+  // first at once and the second only after rank 0 has seen the event complete. So the event
+  // must complete while the stream as a whole is still busy.
+  std::atomic<bool> first_done{false};
+  auto failures = on_threads(2, [&](int rank, tesselComm_t comm, tesselStream_t stream) {
+    std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
+    tesselEvent_t event;
+    tesselEventCreate(&event);
+    tesselAllReduce(a.data(), a.data(), a.size(), tesselFloat32, tesselSum, comm, stream);
+    tesselEventRecord(event, stream);
+    if (rank == 1)
+      while (!first_done.load()) std::this_thread::yield();
+    tesselAllReduce(b.data(), b.data(), b.size(), tesselFloat32, tesselSum, comm, stream);
+    std::string error;
+    if (rank == 0) {
+      if (tesselEventSynchronize(event) != tesselSuccess) error = "event failed";
+      if (tesselEventQuery(event) != tesselSuccess) error = "event not complete after sync";
+      if (a[0] != 2.0f) error = "first all-reduce not done when its event was";
+      if (tesselStreamQuery(stream) != tesselInProgress) error = "second call finished early";
+      first_done = true;
+    }
+    if (tesselStreamSynchronize(stream) != tesselSuccess) error = "stream failed";
+    if (b[999] != 2.0f) error = "second all-reduce wrong";
+    tesselEventDestroy(event);
+    return error;
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+  int version = 0;
+  EXPECT_EQ(tesselGetVersion(&version), tesselSuccess);
+  EXPECT_EQ(version, 100);
 }
 
 TEST(CommThreads, MismatchedCountsFailOnEveryRankWithBothCalls) {

@@ -35,7 +35,7 @@ Expected<std::vector<std::unique_ptr<ProcessGroup>>> ProcessGroup::in_process(
 
 Expected<Work> ProcessGroup::group(std::vector<Call> calls) {
   for (const Call& call : calls) TESSEL_TRY(validate(call, rank(), size()));
-  TESSEL_TRY(comm_->submit(std::move(calls), stream_.get()));
+  TESSEL_TRY(comm_->submit(calls, stream_.get()));
   return Work(stream_, stream_->last_issued());
 }
 

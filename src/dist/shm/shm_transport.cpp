@@ -82,7 +82,12 @@ class ShmTransport::Poller {
     }
     if (polls_ % 16 == 0 || polls_ == kSpins) {
       uint64_t now = now_ns();
-      if (start_ns_ == 0) start_ns_ = now;
+      if (start_ns_ == 0) {
+        // Peers are checked (a few system calls each) only once a wait has lasted a while: the
+        // short waits of a busy pipeline should not pay for them.
+        start_ns_ = now;
+        next_check_ns_ = now + kCheckPeriodNs;
+      }
       if (now >= next_check_ns_) {
         next_check_ns_ = now + kCheckPeriodNs;
         transport_.beat(now);
