@@ -132,6 +132,18 @@ TEST(GemmKernel, F32SmallTilesTransposesAlphaBeta) {
   });
 }
 
+// Pipelined K loops with 2 and 3 stages (on GPUs, stage copies of the shared tiles rotate).
+TEST(GemmKernel, PipelineStages) {
+  for (const char* stages : {"1", "2", "3"}) {
+    testing::Params params = kSmallTiles;
+    params["STAGES"] = stages;
+    for_each_backend(params, [](const testing::Launcher& launch) {
+      for (GemmCase c : {GemmCase{33, 65, 300}, GemmCase{7, 13, 5}, GemmCase{20, 30, 16}, GemmCase{5, 5, 1}})
+        run_case(launch, c, ScalarType::kF32);
+    });
+  }
+}
+
 TEST(GemmKernel, BiasAndActivations) {
   for (int act : {1, 2}) {
     testing::Params params = kSmallTiles;
