@@ -3,7 +3,8 @@
 // sizes the way nccl-tests does (warm-up, then `iters` calls issued back to back and one wait,
 // repeated; the median repetition counts) and rank 0 prints one JSON object per size:
 //   {"impl":"tessel-shm","op":"all_reduce","ranks":2,"bytes":8,"count":2,"type":"f32",
-//    "redop":"sum","time_us":0.61,"algbw":0.013,"busbw":0.013}
+//    "redop":"sum","time_us":0.61,"algbw":0.013,"busbw":0.013,"library":"..."}
+// ("library": the MPI library's version line, for the openmpi rows).
 // algbw = bytes / time; busbw = algbw * 2(n-1)/n for all_reduce (the bytes each rank must move,
 // as nccl-tests defines it), algbw * (n-1)/n for all_gather and reduce_scatter.
 //
@@ -107,6 +108,13 @@ int main(int argc, char** argv) {
     tesselCommCount(comm, &nranks);
     tesselStreamCreate(&stream);
   }
+  std::string library = "tessel";
+  if (args.impl == "openmpi") {
+    char version[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+    int length = 0;
+    MPI_Get_library_version(version, &length);
+    library.assign(version, strcspn(version, ",\n"));
+  }
   const bool gather_like = args.op == "all_gather" || args.op == "reduce_scatter";
   // Sizes follow nccl-tests: the size of the larger buffer.
   std::vector<unsigned char> send(args.max_bytes + 64, 1), recv(args.max_bytes + 64, 0);
@@ -163,9 +171,9 @@ int main(int argc, char** argv) {
       const double algbw = bytes / seconds / 1e9;
       std::printf("{\"impl\":\"%s\",\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"count\":%zu,"
                   "\"type\":\"%s\",\"redop\":\"sum\",\"time_us\":%.3f,\"algbw\":%.4f,"
-                  "\"busbw\":%.4f}\n",
+                  "\"busbw\":%.4f,\"library\":\"%s\"}\n",
                   args.impl.c_str(), args.op.c_str(), nranks, bytes, count, args.type.c_str(),
-                  seconds * 1e6, algbw, algbw * bus_factor(args.op, nranks));
+                  seconds * 1e6, algbw, algbw * bus_factor(args.op, nranks), library.c_str());
       std::fflush(stdout);
     }
   }

@@ -3,6 +3,7 @@
 // (collectives_test.cpp) cover the same matrix with ranks as processes.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -116,6 +117,66 @@ TEST(CommThreads, MismatchedCountsFailOnEveryRankWithBothCalls) {
     return std::string();
   });
   EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+// NCCL's way: one unique id, each rank calls tesselCommInitRank (here on its own thread, through
+// the store and a named shared-memory segment as separate processes would).
+TEST(CommThreads, UniqueIdRendezvous) {
+  setenv("TESSEL_MASTER_ADDR", "127.0.0.1", 1);
+  tesselUniqueId id;
+  ASSERT_EQ(tesselGetUniqueId(&id), tesselSuccess) << tesselGetLastError(nullptr);
+  std::vector<std::string> failures(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      tesselComm_t comm;
+      if (tesselCommInitRank(&comm, 3, id, r) != tesselSuccess) {
+        failures[r] = tesselGetLastError(nullptr);
+        return;
+      }
+      tesselStream_t stream;
+      tesselStreamCreate(&stream);
+      failures[r] = testing::run_case(comm, stream, {CallKind::kAllReduce, DataType::kFloat32,
+                                                     RedOp::kSum, 100000, 0, false});
+      tesselStreamDestroy(stream);
+      tesselCommDestroy(comm);
+    });
+  for (auto& t : threads) t.join();
+  for (auto& f : failures) EXPECT_EQ(f, "");
+  tesselUniqueId garbage = {};
+  tesselComm_t comm;
+  EXPECT_EQ(tesselCommInitRank(&comm, 2, garbage, 0), tesselInvalidArgument);
+  EXPECT_NE(std::string(tesselGetLastError(nullptr)).find("not a tessel unique id"),
+            std::string::npos);
+}
+
+TEST(CommThreads, RanksThatDisagreeOnTheSizeFailToJoin) {
+  setenv("TESSEL_MASTER_ADDR", "127.0.0.1", 1);
+  tesselUniqueId id;
+  ASSERT_EQ(tesselGetUniqueId(&id), tesselSuccess);
+  tesselConfig_t config = TESSEL_CONFIG_INITIALIZER;
+  config.timeoutSeconds = 1;
+  tesselResult_t results[2];
+  std::string errors[2];
+  std::thread zero([&] {
+    tesselComm_t comm;
+    results[0] = tesselCommInitRankConfig(&comm, 2, id, 0, &config);
+    errors[0] = tesselGetLastError(nullptr);
+    if (results[0] == tesselSuccess) tesselCommAbort(comm);
+  });
+  std::thread one([&] {
+    tesselComm_t comm;
+    results[1] = tesselCommInitRankConfig(&comm, 3, id, 1, &config);
+    errors[1] = tesselGetLastError(nullptr);
+    if (results[1] == tesselSuccess) tesselCommAbort(comm);
+  });
+  zero.join();
+  one.join();
+  EXPECT_EQ(results[1], tesselInvalidArgument);
+  EXPECT_NE(errors[1].find("rank 1 was told the communicator has 3 ranks, rank 0 made it for 2"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_NE(results[0], tesselSuccess);  // rank 0 waits for a rank 1 that never attaches
 }
 
 TEST(CommThreads, ArgumentsAreCheckedBeforeEnqueueing) {

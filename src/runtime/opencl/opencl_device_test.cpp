@@ -3,6 +3,8 @@
 // and the caching allocator's statistics through the device.
 #include "runtime/opencl/opencl_device.h"
 
+#include "runtime/opencl/opencl_program.h"
+
 #include <gtest/gtest.h>
 
 #include <numeric>
@@ -109,6 +111,49 @@ TEST(OpenClDevice, AllocatorStatisticsCountDeviceMemory) {
   s = alloc.stats();
   EXPECT_EQ(s.cached_bytes, 0u);
   EXPECT_EQ(s.raw_frees, 2);
+}
+
+TEST(OpenClDevice, RunsAKernelOnItsBuffersAtAnOffset) {
+  // The path generated kernels take: device buffers in, a program built on the device's context,
+  // a launch on its queue, results copied back. The output lands at an element offset passed as a
+  // kernel argument, since a cl_mem cannot be offset like a pointer.
+  Expected<Device*> got = get_device("opencl:0");
+  if (!got.ok()) GTEST_SKIP() << got.status().to_string();
+  auto* dev = static_cast<OpenClDevice*>(*got);
+  const int n = 777, out_offset = 5;
+  // 2*a is exact for these values, so the device may or may not fuse the multiply-add (OpenCL C
+  // allows it) and the host's answer is still bit-for-bit the same.
+  std::vector<float> a(n), b(n);
+  for (int i = 0; i < n; ++i) {
+    a[i] = static_cast<float>(i) * 0.25f;
+    b[i] = static_cast<float>(3 * i) - 100.0f;
+  }
+  DeviceBuffer da = *dev->allocator().allocate(n * sizeof(float));
+  DeviceBuffer db = *dev->allocator().allocate(n * sizeof(float));
+  DeviceBuffer dc = *dev->allocator().allocate((n + out_offset) * sizeof(float));
+  ASSERT_TRUE(dev->copy_from_host(da, 0, a.data(), n * sizeof(float)).ok());
+  ASSERT_TRUE(dev->copy_from_host(db, 0, b.data(), n * sizeof(float)).ok());
+
+  const char* source = R"(
+__kernel void axpb(__global const float* a, __global const float* b, __global float* c,
+                   const int offset, const int n) {
+  int i = get_global_id(0);
+  if (i < n) c[offset + i] = 2.0f * a[i] + b[i];
+})";
+  Expected<OpenClProgram> program = OpenClProgram::build(dev->context(), source, "", "axpb.cl");
+  ASSERT_TRUE(program.ok()) << program.status().to_string();
+  Expected<OpenClKernel> kernel = program->kernel("axpb");
+  ASSERT_TRUE(kernel.ok());
+  ASSERT_TRUE(kernel->set_args(opencl_mem(da), opencl_mem(db), opencl_mem(dc), out_offset, n).ok());
+  ASSERT_TRUE(kernel->launch({800}, {32}).ok());
+  ASSERT_TRUE(dev->synchronize().ok());
+
+  std::vector<float> c(n);
+  ASSERT_TRUE(dev->copy_to_host(c.data(), dc, out_offset * sizeof(float), n * sizeof(float)).ok());
+  for (int i = 0; i < n; ++i)
+    ASSERT_EQ(c[i], 2.0f * a[i] + b[i]) << "at " << i;
+  for (DeviceBuffer buf : {da, db, dc})
+    dev->allocator().release(buf);
 }
 
 }  // namespace
