@@ -8,6 +8,7 @@
 #include "tile/passes/insert_barriers.h"
 #include "tile/passes/lower_tile_ops.h"
 #include "tile/passes/pack_gemm_operands.h"
+#include "tile/passes/pipeline_gpu_loops.h"
 #include "tile/passes/place_fragments.h"
 #include "tile/passes/schedule_cpu_gemm.h"
 #include "tile/passes/specialize.h"
@@ -37,6 +38,11 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
   if (!target.is_gpu()) {
     k = pack_gemm_operands(k);
     TESSEL_TRY(after("pack_gemm_operands", k, o));
+  }
+
+  if (target.is_gpu()) {
+    k = pipeline_gpu_loops(k, target);
+    TESSEL_TRY(after("pipeline_gpu_loops", k, o));
   }
 
   k = lower_tile_ops(k, target);

@@ -139,6 +139,43 @@ TEST(InsertBarriers, OncePerHazardNotPerIteration) {
   EXPECT_EQ(loop.find("barrier()", loop.find("for _k")), std::string::npos) << loop;
 }
 
+TEST(PipelineGpuLoops, RotatesStageCopiesWithOneBarrierPerStep) {
+  Kernel k = parse(R"(kernel k(A: f32[M, K], B: f32[K, N], C: f32[M, N]) {
+  grid (cdiv(N, 16), cdiv(M, 16)) as (bx, by) {
+    As = shared<f32>[16, 4]
+    Bs = shared<f32>[4, 16]
+    acc = fragment<f32>[16, 16]
+    clear(acc)
+    for k in pipelined(cdiv(K, 4), stages=3) {
+      copy(A[by * 16, k * 4], As)
+      copy(B[k * 4, bx * 16], Bs)
+      gemm(As, Bs, acc)
+    }
+    copy(acc, C[by * 16, bx * 16])
+  }
+})");
+  CompileOptions o;
+  o.target = Target::opencl(32 << 10, 64);
+  std::string pipelined;
+  o.dump = [&](const std::string& pass, const Kernel& ir) {
+    if (pass == "pipeline_gpu_loops") pipelined = to_string(ir);
+  };
+  auto ir = compile_ir(k, o);
+  ASSERT_TRUE(ir.ok()) << ir.status().to_string();
+  // Two more copies of each tile; the prologue fills stages 0 and 1; iteration k fills the stage
+  // of k + 2, the one iteration k - 1 used.
+  for (const char* line : {"_As_1 = shared<f32>[16, 4]", "_As_2 = shared<f32>[16, 4]",
+                           "    copy(A[by * 16, 0], As)\n", "    copy(A[by * 16, 4], _As_1)\n",
+                           "      if k % 3 == 0 {\n        copy(A[by * 16, (k + 2) * 4], _As_2)",
+                           "gemm(_As_1, _Bs_1, acc)"})
+    EXPECT_NE(pipelined.find(line), std::string::npos) << line << "\n" << pipelined;
+  std::string text = to_string(*ir);
+  std::string loop = text.substr(text.find("for k in range"));
+  size_t barriers = 0;
+  for (size_t p = loop.find("barrier()"); p != std::string::npos; p = loop.find("barrier()", p + 1)) ++barriers;
+  EXPECT_EQ(barriers, 3u) << loop;  // one per stage branch
+}
+
 TEST(PlaceFragments, SharedWhenThreadsReadEachOthersElements) {
   Kernel k = parse(R"(kernel k(x: f32[M, N], y: f32[M]) {
   grid (cdiv(M, 4)) as (b) {
@@ -218,7 +255,7 @@ TEST(Pipeline, DumpsEveryPassInOrder) {
   Kernel k = parse("kernel k(x: f32[N]) { grid (N) as (b) { } }");
   for (auto [target, expected] : std::vector<std::pair<Target, std::string>>{
            {Target::cpu(), "parse specialize pack_gemm_operands lower_tile_ops infer_bounds schedule_cpu_gemm"},
-           {Target::opencl(), "parse specialize lower_tile_ops infer_bounds place_fragments insert_barriers"}}) {
+           {Target::opencl(), "parse specialize pipeline_gpu_loops lower_tile_ops infer_bounds place_fragments insert_barriers"}}) {
     CompileOptions o;
     o.target = target;
     std::string passes;

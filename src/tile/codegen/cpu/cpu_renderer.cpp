@@ -97,9 +97,11 @@ class CpuRenderer : public CRenderer {
       const ArgSlot& s = slots[i];
       switch (s.kind) {
         case ArgSlot::Kind::kData:
-          emit(fmt::format("{}* {} {} = static_cast<{}*>(args[{}].ptr);", storage_type(s.type),
-                           d_.restrict_keyword, ident(s.name), storage_type(s.type), i));
+          // The offset slot follows the data slot.
+          emit(fmt::format("{}* {} {} = static_cast<{}*>(args[{}].ptr) + args[{}].i64;", storage_type(s.type),
+                           d_.restrict_keyword, ident(s.name), storage_type(s.type), i, i + 1));
           break;
+        case ArgSlot::Kind::kOffset: break;
         case ArgSlot::Kind::kScalar: {
           const char* field = s.type == kF32 ? "f32" : s.type == DType(ScalarType::kF64) ? "f64"
                             : s.type == kI32 ? "i32" : "i64";
