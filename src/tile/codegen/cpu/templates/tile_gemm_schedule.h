@@ -37,6 +37,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 
 #include "tile_gemm.h"
 
@@ -88,14 +89,21 @@ class PackedTiles {
     std::atomic_ref<uint8_t> state(states_[index]);
     if (state.load(std::memory_order_acquire) != kReady) {
       claim(index, pack);
-      while (state.load(std::memory_order_acquire) != kReady)
-        pause();
+      // The packer is usually done within microseconds; on an oversubscribed machine it may have
+      // been descheduled, so after a while give the core to it (or to anyone) instead.
+      for (int spins = 0; state.load(std::memory_order_acquire) != kReady; ++spins) {
+        if (spins < kSpinsBeforeYield)
+          pause();
+        else
+          std::this_thread::yield();
+      }
     }
     return slot(index);
   }
 
  private:
   static constexpr uint8_t kEmpty = 0, kPacking = 1, kReady = 2;
+  static constexpr int kSpinsBeforeYield = 4096;
   static void pause() {
 #if defined(__x86_64__) || defined(__i386__)
     _mm_pause();
