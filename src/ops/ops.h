@@ -45,6 +45,20 @@ Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 // weight [V, C], ids [...] i64 -> [..., C].
 Expected<Tensor> embedding(const Tensor& weight, const Tensor& ids);
 
+// Scores [..., queries, keys] with the keys after each query's position set to -inf.
+Expected<Tensor> causal_mask(const Tensor& scores);
+// x * keep / (1 - p); keep is a hash of (seed, position), so a seed gives the same mask anywhere.
+Expected<Tensor> dropout(const Tensor& x, double p, int64_t seed);
+
+// NCHW. conv2d: x [N, C, H, W], weight [O, C, KH, KW], bias [O]; stride, padding, dilation are
+// {h, w} pairs. Pooling windows are {h, w}; stride defaults to the window.
+Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride = {1, 1},
+                        std::vector<int64_t> padding = {0, 0}, std::vector<int64_t> dilation = {1, 1});
+Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window, std::vector<int64_t> stride = {},
+                            std::vector<int64_t> padding = {0, 0});
+Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window, std::vector<int64_t> stride = {},
+                            std::vector<int64_t> padding = {0, 0});
+
 // Views (no copy where the layout allows).
 Expected<Tensor> reshape(const Tensor& x, const Shape& shape);
 Expected<Tensor> permute(const Tensor& x, const std::vector<int64_t>& order);

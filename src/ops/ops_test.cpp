@@ -117,6 +117,19 @@ std::vector<Case> all_cases() {
   c.push_back({"slice", {real({7, 3})}, Attrs().set("dim", 0).set("start", -3)});
   c.push_back({"slice", {real({2, 5, 3})}, Attrs().set("dim", 1).set("start", 1).set("end", 2)});
   c.push_back({"contiguous", {transposed({3, 5})}, {}});
+  c.push_back({"causal_mask", {real({3, 3})}, Attrs().set("value", -5.0)});
+  c.push_back({"causal_mask", {real({2, 3, 5})}, Attrs().set("value", -5.0)});  // 3 queries over 5 keys
+  c.push_back({"dropout", {real({3, 7})}, Attrs().set("p", 0.3).set("seed", 7)});
+  c.push_back({"dropout", {transposed({2, 3, 5})}, Attrs().set("p", 0.5).set("seed", 123456789)});
+  c.push_back({"conv2d", {real({1, 1, 1, 1}), real({1, 1, 1, 1}), real({1})}, {}});
+  c.push_back({"conv2d", {real({2, 3, 5, 6}), real({4, 3, 3, 3}), real({4})}, Attrs().set("padding", {1, 1})});
+  c.push_back({"conv2d", {real({1, 2, 7, 5}), real({3, 2, 3, 2}), real({3})},
+               Attrs().set("stride", {2, 1}).set("padding", {1, 0}).set("dilation", {1, 2})});
+  c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
+  c.push_back({"max_pool2d", {real({1, 2, 5, 5})}, Attrs().set("window", {3, 3}).set("stride", {2, 2}).set("padding", {1, 1})});
+  c.push_back({"avg_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
+  c.push_back({"avg_pool2d", {real({1, 1, 5, 7})}, Attrs().set("window", {3, 2}).set("stride", {1, 2}).set("padding", {1, 1})});
+  c.push_back({"avg_pool2d", {real({2, 3, 1, 1})}, Attrs().set("window", {1})});
   return c;
 }
 
