@@ -15,13 +15,15 @@ struct Window {
   int64_t out_w(int64_t w) const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
 };
 
-Expected<std::pair<int64_t, int64_t>> pair_attr(const std::string& op, const Attrs& a, const std::string& name,
+Expected<std::pair<int64_t, int64_t>> pair_attr(const std::string& op, const Attrs& a,
+                                                const std::string& name,
                                                 std::vector<int64_t> fallback, int64_t min) {
   std::vector<int64_t> v = a.get_ints(name, fallback);
   if (v.empty()) v = fallback;
   if (v.size() == 1) v.push_back(v[0]);
   if (v.size() != 2 || v[0] < min || v[1] < min)
-    return invalid_argument("{}: {} must be one or two integers >= {}, got {}", op, name, min, shape_string(v));
+    return invalid_argument("{}: {} must be one or two integers >= {}, got {}", op, name, min,
+                            shape_string(v));
   return std::make_pair(v[0], v[1]);
 }
 
@@ -48,13 +50,17 @@ Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& 
   const Shape &x = in[0].shape, &w = in[1].shape, &b = in[2].shape;
   bool f32 = in[0].dtype == DType::kF32 && in[1].dtype == DType::kF32 && in[2].dtype == DType::kF32;
   if (x.size() != 4 || w.size() != 4 || b != Shape{w[0]} || x[1] != w[1] || !f32)
-    return invalid_argument("conv2d: needs f32 x [N, C, H, W], weight [O, C, KH, KW], bias [O], got {}", shapes_string(in));
-  if (a.get_int("groups", 1) != 1) return unimplemented("conv2d: groups = {} (only 1 so far)", a.get_int("groups", 1));
+    return invalid_argument(
+        "conv2d: needs f32 x [N, C, H, W], weight [O, C, KH, KW], bias [O], got {}",
+        shapes_string(in));
+  if (a.get_int("groups", 1) != 1)
+    return unimplemented("conv2d: groups = {} (only 1 so far)", a.get_int("groups", 1));
   TESSEL_ASSIGN_OR_RETURN(Window win, window_of("conv2d", a, w[2], w[3]));
   int64_t oh = win.out_h(x[2]), ow = win.out_w(x[3]);
   if (oh < 1 || ow < 1)
-    return invalid_argument("conv2d: a {}x{} window (dilation {}x{}) does not fit input {} with padding {}x{}", w[2], w[3],
-                            win.dh, win.dw, shape_string(x), win.ph, win.pw);
+    return invalid_argument(
+        "conv2d: a {}x{} window (dilation {}x{}) does not fit input {} with padding {}x{}", w[2],
+        w[3], win.dh, win.dw, shape_string(x), win.ph, win.pw);
   return TensorMeta{{x[0], w[0], oh, ow}, DType::kF32};
 }
 
@@ -62,12 +68,14 @@ Expected<Tensor> im2col(const Tensor& x, const Window& w, int64_t oh, int64_t ow
   const int64_t n = x.size(0), k = x.size(1) * w.kh * w.kw, l = oh * ow;
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, empty_like_device({n, k, l}, x.dtype(), x));
   std::vector<KernelArg> args{x, cols, ow};
-  for (KernelArg& s : window_args(w, true)) args.push_back(s);
+  for (KernelArg& s : window_args(w, true))
+    args.push_back(s);
   TESSEL_TRY(launch_kernel("im2col", {}, args));
   return cols;
 }
 
-Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
+                              const TensorMeta& out) {
   const Tensor &x = in[0], &weight = in[1];
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
   const int64_t o = weight.size(0), oh = out.shape[2], ow = out.shape[3];
@@ -82,7 +90,8 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a, con
 Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   const Tensor &x = b.inputs[0], &weight = b.inputs[1];
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", b.attrs, weight.size(2), weight.size(3)));
-  const int64_t n = x.size(0), o = weight.size(0), oh = b.grad_output.size(2), ow = b.grad_output.size(3);
+  const int64_t n = x.size(0), o = weight.size(0), oh = b.grad_output.size(2),
+                ow = b.grad_output.size(3);
   TESSEL_ASSIGN_OR_RETURN(Tensor g, reshape(b.grad_output, {n, o, oh * ow}));
   std::vector<Tensor> grads(3);
   if (b.needs_grad[1]) {  // dW = sum_n g_n cols_n^T
@@ -98,7 +107,8 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     TESSEL_ASSIGN_OR_RETURN(Tensor dcols, matmul(wt, g));
     TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), x.dtype(), x));
     std::vector<KernelArg> args{dcols, dx, oh, ow};
-    for (KernelArg& s : window_args(w, true)) args.push_back(s);
+    for (KernelArg& s : window_args(w, true))
+      args.push_back(s);
     TESSEL_TRY(launch_kernel("col2im", {}, args));
     grads[0] = dx;
   }
@@ -111,7 +121,8 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
 RefTensor conv_reference(const std::vector<RefTensor>& in, const Attrs& a) {
   const Shape &xs = in[0].shape, &ws = in[1].shape;
   Window w = window_of("conv2d", a, ws[2], ws[3]).value();
-  const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], oh = w.out_h(h), ow = w.out_w(wd);
+  const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], oh = w.out_h(h),
+                ow = w.out_w(wd);
   RefTensor out{{n, o, oh, ow}, std::vector<double>(n * o * oh * ow)};
   for (int64_t b = 0; b < n; ++b)
     for (int64_t f = 0; f < o; ++f)
@@ -123,7 +134,8 @@ RefTensor conv_reference(const std::vector<RefTensor>& in, const Attrs& a) {
               for (int64_t j = 0; j < w.kw; ++j) {
                 int64_t iy = y * w.sh - w.ph + i * w.dh, ix = x * w.sw - w.pw + j * w.dw;
                 if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
-                s += in[0].values[((b * c + ch) * h + iy) * wd + ix] * in[1].values[((f * c + ch) * w.kh + i) * w.kw + j];
+                s += in[0].values[((b * c + ch) * h + iy) * wd + ix] *
+                     in[1].values[((f * c + ch) * w.kh + i) * w.kw + j];
               }
           out.values[((b * o + f) * oh + y) * ow + x] = s;
         }
@@ -149,7 +161,8 @@ Expected<Window> pool_window(const std::string& op, const Attrs& a) {
   TESSEL_ASSIGN_OR_RETURN(auto k, pair_attr(op, a, "window", {}, 1));
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of(op, a, k.first, k.second));
   if (w.ph * 2 > w.kh || w.pw * 2 > w.kw)
-    return invalid_argument("{}: padding {}x{} is more than half the window {}x{}", op, w.ph, w.pw, w.kh, w.kw);
+    return invalid_argument("{}: padding {}x{} is more than half the window {}x{}", op, w.ph, w.pw,
+                            w.kh, w.kw);
   return w;
 }
 
@@ -160,18 +173,23 @@ OpDef pool_op(const std::string& name, bool is_max) {
   op.infer = [name](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
     const Shape& x = in[0].shape;
     if (x.size() != 4 || in[0].dtype != DType::kF32)
-      return invalid_argument("{}: needs an f32 input [N, C, H, W], got {}", name, shapes_string(in));
+      return invalid_argument("{}: needs an f32 input [N, C, H, W], got {}", name,
+                              shapes_string(in));
     TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, a));
     int64_t oh = w.out_h(x[2]), ow = w.out_w(x[3]);
-    if (oh < 1 || ow < 1) return invalid_argument("{}: a {}x{} window does not fit input {}", name, w.kh, w.kw, shape_string(x));
+    if (oh < 1 || ow < 1)
+      return invalid_argument("{}: a {}x{} window does not fit input {}", name, w.kh, w.kw,
+                              shape_string(x));
     return TensorMeta{{x[0], x[1], oh, ow}, DType::kF32};
   };
-  op.forward = [name, is_max](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) -> Expected<Tensor> {
+  op.forward = [name, is_max](const std::vector<Tensor>& in, const Attrs& a,
+                              const TensorMeta& out) -> Expected<Tensor> {
     TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, a));
     TESSEL_ASSIGN_OR_RETURN(Tensor x, contiguous_on_device(in[0]));
     TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
     std::vector<KernelArg> args{x, y};
-    for (KernelArg& s : window_args(w, false)) args.push_back(s);
+    for (KernelArg& s : window_args(w, false))
+      args.push_back(s);
     TESSEL_TRY(launch_kernel("pool2d", {{"MAX", is_max ? "1" : "0"}}, args));
     return y;
   };
@@ -208,7 +226,8 @@ OpDef pool_op(const std::string& name, bool is_max) {
       y = b.output;
     }
     std::vector<KernelArg> args{x, y, g, dx};
-    for (KernelArg& s : window_args(w, false)) args.push_back(s);
+    for (KernelArg& s : window_args(w, false))
+      args.push_back(s);
     TESSEL_TRY(launch_kernel("pool2d_grad", {{"MAX", is_max ? "1" : "0"}}, args));
     return std::vector<Tensor>{dx};
   };
@@ -223,19 +242,23 @@ void add_conv_ops(std::vector<OpDef>& ops) {
   ops.push_back(pool_op("avg_pool2d", false));
 }
 
-Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride,
-                        std::vector<int64_t> padding, std::vector<int64_t> dilation) {
+Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        std::vector<int64_t> stride, std::vector<int64_t> padding,
+                        std::vector<int64_t> dilation) {
   return run("conv2d", {x, weight, bias},
-             Attrs().set("stride", std::move(stride)).set("padding", std::move(padding)).set("dilation", std::move(dilation)));
+             Attrs()
+                 .set("stride", std::move(stride))
+                 .set("padding", std::move(padding))
+                 .set("dilation", std::move(dilation)));
 }
-Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window, std::vector<int64_t> stride,
-                            std::vector<int64_t> padding) {
+Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride, std::vector<int64_t> padding) {
   Attrs a = Attrs().set("window", std::move(window)).set("padding", std::move(padding));
   if (!stride.empty()) a.set("stride", std::move(stride));
   return run("max_pool2d", {x}, a);
 }
-Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window, std::vector<int64_t> stride,
-                            std::vector<int64_t> padding) {
+Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride, std::vector<int64_t> padding) {
   Attrs a = Attrs().set("window", std::move(window)).set("padding", std::move(padding));
   if (!stride.empty()) a.set("stride", std::move(stride));
   return run("avg_pool2d", {x}, a);

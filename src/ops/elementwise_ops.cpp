@@ -1,6 +1,7 @@
-// Element-wise ops: add, sub, mul, div (broadcasting), relu, gelu, tanh, sigmoid, scale. Forward
-// runs the `unary` / `binary` kernels of kernels/elementwise.tile on [D0, D1, D2] views;
-// activation gradients run `unary_grad` (kernels/activation_grad.tile).
+// Element-wise ops: add, sub, mul, div (broadcasting), relu, gelu, gelu_erf, silu, tanh, sigmoid,
+// rsqrt, scale. Forward runs the `unary` / `binary` kernels of kernels/elementwise.tile, or
+// `activation` (kernels/activation.tile) for what unary lacks, on [D0, D1, D2] views; activation
+// gradients run `unary_grad` (kernels/activation.tile).
 #include <cmath>
 
 #include "ops/kernel_util.h"
@@ -12,7 +13,17 @@ namespace {
 
 enum BinaryKind { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
 // The OP numbers of the `unary` kernel.
-enum UnaryKind { kIdentity = 0, kRelu = 1, kGelu = 2, kSigmoid = 3, kTanh = 4 };
+// The OP numbers of the `unary` kernel, continued by `activation` (12, 13).
+enum UnaryKind {
+  kIdentity = 0,
+  kRelu = 1,
+  kGelu = 2,
+  kSigmoid = 3,
+  kTanh = 4,
+  kRsqrt = 8,
+  kSilu = 12,
+  kGeluErf = 13
+};
 
 // Launches an element-wise kernel over tensors of one shape (inputs already expanded), merging
 // dimensions to the kernel's 3; inputs that keep more than 3 are copied contiguous first.
@@ -112,6 +123,12 @@ double unary_reference_value(UnaryKind kind, double x) {
       return 1 / (1 + std::exp(-x));
     case kTanh:
       return std::tanh(x);
+    case kRsqrt:
+      return 1 / std::sqrt(x);
+    case kSilu:
+      return x / (1 + std::exp(-x));
+    case kGeluErf:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
     case kIdentity:
       return x;
   }
@@ -126,12 +143,16 @@ Expected<TensorMeta> infer_float_unary(const std::string& name, const std::vecto
 
 Expected<Tensor> unary_forward(UnaryKind kind, const Tensor& x, double factor) {
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), x.dtype(), x));
-  TESSEL_TRY(launch_elementwise("unary", {{"OP", std::to_string(kind)}}, {x, y}, {factor}));
+  if (kind == kSilu || kind == kGeluErf) {
+    TESSEL_TRY(launch_elementwise("activation", {{"OP", std::to_string(kind)}}, {x, y}, {}));
+  } else {
+    TESSEL_TRY(launch_elementwise("unary", {{"OP", std::to_string(kind)}}, {x, y}, {factor}));
+  }
   return y;
 }
 
-// The activations: the gradient is computed from the input (relu, gelu) or the output
-// (sigmoid, tanh), whichever the derivative needs; only that one is saved.
+// The activations: the gradient is computed from the input (relu, gelu, silu) or the output
+// (sigmoid, tanh, rsqrt), whichever the derivative needs; only that one is saved.
 OpDef activation_op(const std::string& name, UnaryKind kind) {
   OpDef op;
   op.name = name;
@@ -147,7 +168,7 @@ OpDef activation_op(const std::string& name, UnaryKind kind) {
       v = unary_reference_value(kind, v);
     return out;
   };
-  const bool from_output = kind == kSigmoid || kind == kTanh;
+  const bool from_output = kind == kSigmoid || kind == kTanh || kind == kRsqrt;
   op.save_inputs = {!from_output};
   op.save_output = from_output;
   op.backward = [kind, from_output](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
@@ -194,6 +215,9 @@ void add_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(activation_op("gelu", kGelu));
   ops.push_back(activation_op("tanh", kTanh));
   ops.push_back(activation_op("sigmoid", kSigmoid));
+  ops.push_back(activation_op("silu", kSilu));
+  ops.push_back(activation_op("gelu_erf", kGeluErf));
+  ops.push_back(activation_op("rsqrt", kRsqrt));
   ops.push_back(scale_op());
 }
 

@@ -12,7 +12,8 @@ namespace tessel::ops {
 namespace {
 
 // Runs a [D0, D1, D2] element-wise kernel from x to a fresh tensor of its shape.
-Expected<Tensor> map_elements(const std::string& kernel, const Tensor& x, const std::vector<KernelArg>& scalars) {
+Expected<Tensor> map_elements(const std::string& kernel, const Tensor& x,
+                              const std::vector<KernelArg>& scalars) {
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), x.dtype(), x));
   if (y.numel() == 0) return y;
   Tensor in = x;
@@ -34,7 +35,9 @@ Expected<Tensor> causal_mask_kernel(const Tensor& x, double hidden) {
   if (y.numel() == 0) return y;
   const int64_t m = x.size(-2), n = x.size(-1), z = x.numel() / (m * n);
   TESSEL_ASSIGN_OR_RETURN(Tensor in, contiguous_on_device(x));
-  TESSEL_TRY(launch_kernel("causal_mask", {}, {View{in, {z, m, n}, {m * n, n, 1}}, View{y, {z, m, n}, {m * n, n, 1}}, hidden}));
+  TESSEL_TRY(launch_kernel(
+      "causal_mask", {},
+      {View{in, {z, m, n}, {m * n, n, 1}}, View{y, {z, m, n}, {m * n, n, 1}}, hidden}));
   return y;
 }
 
@@ -44,11 +47,13 @@ OpDef causal_mask_op() {
   op.attrs = {"value"};
   op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) -> Expected<TensorMeta> {
     if (in[0].shape.size() < 2 || in[0].dtype != DType::kF32)
-      return invalid_argument("causal_mask: needs f32 scores [..., queries, keys], got {}", shapes_string(in));
+      return invalid_argument("causal_mask: needs f32 scores [..., queries, keys], got {}",
+                              shapes_string(in));
     return in[0];
   };
   op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta&) {
-    return causal_mask_kernel(in[0], a.get_double("value", -std::numeric_limits<double>::infinity()));
+    return causal_mask_kernel(in[0],
+                              a.get_double("value", -std::numeric_limits<double>::infinity()));
   };
   op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
     RefTensor out = in[0];
@@ -70,7 +75,9 @@ OpDef causal_mask_op() {
 
 constexpr int64_t kPrime = 2147483647;  // 2^31 - 1
 
-int64_t dropout_threshold(double p) { return static_cast<int64_t>(std::ceil(p * static_cast<double>(kPrime))); }
+int64_t dropout_threshold(double p) {
+  return static_cast<int64_t>(std::ceil(p * static_cast<double>(kPrime)));
+}
 
 Expected<Tensor> dropout_kernel(const Tensor& x, const Attrs& a) {
   const double p = a.get_double("p", 0.5);
@@ -84,11 +91,15 @@ OpDef dropout_op() {
   op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
     double p = a.get_double("p", 0.5);
     if (!(p >= 0 && p < 1)) return invalid_argument("dropout: p = {} is outside [0, 1)", p);
-    if (!is_floating_point(in[0].dtype)) return invalid_argument("dropout: needs a floating-point input, got {}", shapes_string(in));
-    if (a.get_int("seed", 0) < 0) return invalid_argument("dropout: seed {} is negative", a.get_int("seed", 0));
+    if (!is_floating_point(in[0].dtype))
+      return invalid_argument("dropout: needs a floating-point input, got {}", shapes_string(in));
+    if (a.get_int("seed", 0) < 0)
+      return invalid_argument("dropout: seed {} is negative", a.get_int("seed", 0));
     return in[0];
   };
-  op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta&) { return dropout_kernel(in[0], a); };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta&) {
+    return dropout_kernel(in[0], a);
+  };
   op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
     // The hash of kernels/mask.tile, written out again.
     const double p = a.get_double("p", 0.5);
@@ -117,7 +128,9 @@ void add_mask_ops(std::vector<OpDef>& ops) {
   ops.push_back(dropout_op());
 }
 
-Expected<Tensor> causal_mask(const Tensor& scores) { return run("causal_mask", {scores}); }
+Expected<Tensor> causal_mask(const Tensor& scores) {
+  return run("causal_mask", {scores});
+}
 Expected<Tensor> dropout(const Tensor& x, double p, int64_t seed) {
   return run("dropout", {x}, Attrs().set("p", p).set("seed", seed));
 }

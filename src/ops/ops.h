@@ -18,6 +18,9 @@ Expected<Tensor> relu(const Tensor& x);
 Expected<Tensor> gelu(const Tensor& x);  // the tanh approximation
 Expected<Tensor> tanh(const Tensor& x);
 Expected<Tensor> sigmoid(const Tensor& x);
+Expected<Tensor> silu(const Tensor& x);      // x sigmoid(x)
+Expected<Tensor> gelu_erf(const Tensor& x);  // the exact gelu, 0.5 x (1 + erf(x / sqrt 2))
+Expected<Tensor> rsqrt(const Tensor& x);
 Expected<Tensor> scale(const Tensor& x, double factor);  // factor * x
 
 // a [..., M, K] @ b [..., K, N] -> [..., M, N], batch dimensions broadcast.
@@ -52,11 +55,14 @@ Expected<Tensor> dropout(const Tensor& x, double p, int64_t seed);
 
 // NCHW. conv2d: x [N, C, H, W], weight [O, C, KH, KW], bias [O]; stride, padding, dilation are
 // {h, w} pairs. Pooling windows are {h, w}; stride defaults to the window.
-Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, std::vector<int64_t> stride = {1, 1},
-                        std::vector<int64_t> padding = {0, 0}, std::vector<int64_t> dilation = {1, 1});
-Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window, std::vector<int64_t> stride = {},
+Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
+                        std::vector<int64_t> dilation = {1, 1});
+Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride = {},
                             std::vector<int64_t> padding = {0, 0});
-Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window, std::vector<int64_t> stride = {},
+Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride = {},
                             std::vector<int64_t> padding = {0, 0});
 
 // Views (no copy where the layout allows).

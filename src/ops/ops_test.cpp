@@ -64,7 +64,9 @@ std::vector<Case> all_cases() {
         {op, {real({2, 3, 4, 5}), second({1, 3, 1, 5})}, {}});  // keeps 4 dims: copied first
     c.push_back({op, {transposed({3, 17}), second({3, 17})}, {}});
   }
-  for (const char* op : {"relu", "gelu", "tanh", "sigmoid"}) {
+  c.push_back({"rsqrt", {positive({3, 5})}, {}});
+  c.push_back({"rsqrt", {positive({1})}, {}});
+  for (const char* op : {"relu", "gelu", "tanh", "sigmoid", "silu", "gelu_erf"}) {
     c.push_back({op, {real({1})}, {}});
     c.push_back({op, {real({3, 5})}, {}});
     c.push_back({op, {real({2, 3, 263})}, {}});
@@ -118,17 +120,25 @@ std::vector<Case> all_cases() {
   c.push_back({"slice", {real({2, 5, 3})}, Attrs().set("dim", 1).set("start", 1).set("end", 2)});
   c.push_back({"contiguous", {transposed({3, 5})}, {}});
   c.push_back({"causal_mask", {real({3, 3})}, Attrs().set("value", -5.0)});
-  c.push_back({"causal_mask", {real({2, 3, 5})}, Attrs().set("value", -5.0)});  // 3 queries over 5 keys
+  c.push_back(
+      {"causal_mask", {real({2, 3, 5})}, Attrs().set("value", -5.0)});  // 3 queries over 5 keys
   c.push_back({"dropout", {real({3, 7})}, Attrs().set("p", 0.3).set("seed", 7)});
   c.push_back({"dropout", {transposed({2, 3, 5})}, Attrs().set("p", 0.5).set("seed", 123456789)});
   c.push_back({"conv2d", {real({1, 1, 1, 1}), real({1, 1, 1, 1}), real({1})}, {}});
-  c.push_back({"conv2d", {real({2, 3, 5, 6}), real({4, 3, 3, 3}), real({4})}, Attrs().set("padding", {1, 1})});
-  c.push_back({"conv2d", {real({1, 2, 7, 5}), real({3, 2, 3, 2}), real({3})},
+  c.push_back({"conv2d",
+               {real({2, 3, 5, 6}), real({4, 3, 3, 3}), real({4})},
+               Attrs().set("padding", {1, 1})});
+  c.push_back({"conv2d",
+               {real({1, 2, 7, 5}), real({3, 2, 3, 2}), real({3})},
                Attrs().set("stride", {2, 1}).set("padding", {1, 0}).set("dilation", {1, 2})});
   c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
-  c.push_back({"max_pool2d", {real({1, 2, 5, 5})}, Attrs().set("window", {3, 3}).set("stride", {2, 2}).set("padding", {1, 1})});
+  c.push_back({"max_pool2d",
+               {real({1, 2, 5, 5})},
+               Attrs().set("window", {3, 3}).set("stride", {2, 2}).set("padding", {1, 1})});
   c.push_back({"avg_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
-  c.push_back({"avg_pool2d", {real({1, 1, 5, 7})}, Attrs().set("window", {3, 2}).set("stride", {1, 2}).set("padding", {1, 1})});
+  c.push_back({"avg_pool2d",
+               {real({1, 1, 5, 7})},
+               Attrs().set("window", {3, 2}).set("stride", {1, 2}).set("padding", {1, 1})});
   c.push_back({"avg_pool2d", {real({2, 3, 1, 1})}, Attrs().set("window", {1})});
   return c;
 }
@@ -294,6 +304,29 @@ TEST(BackendOps, EveryOpForwardAndGradientOnEveryBackend) {
       "{:.1f} s in all",
       cases.size(), stats.compiled, stats.compile_seconds, stats.launches,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// The dropout mask: the kept fraction is 1 - p within 4 standard deviations, a seed gives the
+// same mask on every backend, and another seed another mask.
+TEST(BackendOps, DropoutMaskIsSeededAndHasTheRightRate) {
+  const int64_t n = 20000;
+  std::vector<float> ones(n, 1.0f);
+  std::vector<std::vector<float>> masks;
+  for (Device* device : test_devices()) {
+    Tensor x = Tensor::from_vector(ones, {n}, device).value();
+    for (int64_t seed : {1, 2})
+      masks.push_back(dropout(x, 0.25, seed).value().to_vector<float>().value());
+  }
+  int64_t kept = 0;
+  for (float v : masks[0]) {
+    ASSERT_TRUE(v == 0.0f || std::fabs(v - 1 / 0.75f) < 1e-6) << v;
+    kept += v != 0.0f;
+  }
+  const double sigma = std::sqrt(n * 0.25 * 0.75);
+  EXPECT_NEAR(static_cast<double>(kept), 0.75 * n, 4 * sigma);
+  EXPECT_NE(masks[0], masks[1]) << "two seeds, one mask";
+  for (size_t i = 2; i < masks.size(); ++i)
+    EXPECT_EQ(masks[i], masks[i % 2]) << "a seed's mask differs between backends";
 }
 
 TEST(BackendOps, ShapeErrorsNameTheOpAndTheShapes) {
