@@ -206,16 +206,19 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
 }
 
 // The test devices: every available device the op library launches on.
-std::vector<Device*> test_devices() {
-  std::vector<Device*> devices;
-  for (Device* d : available_devices()) {
-    if (d->kind() == DeviceKind::kCuda) {
-      log_warn("ops tests: skipping {}: the op library does not launch on CUDA yet", d->id());
-      continue;
+const std::vector<Device*>& test_devices() {
+  static const std::vector<Device*> devices = [] {
+    std::vector<Device*> list;
+    for (Device* d : available_devices()) {
+      if (d->kind() == DeviceKind::kCuda) {
+        log_warn("ops tests: skipping {}: the op library does not launch on CUDA yet", d->id());
+        continue;
+      }
+      list.push_back(d);
     }
-    devices.push_back(d);
-  }
-  if (devices.size() == 1) log_warn("ops tests: no OpenCL device here, testing cpu only");
+    if (list.size() == 1) log_warn("ops tests: no OpenCL device here, testing cpu only");
+    return list;
+  }();
   return devices;
 }
 
@@ -363,7 +366,7 @@ TEST(BackendOps, ShapeErrorsNameTheOpAndTheShapes) {
 }
 
 TEST(BackendOps, InputsOnTwoDevicesAreAnError) {
-  std::vector<Device*> devices = test_devices();
+  const std::vector<Device*>& devices = test_devices();
   if (devices.size() < 2) GTEST_SKIP() << "one device here";
   auto a = Tensor::zeros({2, 3}, DType::kF32, devices[0]).value();
   auto b = Tensor::zeros({2, 3}, DType::kF32, devices[1]).value();
