@@ -57,6 +57,12 @@ Expected<Variable> sum(const Variable& x, std::vector<int64_t> axes, bool keepdi
 Expected<Variable> mean(const Variable& x, std::vector<int64_t> axes, bool keepdim) {
   return apply("mean", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
 }
+Expected<Variable> max(const Variable& x, std::vector<int64_t> axes, bool keepdim) {
+  return apply("max", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
+}
+Expected<Variable> concat(const Variable& a, const Variable& b, int64_t dim) {
+  return apply("concat", {a, b}, Attrs().set("dim", dim));
+}
 Expected<Variable> softmax(const Variable& x) {
   return apply("softmax", {x});
 }

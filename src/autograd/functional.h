@@ -28,6 +28,8 @@ Expected<Variable> matmul(const Variable& a, const Variable& b);
 Expected<Variable> linear(const Variable& x, const Variable& weight, const Variable& bias);
 Expected<Variable> sum(const Variable& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 Expected<Variable> mean(const Variable& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Variable> max(const Variable& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Variable> concat(const Variable& a, const Variable& b, int64_t dim);
 Expected<Variable> softmax(const Variable& x);
 Expected<Variable> log_softmax(const Variable& x);
 Expected<Variable> cross_entropy(const Variable& logits, const Variable& target,

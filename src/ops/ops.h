@@ -31,6 +31,7 @@ Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bia
 // Over `axes` (empty: all), keeping them as size 1 when keepdim.
 Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 Expected<Tensor> mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Tensor> max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 // The sum of `grad` over the dimensions that broadcasting to grad's shape added to `shape`.
 Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape);
 
@@ -69,6 +70,8 @@ Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
 Expected<Tensor> reshape(const Tensor& x, const Shape& shape);
 Expected<Tensor> permute(const Tensor& x, const std::vector<int64_t>& order);
 Expected<Tensor> slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+// a and b joined along dim (their other sizes equal). Split is slices.
+Expected<Tensor> concat(const Tensor& a, const Tensor& b, int64_t dim);
 // A contiguous copy on the device (the identity for autograd).
 Expected<Tensor> contiguous(const Tensor& x);
 

@@ -89,6 +89,12 @@ std::vector<Case> all_cases() {
   c.push_back({"sum", {real({1, 300})}, Attrs().set("axes", {-1})});
   c.push_back({"mean", {real({2, 3, 4})}, Attrs().set("axes", {-1})});
   c.push_back({"mean", {real({5})}, {}});
+  c.push_back({"max", {real({3, 5})}, Attrs().set("axes", {1})});
+  c.push_back({"max", {real({2, 3, 4})}, Attrs().set("axes", {0, 2}).set("keepdim", 1)});
+  c.push_back({"max", {transposed({1, 7})}, {}});
+  c.push_back({"concat", {real({2, 3}), real({2, 4})}, Attrs().set("dim", 1)});
+  c.push_back({"concat", {real({1, 3, 2}), transposed({2, 3, 2})}, Attrs().set("dim", 0)});
+  c.push_back({"concat", {real({2, 1, 3}), real({2, 2, 3})}, Attrs().set("dim", -2)});
   c.push_back({"mean", {transposed({4, 3})}, Attrs().set("axes", {1}).set("keepdim", 1)});
   for (const char* op : {"softmax", "log_softmax"}) {
     c.push_back({op, {real({1, 1})}, {}});
