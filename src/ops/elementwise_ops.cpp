@@ -204,9 +204,56 @@ OpDef scale_op() {
   return op;
 }
 
+// cast among f32, f16 and bf16 (round to nearest even; the `cast` kernel). The gradient is cast
+// back to the input's dtype.
+bool is_castable(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+Expected<Tensor> cast_forward(const Tensor& x, DType to) {
+  if (x.dtype() == to) return x;
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), to, x));
+  TESSEL_TRY(launch_elementwise("cast", {{"U", dtype_name(to)}}, {x, y}, {}));
+  return y;
+}
+
+OpDef cast_op() {
+  OpDef op;
+  op.name = "cast";
+  op.attrs = {"dtype"};
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
+    int64_t code = a.get_int("dtype", static_cast<int64_t>(DType::kF32));
+    bool valid = code >= 0 && code < kDTypeCount && is_castable(static_cast<DType>(code));
+    if (!valid || !is_castable(in[0].dtype))
+      return invalid_argument("cast: converts among f32, f16 and bf16; got {} to dtype code {}",
+                              shapes_string(in), code);
+    return TensorMeta{in[0].shape, static_cast<DType>(code)};
+  };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
+    return cast_forward(in[0], out.dtype);
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    DType to = static_cast<DType>(a.get_int("dtype", static_cast<int64_t>(DType::kF32)));
+    RefTensor out = in[0];
+    for (double& v : out.values) {
+      float f = static_cast<float>(v);
+      v = to == DType::kBF16  ? static_cast<float>(BFloat16(f))
+          : to == DType::kF16 ? static_cast<float>(Half(f))
+                              : f;
+    }
+    return out;
+  };
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, cast_forward(b.grad_output, b.input_meta[0].dtype));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
 }  // namespace
 
 void add_elementwise_ops(std::vector<OpDef>& ops) {
+  ops.push_back(cast_op());
   ops.push_back(binary_op("add", kAdd));
   ops.push_back(binary_op("sub", kSub));
   ops.push_back(binary_op("mul", kMul));

@@ -9,7 +9,10 @@
 
 namespace tessel::ops {
 
-// Element-wise, with NumPy broadcasting for the binary ones.
+// Among f32, f16 and bf16, rounding to nearest even.
+Expected<Tensor> cast(const Tensor& x, DType dtype);
+
+// Element-wise, with NumPy broadcasting for the binary ones (any float dtype, one per call).
 Expected<Tensor> add(const Tensor& a, const Tensor& b);
 Expected<Tensor> sub(const Tensor& a, const Tensor& b);
 Expected<Tensor> mul(const Tensor& a, const Tensor& b);

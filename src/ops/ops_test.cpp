@@ -29,6 +29,7 @@ struct Input {
   int64_t classes = 0;         // kIds: values in [0, classes)
   int64_t ignore = INT64_MIN;  // kIds: this value appears too, at every third position
   bool transposed = false;     // passed as a transposed view of a contiguous tensor
+  DType dtype = DType::kF32;   // kReal, kPositive: f32, f16 or bf16 (values rounded to it)
 };
 Input real(Shape s) {
   return {Input::kReal, std::move(s)};
@@ -49,6 +50,11 @@ struct Case {
   std::string op;
   std::vector<Input> inputs;
   Attrs attrs;
+  // Tolerances are multiplied by this (16-bit outputs are rounded to 8 or 11 significant bits).
+  double tolerance_scale = 1;
+  // The reference is piecewise constant (rounding), so the gradient is checked against the
+  // straight-through one, w itself, instead of finite differences.
+  bool straight_through = false;
 };
 
 std::vector<Case> all_cases() {
@@ -73,6 +79,22 @@ std::vector<Case> all_cases() {
     c.push_back({op, {transposed({5, 3})}, {}});
   }
   c.push_back({"scale", {real({4, 3})}, Attrs().set("factor", -0.75)});
+  // 16-bit floats: casts, and element-wise ops computing in f32 and rounding their results
+  // (bf16 keeps 8 significant bits: relative error 2^-9, so tolerances x 200; f16: x 30).
+  auto half = [](Input in, DType t) {
+    in.dtype = t;
+    return in;
+  };
+  c.push_back({"cast", {real({3, 5})}, Attrs().set("dtype", int64_t(DType::kBF16)), 1, true});
+  c.push_back({"cast", {real({2, 257})}, Attrs().set("dtype", int64_t(DType::kF16)), 1, true});
+  c.push_back({"cast",
+               {half(real({4, 3}), DType::kBF16)},
+               Attrs().set("dtype", int64_t(DType::kF32)),
+               1,
+               true});
+  c.push_back({"add", {half(real({3, 5}), DType::kBF16), half(real({5}), DType::kBF16)}, {}, 200});
+  c.push_back({"mul", {half(real({3, 5}), DType::kF16), half(real({3, 1}), DType::kF16)}, {}, 30});
+  c.push_back({"gelu", {half(real({2, 9}), DType::kBF16)}, {}, 200});
   c.push_back({"matmul", {real({1, 1}), real({1, 1})}, {}});
   c.push_back({"matmul", {real({3, 5}), real({5, 7})}, {}});
   c.push_back({"matmul", {real({2, 3, 4}), real({4, 5})}, {}});
@@ -169,12 +191,36 @@ std::vector<RefTensor> make_inputs(const Case& c, uint32_t seed) {
                           : std::uniform_int_distribution<int64_t>(0, in.classes - 1)(rng);
       } else {
         float lo = in.kind == Input::kPositive ? 0.5f : -2.0f;
-        t.values[i] = std::uniform_real_distribution<float>(lo, 2.0f)(rng);
+        float f = std::uniform_real_distribution<float>(lo, 2.0f)(rng);
+        t.values[i] = in.dtype == DType::kBF16  ? float(BFloat16(f))
+                      : in.dtype == DType::kF16 ? float(Half(f))
+                                                : f;
       }
     }
     out.push_back(std::move(t));
   }
   return out;
+}
+
+// f32 values (exact in `dtype`) as a tensor of `dtype`, and back.
+Expected<Tensor> from_floats(const std::vector<float>& v, const Shape& shape, DType dtype,
+                             Device* device) {
+  if (dtype == DType::kBF16)
+    return Tensor::from_vector(std::vector<BFloat16>(v.begin(), v.end()), shape, device);
+  if (dtype == DType::kF16)
+    return Tensor::from_vector(std::vector<Half>(v.begin(), v.end()), shape, device);
+  return Tensor::from_vector(v, shape, device);
+}
+Expected<std::vector<float>> to_floats(const Tensor& t) {
+  if (t.dtype() == DType::kBF16) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<BFloat16> v, t.to_vector<BFloat16>());
+    return std::vector<float>(v.begin(), v.end());
+  }
+  if (t.dtype() == DType::kF16) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Half> v, t.to_vector<Half>());
+    return std::vector<float>(v.begin(), v.end());
+  }
+  return t.to_vector<float>();
 }
 
 Expected<Tensor> to_device(const RefTensor& r, const Input& in, Device* device) {
@@ -183,6 +229,10 @@ Expected<Tensor> to_device(const RefTensor& r, const Input& in, Device* device) 
     return Tensor::from_vector(v, r.shape, device);
   }
   std::vector<float> v(r.values.begin(), r.values.end());
+  if (in.dtype != DType::kF32) {
+    TESSEL_CHECK(!in.transposed, "16-bit inputs are contiguous in these tests");
+    return from_floats(v, r.shape, in.dtype, device);
+  }
   if (!in.transposed) return Tensor::from_vector(v, r.shape, device);
   // Stored as the transpose of the last two dimensions, then viewed back.
   Shape stored = r.shape;
@@ -250,9 +300,9 @@ void check_case(const Case& c, Device* device, int index) {
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   RefTensor want = op.reference(ref_in, c.attrs);
   ASSERT_EQ(out->shape(), want.shape);
-  auto got = out->to_vector<float>();
+  auto got = to_floats(*out);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
-  expect_close(*got, want.values, 2e-5, 2e-5, "forward");
+  expect_close(*got, want.values, 2e-5 * c.tolerance_scale, 2e-5 * c.tolerance_scale, "forward");
 
   if (!op.backward) return;
   std::mt19937 rng(77 + index);
@@ -260,7 +310,15 @@ void check_case(const Case& c, Device* device, int index) {
   std::vector<float> wf(w.size());
   for (size_t i = 0; i < w.size(); ++i)
     w[i] = wf[i] = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-  auto grad_output = Tensor::from_vector(wf, out->shape(), device);
+  if (out->dtype() != DType::kF32) {  // w exact in the output's dtype
+    std::vector<float> rounded =
+        to_floats(
+            from_floats(wf, {static_cast<int64_t>(wf.size())}, out->dtype(), cpu_device()).value())
+            .value();
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = wf[i] = rounded[i];
+  }
+  auto grad_output = from_floats(wf, out->shape(), out->dtype(), device);
   ASSERT_TRUE(grad_output.ok());
   BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}};
   for (size_t i = 0; i < in.size(); ++i) {
@@ -279,7 +337,8 @@ void check_case(const Case& c, Device* device, int index) {
     ASSERT_EQ(g.shape(), in[i].shape()) << "gradient shape of input " << i;
     std::vector<double> numeric(ref_in[i].values.size());
     const double h = 1e-4;
-    for (size_t j = 0; j < numeric.size(); ++j) {
+    if (c.straight_through) numeric = w;
+    for (size_t j = 0; j < numeric.size() && !c.straight_through; ++j) {
       std::vector<RefTensor> x = ref_in;
       x[i].values[j] += h;
       double up = weighted_sum(op.reference(x, c.attrs), w);
@@ -287,9 +346,11 @@ void check_case(const Case& c, Device* device, int index) {
       double down = weighted_sum(op.reference(x, c.attrs), w);
       numeric[j] = (up - down) / (2 * h);
     }
-    auto got_grad = g.to_vector<float>();
+    ASSERT_EQ(g.dtype(), in[i].dtype()) << "gradient dtype of input " << i;
+    auto got_grad = to_floats(g);
     ASSERT_TRUE(got_grad.ok()) << got_grad.status().to_string();
-    expect_close(*got_grad, numeric, 2e-4, 2e-3, "gradient of input " + std::to_string(i));
+    expect_close(*got_grad, numeric, 2e-4 * c.tolerance_scale, 2e-3 * c.tolerance_scale,
+                 "gradient of input " + std::to_string(i));
   }
 }
 
