@@ -18,8 +18,15 @@
 
 namespace tessel::dist {
 
+// `stream_out`: write `out` with non-temporal stores (see copy_nontemporal).
 void reduce(void* out, void* out2, const void* const* inputs, int ninputs, size_t count,
-            DataType type, RedOp op, int avg_divisor);
+            DataType type, RedOp op, int avg_divisor, bool stream_out = false);
+
+// memcpy with stores that bypass the cache: for outputs larger than the cache, whose lines would
+// otherwise be read from memory before being overwritten and then evict data still needed.
+// Call store_fence() before telling another thread that the data is there.
+void copy_nontemporal(void* dst, const void* src, size_t bytes);
+void store_fence();
 
 // Name of the loop variant in use: "avx2" or "baseline".
 const char* reduce_variant();

@@ -191,7 +191,17 @@ double reference(const Case& c, size_t i) {
 
 using ReduceFn = void (*)(void*, void*, const void* const*, int, size_t, DataType, RedOp, int);
 
-void run_case(const Case& c, bool in_place, ReduceFn fn = reduce) {
+void reduce_cached(void* out, void* out2, const void* const* inputs, int n, size_t count,
+                   DataType type, RedOp op, int avg_divisor) {
+  reduce(out, out2, inputs, n, count, type, op, avg_divisor);
+}
+void reduce_streamed(void* out, void* out2, const void* const* inputs, int n, size_t count,
+                     DataType type, RedOp op, int avg_divisor) {
+  reduce(out, out2, inputs, n, count, type, op, avg_divisor, /*stream_out=*/true);
+  store_fence();
+}
+
+void run_case(const Case& c, bool in_place, ReduceFn fn = reduce_cached) {
   const size_t elem = dtype_size(c.type);
   std::vector<std::vector<unsigned char>> in(c.n, std::vector<unsigned char>(c.count * elem + 1));
   for (int k = 0; k < c.n; ++k)
@@ -235,6 +245,28 @@ TEST(Reduce, BaselineLoopsMatchReference) {
   for (int t = 0; t < kNumDataTypes; ++t)
     for (int o = 0; o < kNumRedOps; ++o)
       run_case({static_cast<DataType>(t), static_cast<RedOp>(o), 3, 2051}, false, reduce_baseline);
+}
+
+TEST(Reduce, StreamedOutputMatchesReference) {
+  for (int t = 0; t < kNumDataTypes; ++t)
+    run_case({static_cast<DataType>(t), RedOp::kSum, 2, 5003}, false, reduce_streamed);
+}
+
+TEST(Reduce, NonTemporalCopyIsACopyAtAnyAlignment) {
+  std::vector<unsigned char> src(10000), dst(10000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t offset : {size_t{0}, size_t{1}, size_t{3}, size_t{16}, size_t{31}, size_t{33}})
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{100}, size_t{4097}, size_t{9000}}) {
+      std::fill(dst.begin(), dst.end(), 0);
+      copy_nontemporal(dst.data() + offset, src.data() + (offset * 7) % 50, bytes);
+      store_fence();
+      ASSERT_EQ(std::memcmp(dst.data() + offset, src.data() + (offset * 7) % 50, bytes), 0)
+          << offset << " " << bytes;
+      ASSERT_EQ(dst[offset + bytes], 0) << "wrote past the end";
+      if (offset > 0) {
+        ASSERT_EQ(dst[offset - 1], 0) << "wrote before the start";
+      }
+    }
 }
 
 TEST(Reduce, OutputMayBeAnInput) {

@@ -116,7 +116,7 @@ double asm_dot_bf16(long trips) {
 
 using AsmLoop = double (*)(long trips);
 
-// GFLOP/s of `loop` on every cpu: each thread runs slices of kSlice trips until 0.2 s have
+// GFLOP/s of `loop` on every cpu: each thread runs slices of kSlice trips until 50 ms have
 // passed since a common start; the total flops over the longest thread's time.
 double asm_rate(AsmLoop loop, const std::vector<int>& cpus) {
   constexpr long kSlice = 1 << 16;
@@ -137,7 +137,7 @@ double asm_rate(AsmLoop loop, const std::vector<int>& cpus) {
       }
       Clock::time_point start = Clock::now();
       double done = 0;
-      while (Clock::now() - start < std::chrono::milliseconds(200))
+      while (Clock::now() - start < std::chrono::milliseconds(50))
         done += loop(kSlice) * kSlice;
       seconds[i] = std::chrono::duration<double>(Clock::now() - start).count();
       flops[i] = done;
@@ -156,7 +156,8 @@ double asm_rate(AsmLoop loop, const std::vector<int>& cpus) {
 
 // One likwid-bench test. The first run() grows likwid's iteration count (-i) from a small one
 // until a run lasts 50 ms (likwid's own -s calibration takes seconds), then every run lasts
-// about 0.3 s.
+// about 0.1 s. All three sides time windows of similar length (tessel's rounds are 50 ms), so on
+// a busy machine none is favoured by the best-of.
 class Likwid {
  public:
   Likwid(std::string test, std::string workgroup, int threads, const char* field)
@@ -172,7 +173,7 @@ class Likwid {
       if (!r.value) return std::nullopt;
       if (r.seconds >= 0.05) {
         iterations_ =
-            std::max(1l, static_cast<long>(static_cast<double>(iterations_) * 0.3 / r.seconds));
+            std::max(1l, static_cast<long>(static_cast<double>(iterations_) * 0.1 / r.seconds));
         calibrated_ = true;
       } else {
         double grow = r.seconds > 0 ? std::clamp(0.1 / r.seconds, 2.0, 64.0) : 64.0;

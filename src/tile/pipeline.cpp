@@ -29,7 +29,7 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
   Kernel k = parsed;
   TESSEL_TRY(after("parse", k, o));
 
-  TESSEL_ASSIGN_OR_RETURN(k, specialize(k, o.params));
+  TESSEL_ASSIGN_OR_RETURN(k, specialize(k, o.params, target.name()));
   TESSEL_TRY(after("specialize", k, o));
 
   TESSEL_TRY(check_shapes(k));

@@ -402,9 +402,19 @@ struct KernelArg {
   bool is_tensor() const { return tensor != nullptr; }
 };
 
+// Parameter defaults for one kind of target: `on gpu <BM = 64, BK = 16>` after the arguments.
+// `target` is "cpu", "gpu" (OpenCL and CUDA), "opencl" or "cuda"; the most specific one that
+// matches wins, and -D overrides win over all of them.
+struct TargetDefaults {
+  std::string target;
+  std::vector<std::pair<std::string, std::string>> values;  // parameter -> value as written
+  SourceLoc loc;
+};
+
 struct Kernel {
   std::string name;
   std::vector<Param> params;
+  std::vector<TargetDefaults> target_defaults;
   std::vector<KernelArg> args;
   std::vector<Expr> sizes;  // Vars of kind kSize, in order of first appearance
   Stmt body;                // a Grid after parsing

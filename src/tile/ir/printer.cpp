@@ -239,7 +239,14 @@ std::string to_string(const Kernel& k) {
     else
       out += fmt::format("{}: {}", a.name, a.scalar->type.name());
   }
-  out += ") {\n";
+  out += ")";
+  for (const TargetDefaults& t : k.target_defaults) {
+    out += fmt::format("\n    on {} <", t.target);
+    for (size_t i = 0; i < t.values.size(); ++i)
+      out += fmt::format("{}{} = {}", i ? ", " : "", t.values[i].first, t.values[i].second);
+    out += ">";
+  }
+  out += " {\n";
   StmtPrinter p;
   p.print(k.body, 1);
   out += p.out;

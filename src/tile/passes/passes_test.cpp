@@ -43,6 +43,23 @@ TEST(Specialize, SubstitutesParametersAndFoldsWhatBecameConstant) {
 )");
 }
 
+TEST(Specialize, TargetDefaultsThenOverrides) {
+  Kernel k = parse(R"(kernel k<B = 8, C = 1, T: dtype = f32>(x: T[N])
+    on gpu <B = 4, C = 2> on cuda <C = 3, T = bf16> {
+  grid (cdiv(N, B * C)) as (b) { }
+})");
+  auto value = [&](const std::string& target, const std::map<std::string, std::string>& d) {
+    auto s = specialize(k, d, target);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return fmt::format("B={} C={} T={}", s->params[0].int_value, s->params[1].int_value,
+                       s->params[2].dtype_value.name());
+  };
+  EXPECT_EQ(value("cpu", {}), "B=8 C=1 T=f32");
+  EXPECT_EQ(value("opencl", {}), "B=4 C=2 T=f32");
+  EXPECT_EQ(value("cuda", {}), "B=4 C=3 T=bf16");
+  EXPECT_EQ(value("cuda", {{"C", "5"}}), "B=4 C=5 T=bf16");
+}
+
 TEST(Simplify, FoldsIntegersLikeC) {
   auto fold = [](BinaryOp op, int64_t a, int64_t b) {
     return *const_int(simplify(Binary::make(op, make_int(a), make_int(b))));

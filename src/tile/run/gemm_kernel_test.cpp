@@ -96,15 +96,12 @@ const GemmCase kShapes[] = {{1, 1, 1}, {7, 13, 5}, {97, 31, 257}, {64, 64, 64}, 
 // Small tiles: many blocks, ragged edges in every dimension, K split in many steps.
 const testing::Params kSmallTiles = {{"BM", "16"}, {"BN", "24"}, {"BK", "8"}};
 
-// The kernel compiled on every backend; GPU backends get small tiles unless told otherwise.
+// The kernel compiled on every backend (GPU backends take the kernel's `on gpu` tiles).
 template <typename Fn>
 void for_each_backend(const testing::Params& params, Fn fn) {
   for (const testing::Backend& b : testing::test_backends()) {
     SCOPED_TRACE("backend " + b.name);
-    testing::Params p = params;
-    if (b.name != "cpu")
-      for (const auto& [key, value] : kSmallTiles) p.emplace(key, value);
-    auto launch = b.compile(gemm_source(), p);
+    auto launch = b.compile(gemm_source(), params);
     ASSERT_TRUE(launch.ok()) << launch.status().to_string();
     fn(*launch);
   }
