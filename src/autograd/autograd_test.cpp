@@ -136,6 +136,138 @@ TEST(Autograd, TransformerPiecesGradientsMatchFiniteDifferences) {
   }
 }
 
+// Training-mode batch norm over N, H, W, written out in plain C++.
+RefTensor batch_norm_reference(const RefTensor& x, const RefTensor& w, const RefTensor& b,
+                               double eps) {
+  const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3];
+  RefTensor y = x;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p)
+        mean += x.values[(i * c + ch) * hw + p] / (n * hw);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p)
+        var += std::pow(x.values[(i * c + ch) * hw + p] - mean, 2) / (n * hw);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p) {
+        double& v = y.values[(i * c + ch) * hw + p];
+        v = (v - mean) / std::sqrt(var + eps) * w.values[ch] + b.values[ch];
+      }
+  }
+  return y;
+}
+
+// The cnn workload's layers, small: conv 3x3 pad 1, batch norm, relu, max-pool 2, linear, loss.
+TEST(Autograd, CnnGradientsMatchFiniteDifferences) {
+  std::vector<RefTensor> p = {random_ref({2, 2, 4, 5}, 21), random_ref({3, 2, 3, 3}, 22),
+                              random_ref({3}, 23),          random_ref({3}, 24, 0.5f, 1.5f),
+                              random_ref({3}, 25),          random_ref({4, 12}, 26),
+                              random_ref({4}, 27)};
+  RefTensor targets{{2}, {3, 1}};
+  auto reference_loss = [&](std::vector<RefTensor>& q) {
+    RefTensor h = ref("conv2d", {q[0], q[1], q[2]}, Attrs().set("padding", {1, 1}));
+    h = ref("relu", {batch_norm_reference(h, q[3], q[4], 1e-5)});
+    h = ref("max_pool2d", {h}, Attrs().set("window", {2, 2}));  // [2, 3, 2, 2]
+    h.shape = {2, 12};
+    return ref("cross_entropy", {ref("linear", {h, q[5], q[6]}), targets}).values[0];
+  };
+  for (Device* device : test_devices()) {
+    SCOPED_TRACE(device->id());
+    std::vector<Variable> v;
+    for (size_t i = 0; i < p.size(); ++i)
+      v.emplace_back(device_tensor(p[i], device), true);
+    Variable t(Tensor::from_vector<int64_t>({3, 1}, {2}, device).value());
+    BatchNormState bn{Tensor::zeros({3}, DType::kF32, device).value(),
+                      Tensor::full({3}, 1.0, DType::kF32, device).value()};
+    Variable h = conv2d(v[0], v[1], v[2], {1, 1}, {1, 1}).value();
+    h = relu(batch_norm(h, v[3], v[4], bn, /*training=*/true).value()).value();
+    h = reshape(max_pool2d(h, {2, 2}).value(), {2, 12}).value();
+    Variable loss = cross_entropy(linear(h, v[5], v[6]).value(), t).value();
+    EXPECT_NEAR(loss.data().to_vector<float>().value()[0], reference_loss(p), 1e-5);
+    ASSERT_TRUE(loss.backward().ok());
+    for (size_t i = 0; i < p.size(); ++i)
+      expect_close(v[i].grad(), numeric_grad(reference_loss, p, i), "param " + std::to_string(i));
+  }
+}
+
+TEST(Autograd, BatchNormRunningStatisticsAndEvaluation) {
+  RefTensor x = random_ref({3, 2, 2, 2}, 31, -1.0f, 3.0f);
+  Variable xv(device_tensor(x, cpu_device()));
+  Variable w(Tensor::from_vector<float>({1, 1}, {2}).value()),
+      b(Tensor::from_vector<float>({0, 0}, {2}).value());
+  BatchNormState bn{Tensor::zeros({2}, DType::kF32).value(),
+                    Tensor::full({2}, 1.0, DType::kF32).value()};
+  ASSERT_TRUE(batch_norm(xv, w, b, bn, true, 0.1).ok());
+  std::vector<float> rm = bn.running_mean.to_vector<float>().value(),
+                     rv = bn.running_var.to_vector<float>().value();
+  for (int ch = 0; ch < 2; ++ch) {
+    double mean = 0, var = 0;
+    std::vector<double> vals;
+    for (int i = 0; i < 3; ++i)
+      for (int p = 0; p < 4; ++p)
+        vals.push_back(x.values[(i * 2 + ch) * 4 + p]);
+    for (double v : vals)
+      mean += v / 12;
+    for (double v : vals)
+      var += (v - mean) * (v - mean) / 11;  // unbiased
+    EXPECT_NEAR(rm[ch], 0.1 * mean, 1e-6);
+    EXPECT_NEAR(rv[ch], 0.9 + 0.1 * var, 1e-6);
+  }
+  // Evaluation normalises with the running statistics: (x - rm) / sqrt(rv + eps).
+  Variable y = batch_norm(xv, w, b, bn, false).value();
+  std::vector<float> got = y.data().to_vector<float>().value();
+  for (size_t i = 0; i < got.size(); ++i) {
+    int ch = static_cast<int>(i / 4 % 2);
+    EXPECT_NEAR(got[i], (x.values[i] - rm[ch]) / std::sqrt(rv[ch] + 1e-5), 1e-5);
+  }
+}
+
+TEST(Autograd, CausalSelfAttentionMatchesReferenceAndFiniteDifferences) {
+  std::vector<RefTensor> p = {random_ref({2, 5, 3}, 41), random_ref({2, 5, 3}, 42),
+                              random_ref({2, 5, 3}, 43)};
+  // Plain attention: row t attends to keys 0..t.
+  auto attention = [](const std::vector<RefTensor>& q) {
+    RefTensor out{{2, 5, 3}, std::vector<double>(30, 0.0)};
+    for (int b = 0; b < 2; ++b)
+      for (int t = 0; t < 5; ++t) {
+        std::vector<double> s(t + 1);
+        double mx = -INFINITY, z = 0;
+        for (int u = 0; u <= t; ++u) {
+          for (int d = 0; d < 3; ++d)
+            s[u] += q[0].values[(b * 5 + t) * 3 + d] * q[1].values[(b * 5 + u) * 3 + d];
+          s[u] /= std::sqrt(3.0);
+          mx = std::max(mx, s[u]);
+        }
+        for (double& x : s)
+          z += (x = std::exp(x - mx));
+        for (int u = 0; u <= t; ++u)
+          for (int d = 0; d < 3; ++d)
+            out.values[(b * 5 + t) * 3 + d] += s[u] / z * q[2].values[(b * 5 + u) * 3 + d];
+      }
+    return out;
+  };
+  RefTensor w = random_ref({2, 5, 3}, 44);
+  auto reference_loss = [&](std::vector<RefTensor>& q) {
+    RefTensor y = attention(q);
+    double s = 0;
+    for (size_t i = 0; i < y.values.size(); ++i)
+      s += y.values[i] * w.values[i];
+    return s;
+  };
+  for (Device* device : test_devices()) {
+    SCOPED_TRACE(device->id());
+    std::vector<Variable> v;
+    for (const RefTensor& r : p)
+      v.emplace_back(device_tensor(r, device), true);
+    Variable y = causal_self_attention(v[0], v[1], v[2]).value();
+    expect_close(y.data(), attention(p).values, "forward");
+    ASSERT_TRUE(y.backward(device_tensor(w, device)).ok());
+    for (size_t i = 0; i < p.size(); ++i)
+      expect_close(v[i].grad(), numeric_grad(reference_loss, p, i), "input " + std::to_string(i));
+  }
+}
+
 TEST(Autograd, GradientsAccumulateUntilZeroed) {
   Variable x(Tensor::from_vector<float>({1, -2, 3}, {3}).value(), true);
   for (int round = 0; round < 2; ++round) {

@@ -1,6 +1,7 @@
-// Element-wise ops: add, sub, mul, div (broadcasting), relu, gelu, tanh, sigmoid, scale. Forward
-// runs the `unary` / `binary` kernels of kernels/elementwise.tile on [D0, D1, D2] views;
-// activation gradients run `unary_grad` (kernels/activation_grad.tile).
+// Element-wise ops: add, sub, mul, div (broadcasting), relu, gelu, gelu_erf, silu, tanh, sigmoid,
+// rsqrt, scale. Forward runs the `unary` / `binary` kernels of kernels/elementwise.tile, or
+// `activation` (kernels/activation.tile) for what unary lacks, on [D0, D1, D2] views; activation
+// gradients run `unary_grad` (kernels/activation.tile).
 #include <cmath>
 
 #include "ops/kernel_util.h"
@@ -12,7 +13,17 @@ namespace {
 
 enum BinaryKind { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
 // The OP numbers of the `unary` kernel.
-enum UnaryKind { kIdentity = 0, kRelu = 1, kGelu = 2, kSigmoid = 3, kTanh = 4 };
+// The OP numbers of the `unary` kernel, continued by `activation` (12, 13).
+enum UnaryKind {
+  kIdentity = 0,
+  kRelu = 1,
+  kGelu = 2,
+  kSigmoid = 3,
+  kTanh = 4,
+  kRsqrt = 8,
+  kSilu = 12,
+  kGeluErf = 13
+};
 
 // Launches an element-wise kernel over tensors of one shape (inputs already expanded), merging
 // dimensions to the kernel's 3; inputs that keep more than 3 are copied contiguous first.
@@ -112,6 +123,12 @@ double unary_reference_value(UnaryKind kind, double x) {
       return 1 / (1 + std::exp(-x));
     case kTanh:
       return std::tanh(x);
+    case kRsqrt:
+      return 1 / std::sqrt(x);
+    case kSilu:
+      return x / (1 + std::exp(-x));
+    case kGeluErf:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
     case kIdentity:
       return x;
   }
@@ -126,12 +143,16 @@ Expected<TensorMeta> infer_float_unary(const std::string& name, const std::vecto
 
 Expected<Tensor> unary_forward(UnaryKind kind, const Tensor& x, double factor) {
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), x.dtype(), x));
-  TESSEL_TRY(launch_elementwise("unary", {{"OP", std::to_string(kind)}}, {x, y}, {factor}));
+  if (kind == kSilu || kind == kGeluErf) {
+    TESSEL_TRY(launch_elementwise("activation", {{"OP", std::to_string(kind)}}, {x, y}, {}));
+  } else {
+    TESSEL_TRY(launch_elementwise("unary", {{"OP", std::to_string(kind)}}, {x, y}, {factor}));
+  }
   return y;
 }
 
-// The activations: the gradient is computed from the input (relu, gelu) or the output
-// (sigmoid, tanh), whichever the derivative needs; only that one is saved.
+// The activations: the gradient is computed from the input (relu, gelu, silu) or the output
+// (sigmoid, tanh, rsqrt), whichever the derivative needs; only that one is saved.
 OpDef activation_op(const std::string& name, UnaryKind kind) {
   OpDef op;
   op.name = name;
@@ -147,7 +168,7 @@ OpDef activation_op(const std::string& name, UnaryKind kind) {
       v = unary_reference_value(kind, v);
     return out;
   };
-  const bool from_output = kind == kSigmoid || kind == kTanh;
+  const bool from_output = kind == kSigmoid || kind == kTanh || kind == kRsqrt;
   op.save_inputs = {!from_output};
   op.save_output = from_output;
   op.backward = [kind, from_output](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
@@ -183,9 +204,56 @@ OpDef scale_op() {
   return op;
 }
 
+// cast among f32, f16 and bf16 (round to nearest even; the `cast` kernel). The gradient is cast
+// back to the input's dtype.
+bool is_castable(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+Expected<Tensor> cast_forward(const Tensor& x, DType to) {
+  if (x.dtype() == to) return x;
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), to, x));
+  TESSEL_TRY(launch_elementwise("cast", {{"U", dtype_name(to)}}, {x, y}, {}));
+  return y;
+}
+
+OpDef cast_op() {
+  OpDef op;
+  op.name = "cast";
+  op.attrs = {"dtype"};
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
+    int64_t code = a.get_int("dtype", static_cast<int64_t>(DType::kF32));
+    bool valid = code >= 0 && code < kDTypeCount && is_castable(static_cast<DType>(code));
+    if (!valid || !is_castable(in[0].dtype))
+      return invalid_argument("cast: converts among f32, f16 and bf16; got {} to dtype code {}",
+                              shapes_string(in), code);
+    return TensorMeta{in[0].shape, static_cast<DType>(code)};
+  };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
+    return cast_forward(in[0], out.dtype);
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    DType to = static_cast<DType>(a.get_int("dtype", static_cast<int64_t>(DType::kF32)));
+    RefTensor out = in[0];
+    for (double& v : out.values) {
+      float f = static_cast<float>(v);
+      v = to == DType::kBF16  ? static_cast<float>(BFloat16(f))
+          : to == DType::kF16 ? static_cast<float>(Half(f))
+                              : f;
+    }
+    return out;
+  };
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, cast_forward(b.grad_output, b.input_meta[0].dtype));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
 }  // namespace
 
 void add_elementwise_ops(std::vector<OpDef>& ops) {
+  ops.push_back(cast_op());
   ops.push_back(binary_op("add", kAdd));
   ops.push_back(binary_op("sub", kSub));
   ops.push_back(binary_op("mul", kMul));
@@ -194,6 +262,9 @@ void add_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(activation_op("gelu", kGelu));
   ops.push_back(activation_op("tanh", kTanh));
   ops.push_back(activation_op("sigmoid", kSigmoid));
+  ops.push_back(activation_op("silu", kSilu));
+  ops.push_back(activation_op("gelu_erf", kGeluErf));
+  ops.push_back(activation_op("rsqrt", kRsqrt));
   ops.push_back(scale_op());
 }
 

@@ -9,7 +9,10 @@
 
 namespace tessel::ops {
 
-// Element-wise, with NumPy broadcasting for the binary ones.
+// Among f32, f16 and bf16, rounding to nearest even.
+Expected<Tensor> cast(const Tensor& x, DType dtype);
+
+// Element-wise, with NumPy broadcasting for the binary ones (any float dtype, one per call).
 Expected<Tensor> add(const Tensor& a, const Tensor& b);
 Expected<Tensor> sub(const Tensor& a, const Tensor& b);
 Expected<Tensor> mul(const Tensor& a, const Tensor& b);
@@ -18,6 +21,9 @@ Expected<Tensor> relu(const Tensor& x);
 Expected<Tensor> gelu(const Tensor& x);  // the tanh approximation
 Expected<Tensor> tanh(const Tensor& x);
 Expected<Tensor> sigmoid(const Tensor& x);
+Expected<Tensor> silu(const Tensor& x);      // x sigmoid(x)
+Expected<Tensor> gelu_erf(const Tensor& x);  // the exact gelu, 0.5 x (1 + erf(x / sqrt 2))
+Expected<Tensor> rsqrt(const Tensor& x);
 Expected<Tensor> scale(const Tensor& x, double factor);  // factor * x
 
 // a [..., M, K] @ b [..., K, N] -> [..., M, N], batch dimensions broadcast.
@@ -28,6 +34,7 @@ Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bia
 // Over `axes` (empty: all), keeping them as size 1 when keepdim.
 Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 Expected<Tensor> mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Tensor> max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 // The sum of `grad` over the dimensions that broadcasting to grad's shape added to `shape`.
 Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape);
 
@@ -45,10 +52,29 @@ Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 // weight [V, C], ids [...] i64 -> [..., C].
 Expected<Tensor> embedding(const Tensor& weight, const Tensor& ids);
 
+// Scores [..., queries, keys] with the keys after each query's position set to -inf.
+Expected<Tensor> causal_mask(const Tensor& scores);
+// x * keep / (1 - p); keep is a hash of (seed, position), so a seed gives the same mask anywhere.
+Expected<Tensor> dropout(const Tensor& x, double p, int64_t seed);
+
+// NCHW. conv2d: x [N, C, H, W], weight [O, C, KH, KW], bias [O]; stride, padding, dilation are
+// {h, w} pairs. Pooling windows are {h, w}; stride defaults to the window.
+Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
+                        std::vector<int64_t> dilation = {1, 1});
+Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride = {},
+                            std::vector<int64_t> padding = {0, 0});
+Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride = {},
+                            std::vector<int64_t> padding = {0, 0});
+
 // Views (no copy where the layout allows).
 Expected<Tensor> reshape(const Tensor& x, const Shape& shape);
 Expected<Tensor> permute(const Tensor& x, const std::vector<int64_t>& order);
 Expected<Tensor> slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+// a and b joined along dim (their other sizes equal). Split is slices.
+Expected<Tensor> concat(const Tensor& a, const Tensor& b, int64_t dim);
 // A contiguous copy on the device (the identity for autograd).
 Expected<Tensor> contiguous(const Tensor& x);
 

@@ -29,6 +29,7 @@ struct Input {
   int64_t classes = 0;         // kIds: values in [0, classes)
   int64_t ignore = INT64_MIN;  // kIds: this value appears too, at every third position
   bool transposed = false;     // passed as a transposed view of a contiguous tensor
+  DType dtype = DType::kF32;   // kReal, kPositive: f32, f16 or bf16 (values rounded to it)
 };
 Input real(Shape s) {
   return {Input::kReal, std::move(s)};
@@ -49,6 +50,11 @@ struct Case {
   std::string op;
   std::vector<Input> inputs;
   Attrs attrs;
+  // Tolerances are multiplied by this (16-bit outputs are rounded to 8 or 11 significant bits).
+  double tolerance_scale = 1;
+  // The reference is piecewise constant (rounding), so the gradient is checked against the
+  // straight-through one, w itself, instead of finite differences.
+  bool straight_through = false;
 };
 
 std::vector<Case> all_cases() {
@@ -64,13 +70,31 @@ std::vector<Case> all_cases() {
         {op, {real({2, 3, 4, 5}), second({1, 3, 1, 5})}, {}});  // keeps 4 dims: copied first
     c.push_back({op, {transposed({3, 17}), second({3, 17})}, {}});
   }
-  for (const char* op : {"relu", "gelu", "tanh", "sigmoid"}) {
+  c.push_back({"rsqrt", {positive({3, 5})}, {}});
+  c.push_back({"rsqrt", {positive({1})}, {}});
+  for (const char* op : {"relu", "gelu", "tanh", "sigmoid", "silu", "gelu_erf"}) {
     c.push_back({op, {real({1})}, {}});
     c.push_back({op, {real({3, 5})}, {}});
     c.push_back({op, {real({2, 3, 263})}, {}});
     c.push_back({op, {transposed({5, 3})}, {}});
   }
   c.push_back({"scale", {real({4, 3})}, Attrs().set("factor", -0.75)});
+  // 16-bit floats: casts, and element-wise ops computing in f32 and rounding their results
+  // (bf16 keeps 8 significant bits: relative error 2^-9, so tolerances x 200; f16: x 30).
+  auto half = [](Input in, DType t) {
+    in.dtype = t;
+    return in;
+  };
+  c.push_back({"cast", {real({3, 5})}, Attrs().set("dtype", int64_t(DType::kBF16)), 1, true});
+  c.push_back({"cast", {real({2, 257})}, Attrs().set("dtype", int64_t(DType::kF16)), 1, true});
+  c.push_back({"cast",
+               {half(real({4, 3}), DType::kBF16)},
+               Attrs().set("dtype", int64_t(DType::kF32)),
+               1,
+               true});
+  c.push_back({"add", {half(real({3, 5}), DType::kBF16), half(real({5}), DType::kBF16)}, {}, 200});
+  c.push_back({"mul", {half(real({3, 5}), DType::kF16), half(real({3, 1}), DType::kF16)}, {}, 30});
+  c.push_back({"gelu", {half(real({2, 9}), DType::kBF16)}, {}, 200});
   c.push_back({"matmul", {real({1, 1}), real({1, 1})}, {}});
   c.push_back({"matmul", {real({3, 5}), real({5, 7})}, {}});
   c.push_back({"matmul", {real({2, 3, 4}), real({4, 5})}, {}});
@@ -87,6 +111,12 @@ std::vector<Case> all_cases() {
   c.push_back({"sum", {real({1, 300})}, Attrs().set("axes", {-1})});
   c.push_back({"mean", {real({2, 3, 4})}, Attrs().set("axes", {-1})});
   c.push_back({"mean", {real({5})}, {}});
+  c.push_back({"max", {real({3, 5})}, Attrs().set("axes", {1})});
+  c.push_back({"max", {real({2, 3, 4})}, Attrs().set("axes", {0, 2}).set("keepdim", 1)});
+  c.push_back({"max", {transposed({1, 7})}, {}});
+  c.push_back({"concat", {real({2, 3}), real({2, 4})}, Attrs().set("dim", 1)});
+  c.push_back({"concat", {real({1, 3, 2}), transposed({2, 3, 2})}, Attrs().set("dim", 0)});
+  c.push_back({"concat", {real({2, 1, 3}), real({2, 2, 3})}, Attrs().set("dim", -2)});
   c.push_back({"mean", {transposed({4, 3})}, Attrs().set("axes", {1}).set("keepdim", 1)});
   for (const char* op : {"softmax", "log_softmax"}) {
     c.push_back({op, {real({1, 1})}, {}});
@@ -117,6 +147,27 @@ std::vector<Case> all_cases() {
   c.push_back({"slice", {real({7, 3})}, Attrs().set("dim", 0).set("start", -3)});
   c.push_back({"slice", {real({2, 5, 3})}, Attrs().set("dim", 1).set("start", 1).set("end", 2)});
   c.push_back({"contiguous", {transposed({3, 5})}, {}});
+  c.push_back({"causal_mask", {real({3, 3})}, Attrs().set("value", -5.0)});
+  c.push_back(
+      {"causal_mask", {real({2, 3, 5})}, Attrs().set("value", -5.0)});  // 3 queries over 5 keys
+  c.push_back({"dropout", {real({3, 7})}, Attrs().set("p", 0.3).set("seed", 7)});
+  c.push_back({"dropout", {transposed({2, 3, 5})}, Attrs().set("p", 0.5).set("seed", 123456789)});
+  c.push_back({"conv2d", {real({1, 1, 1, 1}), real({1, 1, 1, 1}), real({1})}, {}});
+  c.push_back({"conv2d",
+               {real({2, 3, 5, 6}), real({4, 3, 3, 3}), real({4})},
+               Attrs().set("padding", {1, 1})});
+  c.push_back({"conv2d",
+               {real({1, 2, 7, 5}), real({3, 2, 3, 2}), real({3})},
+               Attrs().set("stride", {2, 1}).set("padding", {1, 0}).set("dilation", {1, 2})});
+  c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
+  c.push_back({"max_pool2d",
+               {real({1, 2, 5, 5})},
+               Attrs().set("window", {3, 3}).set("stride", {2, 2}).set("padding", {1, 1})});
+  c.push_back({"avg_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
+  c.push_back({"avg_pool2d",
+               {real({1, 1, 5, 7})},
+               Attrs().set("window", {3, 2}).set("stride", {1, 2}).set("padding", {1, 1})});
+  c.push_back({"avg_pool2d", {real({2, 3, 1, 1})}, Attrs().set("window", {1})});
   return c;
 }
 
@@ -140,12 +191,36 @@ std::vector<RefTensor> make_inputs(const Case& c, uint32_t seed) {
                           : std::uniform_int_distribution<int64_t>(0, in.classes - 1)(rng);
       } else {
         float lo = in.kind == Input::kPositive ? 0.5f : -2.0f;
-        t.values[i] = std::uniform_real_distribution<float>(lo, 2.0f)(rng);
+        float f = std::uniform_real_distribution<float>(lo, 2.0f)(rng);
+        t.values[i] = in.dtype == DType::kBF16  ? float(BFloat16(f))
+                      : in.dtype == DType::kF16 ? float(Half(f))
+                                                : f;
       }
     }
     out.push_back(std::move(t));
   }
   return out;
+}
+
+// f32 values (exact in `dtype`) as a tensor of `dtype`, and back.
+Expected<Tensor> from_floats(const std::vector<float>& v, const Shape& shape, DType dtype,
+                             Device* device) {
+  if (dtype == DType::kBF16)
+    return Tensor::from_vector(std::vector<BFloat16>(v.begin(), v.end()), shape, device);
+  if (dtype == DType::kF16)
+    return Tensor::from_vector(std::vector<Half>(v.begin(), v.end()), shape, device);
+  return Tensor::from_vector(v, shape, device);
+}
+Expected<std::vector<float>> to_floats(const Tensor& t) {
+  if (t.dtype() == DType::kBF16) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<BFloat16> v, t.to_vector<BFloat16>());
+    return std::vector<float>(v.begin(), v.end());
+  }
+  if (t.dtype() == DType::kF16) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Half> v, t.to_vector<Half>());
+    return std::vector<float>(v.begin(), v.end());
+  }
+  return t.to_vector<float>();
 }
 
 Expected<Tensor> to_device(const RefTensor& r, const Input& in, Device* device) {
@@ -154,6 +229,10 @@ Expected<Tensor> to_device(const RefTensor& r, const Input& in, Device* device) 
     return Tensor::from_vector(v, r.shape, device);
   }
   std::vector<float> v(r.values.begin(), r.values.end());
+  if (in.dtype != DType::kF32) {
+    TESSEL_CHECK(!in.transposed, "16-bit inputs are contiguous in these tests");
+    return from_floats(v, r.shape, in.dtype, device);
+  }
   if (!in.transposed) return Tensor::from_vector(v, r.shape, device);
   // Stored as the transpose of the last two dimensions, then viewed back.
   Shape stored = r.shape;
@@ -183,16 +262,19 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
 }
 
 // The test devices: every available device the op library launches on.
-std::vector<Device*> test_devices() {
-  std::vector<Device*> devices;
-  for (Device* d : available_devices()) {
-    if (d->kind() == DeviceKind::kCuda) {
-      log_warn("ops tests: skipping {}: the op library does not launch on CUDA yet", d->id());
-      continue;
+const std::vector<Device*>& test_devices() {
+  static const std::vector<Device*> devices = [] {
+    std::vector<Device*> list;
+    for (Device* d : available_devices()) {
+      if (d->kind() == DeviceKind::kCuda) {
+        log_warn("ops tests: skipping {}: the op library does not launch on CUDA yet", d->id());
+        continue;
+      }
+      list.push_back(d);
     }
-    devices.push_back(d);
-  }
-  if (devices.size() == 1) log_warn("ops tests: no OpenCL device here, testing cpu only");
+    if (list.size() == 1) log_warn("ops tests: no OpenCL device here, testing cpu only");
+    return list;
+  }();
   return devices;
 }
 
@@ -218,9 +300,9 @@ void check_case(const Case& c, Device* device, int index) {
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   RefTensor want = op.reference(ref_in, c.attrs);
   ASSERT_EQ(out->shape(), want.shape);
-  auto got = out->to_vector<float>();
+  auto got = to_floats(*out);
   ASSERT_TRUE(got.ok()) << got.status().to_string();
-  expect_close(*got, want.values, 2e-5, 2e-5, "forward");
+  expect_close(*got, want.values, 2e-5 * c.tolerance_scale, 2e-5 * c.tolerance_scale, "forward");
 
   if (!op.backward) return;
   std::mt19937 rng(77 + index);
@@ -228,7 +310,15 @@ void check_case(const Case& c, Device* device, int index) {
   std::vector<float> wf(w.size());
   for (size_t i = 0; i < w.size(); ++i)
     w[i] = wf[i] = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
-  auto grad_output = Tensor::from_vector(wf, out->shape(), device);
+  if (out->dtype() != DType::kF32) {  // w exact in the output's dtype
+    std::vector<float> rounded =
+        to_floats(
+            from_floats(wf, {static_cast<int64_t>(wf.size())}, out->dtype(), cpu_device()).value())
+            .value();
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = wf[i] = rounded[i];
+  }
+  auto grad_output = from_floats(wf, out->shape(), out->dtype(), device);
   ASSERT_TRUE(grad_output.ok());
   BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}};
   for (size_t i = 0; i < in.size(); ++i) {
@@ -247,7 +337,8 @@ void check_case(const Case& c, Device* device, int index) {
     ASSERT_EQ(g.shape(), in[i].shape()) << "gradient shape of input " << i;
     std::vector<double> numeric(ref_in[i].values.size());
     const double h = 1e-4;
-    for (size_t j = 0; j < numeric.size(); ++j) {
+    if (c.straight_through) numeric = w;
+    for (size_t j = 0; j < numeric.size() && !c.straight_through; ++j) {
       std::vector<RefTensor> x = ref_in;
       x[i].values[j] += h;
       double up = weighted_sum(op.reference(x, c.attrs), w);
@@ -255,9 +346,11 @@ void check_case(const Case& c, Device* device, int index) {
       double down = weighted_sum(op.reference(x, c.attrs), w);
       numeric[j] = (up - down) / (2 * h);
     }
-    auto got_grad = g.to_vector<float>();
+    ASSERT_EQ(g.dtype(), in[i].dtype()) << "gradient dtype of input " << i;
+    auto got_grad = to_floats(g);
     ASSERT_TRUE(got_grad.ok()) << got_grad.status().to_string();
-    expect_close(*got_grad, numeric, 2e-4, 2e-3, "gradient of input " + std::to_string(i));
+    expect_close(*got_grad, numeric, 2e-4 * c.tolerance_scale, 2e-3 * c.tolerance_scale,
+                 "gradient of input " + std::to_string(i));
   }
 }
 
@@ -281,6 +374,29 @@ TEST(BackendOps, EveryOpForwardAndGradientOnEveryBackend) {
       "{:.1f} s in all",
       cases.size(), stats.compiled, stats.compile_seconds, stats.launches,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// The dropout mask: the kept fraction is 1 - p within 4 standard deviations, a seed gives the
+// same mask on every backend, and another seed another mask.
+TEST(BackendOps, DropoutMaskIsSeededAndHasTheRightRate) {
+  const int64_t n = 20000;
+  std::vector<float> ones(n, 1.0f);
+  std::vector<std::vector<float>> masks;
+  for (Device* device : test_devices()) {
+    Tensor x = Tensor::from_vector(ones, {n}, device).value();
+    for (int64_t seed : {1, 2})
+      masks.push_back(dropout(x, 0.25, seed).value().to_vector<float>().value());
+  }
+  int64_t kept = 0;
+  for (float v : masks[0]) {
+    ASSERT_TRUE(v == 0.0f || std::fabs(v - 1 / 0.75f) < 1e-6) << v;
+    kept += v != 0.0f;
+  }
+  const double sigma = std::sqrt(n * 0.25 * 0.75);
+  EXPECT_NEAR(static_cast<double>(kept), 0.75 * n, 4 * sigma);
+  EXPECT_NE(masks[0], masks[1]) << "two seeds, one mask";
+  for (size_t i = 2; i < masks.size(); ++i)
+    EXPECT_EQ(masks[i], masks[i % 2]) << "a seed's mask differs between backends";
 }
 
 TEST(BackendOps, ShapeErrorsNameTheOpAndTheShapes) {
@@ -317,7 +433,7 @@ TEST(BackendOps, ShapeErrorsNameTheOpAndTheShapes) {
 }
 
 TEST(BackendOps, InputsOnTwoDevicesAreAnError) {
-  std::vector<Device*> devices = test_devices();
+  const std::vector<Device*>& devices = test_devices();
   if (devices.size() < 2) GTEST_SKIP() << "one device here";
   auto a = Tensor::zeros({2, 3}, DType::kF32, devices[0]).value();
   auto b = Tensor::zeros({2, 3}, DType::kF32, devices[1]).value();

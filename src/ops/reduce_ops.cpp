@@ -1,8 +1,9 @@
-// sum and mean over axes, on the reduce_rows kernel (kernels/reduce.tile): the reduced axes are
-// moved last (a permuted view), the kept and the reduced axes are each merged into one where the
-// strides allow (else the view is copied contiguous), and each row of the [kept, reduced] matrix
-// is summed. The gradient broadcasts back (the copy4 kernel over a stride-0 view).
+// sum, mean and max over axes, on the reduce_rows kernel (kernels/reduce.tile): the reduced axes
+// are moved last (a permuted view), the kept and the reduced axes are each merged into one where
+// the strides allow (else the view is copied contiguous), and each row of the [kept, reduced]
+// matrix is summed. The gradient broadcasts back (the copy4 kernel over a stride-0 view).
 #include <algorithm>
+#include <cmath>
 
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -59,7 +60,9 @@ std::optional<std::pair<int64_t, int64_t>> merge_group(const Tensor& t,
   return std::make_pair(size, stride);
 }
 
-Expected<Tensor> sum_forward(const Tensor& x, const Attrs& attrs, const TensorMeta& out) {
+// OP of reduce_rows: 0 sum, 1 max.
+Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const TensorMeta& out,
+                                int kind) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
                           reduced_axes("sum", x.shape(), attrs.get_ints("axes")));
   std::vector<int64_t> kept, reduced = axes;
@@ -81,7 +84,7 @@ Expected<Tensor> sum_forward(const Tensor& x, const Attrs& attrs, const TensorMe
     xv = View{c, {m, n}, {n, 1}};
   }
   View yv{y, {y.numel()}, {1}};
-  TESSEL_TRY(launch_kernel("reduce_rows", {{"OP", "0"}}, {xv, yv}));
+  TESSEL_TRY(launch_kernel("reduce_rows", {{"OP", std::to_string(kind)}}, {xv, yv}));
   return y;
 }
 
@@ -130,7 +133,7 @@ OpDef reduce_op(const std::string& name, bool mean) {
   };
   op.forward = [mean](const std::vector<Tensor>& in, const Attrs& a,
                       const TensorMeta& out) -> Expected<Tensor> {
-    TESSEL_ASSIGN_OR_RETURN(Tensor s, sum_forward(in[0], a, out));
+    TESSEL_ASSIGN_OR_RETURN(Tensor s, reduce_forward(in[0], a, out, 0));
     if (!mean || out.shape == in[0].shape()) return s;
     return scale(s, static_cast<double>(s.numel()) /
                         static_cast<double>(std::max<int64_t>(1, in[0].numel())));
@@ -150,11 +153,64 @@ OpDef reduce_op(const std::string& name, bool mean) {
   return op;
 }
 
+// The gradient goes to the elements equal to their maximum (kernels/mask.tile, select_equal).
+OpDef max_op() {
+  OpDef op;
+  op.name = "max";
+  op.attrs = {"axes", "keepdim"};
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    return infer_reduce("max", in, a);
+  };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+    return reduce_forward(in[0], a, out, 1);
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    std::vector<int64_t> axes = reduced_axes("max", in[0].shape, a.get_ints("axes")).value();
+    Shape kept = reduced_shape(in[0].shape, axes, true);
+    RefTensor out{reduced_shape(in[0].shape, axes, a.get_int("keepdim", 0) != 0),
+                  std::vector<double>(reference::numel(kept), -INFINITY)};
+    for (int64_t i = 0; i < reference::numel(in[0].shape); ++i) {
+      double& m = out.values[reference::broadcast_source(reference::unravel(i, in[0].shape), kept)];
+      m = std::max(m, in[0].values[i]);
+    }
+    return out;
+  };
+  op.save_inputs = {true};
+  op.save_output = true;
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    const Shape& in = b.input_meta[0].shape;
+    std::vector<int64_t> axes = reduced_axes("max", in, b.attrs.get_ints("axes")).value();
+    Shape kept = reduced_shape(in, axes, true);
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, reshape(b.output, kept));
+    TESSEL_ASSIGN_OR_RETURN(Tensor g, reshape(b.grad_output, kept));
+    TESSEL_ASSIGN_OR_RETURN(Tensor ye, y.expand(in));
+    TESSEL_ASSIGN_OR_RETURN(Tensor ge, g.expand(in));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(in, b.inputs[0].dtype(), b.inputs[0]));
+    Tensor x = b.inputs[0];
+    auto views = merged_views({x, ye, ge, dx}, 3);
+    if (!views) {
+      TESSEL_ASSIGN_OR_RETURN(x, contiguous_on_device(x));
+      TESSEL_ASSIGN_OR_RETURN(ye, contiguous_on_device(ye));
+      TESSEL_ASSIGN_OR_RETURN(ge, contiguous_on_device(ge));
+      views = merged_views({x, ye, ge, dx}, 3);
+    }
+    TESSEL_TRY(
+        launch_kernel("select_equal", {}, {(*views)[0], (*views)[1], (*views)[2], (*views)[3]}));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
 }  // namespace
 
 void add_reduce_ops(std::vector<OpDef>& ops) {
   ops.push_back(reduce_op("sum", false));
   ops.push_back(reduce_op("mean", true));
+  ops.push_back(max_op());
+}
+
+Expected<Tensor> max(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
+  return run("max", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
 }
 
 Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {

@@ -185,6 +185,81 @@ OpDef slice_op() {
   return op;
 }
 
+// concat of two tensors along `dim` (concat2 in kernels/copy.tile, over [outer, dim, inner]
+// views); the gradients are slices of the output gradient.
+Expected<TensorMeta> infer_concat(const std::vector<TensorMeta>& in, const Attrs& a) {
+  const Shape &x = in[0].shape, &y = in[1].shape;
+  const int64_t rank = static_cast<int64_t>(x.size());
+  int64_t dim = a.get_int("dim", 0);
+  if (dim < 0) dim += rank;
+  bool ok =
+      rank > 0 && x.size() == y.size() && dim >= 0 && dim < rank && in[0].dtype == in[1].dtype;
+  for (int64_t d = 0; ok && d < rank; ++d)
+    ok = d == dim || x[d] == y[d];
+  if (!ok)
+    return invalid_argument("concat: {} do not join along dim {}", shapes_string(in),
+                            a.get_int("dim", 0));
+  Shape out = x;
+  out[dim] += y[dim];
+  return TensorMeta{out, in[0].dtype};
+}
+
+int64_t concat_dim(const Attrs& a, int64_t rank) {
+  int64_t dim = a.get_int("dim", 0);
+  return dim < 0 ? dim + rank : dim;
+}
+
+OpDef concat_op() {
+  OpDef op;
+  op.name = "concat";
+  op.arity = 2;
+  op.attrs = {"dim"};
+  op.infer = infer_concat;
+  op.forward = [](const std::vector<Tensor>& in, const Attrs& a,
+                  const TensorMeta& out) -> Expected<Tensor> {
+    const int64_t dim = concat_dim(a, in[0].rank());
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, in[0]));
+    if (y.numel() == 0) return y;
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < dim; ++d)
+      outer *= out.shape[d];
+    for (size_t d = dim + 1; d < out.shape.size(); ++d)
+      inner *= out.shape[d];
+    std::vector<KernelArg> args;
+    for (const Tensor& t : in) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor c, contiguous_on_device(t));
+      args.push_back(View{c, {outer, t.size(dim), inner}, {t.size(dim) * inner, inner, 1}});
+    }
+    args.push_back(View{y, {outer, out.shape[dim], inner}, {out.shape[dim] * inner, inner, 1}});
+    TESSEL_TRY(launch_kernel("concat2", {}, args));
+    return y;
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    const int64_t dim = concat_dim(a, static_cast<int64_t>(in[0].shape.size()));
+    RefTensor out{in[0].shape, {}};
+    out.shape[dim] += in[1].shape[dim];
+    int64_t outer = 1;
+    for (int64_t d = 0; d < dim; ++d)
+      outer *= out.shape[d];
+    for (int64_t o = 0; o < outer; ++o)
+      for (const RefTensor& t : in) {
+        const int64_t block = reference::numel(t.shape) / outer;
+        out.values.insert(out.values.end(), t.values.begin() + o * block,
+                          t.values.begin() + (o + 1) * block);
+      }
+    return out;
+  };
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    const int64_t dim = concat_dim(b.attrs, static_cast<int64_t>(b.input_meta[0].shape.size()));
+    const int64_t first = b.input_meta[0].shape[dim];
+    std::vector<Tensor> grads(2);
+    TESSEL_ASSIGN_OR_RETURN(grads[0], b.grad_output.slice(dim, 0, first));
+    TESSEL_ASSIGN_OR_RETURN(grads[1], b.grad_output.slice(dim, first, b.grad_output.size(dim)));
+    return grads;
+  };
+  return op;
+}
+
 OpDef contiguous_op() {
   OpDef op;
   op.name = "contiguous";
@@ -207,6 +282,7 @@ void add_view_ops(std::vector<OpDef>& ops) {
   ops.push_back(reshape_op());
   ops.push_back(permute_op());
   ops.push_back(slice_op());
+  ops.push_back(concat_op());
   ops.push_back(contiguous_op());
 }
 
