@@ -68,8 +68,9 @@ TEST(Init, KaimingUniformFanInAndFanOut) {
   expect_moments(w, bound * bound / 3.0, "kaiming_uniform fan_in");
   EXPECT_LE(moments(w).max_abs, bound);
   EXPECT_GT(moments(w).max_abs, 0.999 * bound);
-  ASSERT_TRUE(kaiming_uniform(w, rng, {.mode = FanMode::kFanOut,
-                                       .nonlinearity = Nonlinearity::kRelu}).ok());
+  ASSERT_TRUE(
+      kaiming_uniform(w, rng, {.mode = FanMode::kFanOut, .nonlinearity = Nonlinearity::kRelu})
+          .ok());
   bound = std::sqrt(2.0) * std::sqrt(3.0 / kOut);
   expect_moments(w, bound * bound / 3.0, "kaiming_uniform fan_out");
 }

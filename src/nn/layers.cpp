@@ -18,12 +18,10 @@ Initializer uniform_fan_in(int64_t fan_in) {
 
 }  // namespace
 
-Linear::Linear(int64_t in_features, int64_t out_features, bool bias)
-    : out_features_(out_features) {
-  weight_ = &register_parameter("weight", {out_features, in_features},
-                                [](Tensor& t, Pcg32& rng) {
-                                  return kaiming_uniform(t, rng, {.a = std::sqrt(5.0)});
-                                });
+Linear::Linear(int64_t in_features, int64_t out_features, bool bias) : out_features_(out_features) {
+  weight_ = &register_parameter("weight", {out_features, in_features}, [](Tensor& t, Pcg32& rng) {
+    return kaiming_uniform(t, rng, {.a = std::sqrt(5.0)});
+  });
   if (bias) bias_ = &register_parameter("bias", {out_features}, uniform_fan_in(in_features));
 }
 

@@ -62,9 +62,10 @@ Expected<FlatParameters> FlatParameters::create(Module& root, Device* device, Pc
   std::vector<int64_t> lengths;
   for (auto& [name, p] : root.named_parameters()) {
     if (p->variable.defined())
-      return failed_precondition("parameter '{}' already has memory (FlatParameters::create "
-                                 "was called on this model before)",
-                                 name);
+      return failed_precondition(
+          "parameter '{}' already has memory (FlatParameters::create "
+          "was called on this model before)",
+          name);
     size_t group = 0;
     while (group < flat.groups_.size() && flat.groups_[group].dtype != p->dtype)
       ++group;

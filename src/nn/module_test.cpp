@@ -55,8 +55,8 @@ TEST(Module, NamesAreThoseOfPyTorch) {
   Net net;
   std::vector<std::string> expected = {"wte.weight"};
   for (std::string b : {"blocks.0.", "blocks.1."})
-    for (std::string p : {"ln_1.weight", "ln_1.bias", "attn.weight", "attn.bias",
-                          "mlp.0.weight", "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"})
+    for (std::string p : {"ln_1.weight", "ln_1.bias", "attn.weight", "attn.bias", "mlp.0.weight",
+                          "mlp.0.bias", "mlp.2.weight", "mlp.2.bias"})
       expected.push_back(b + p);
   expected.insert(expected.end(), {"ln_f.weight", "ln_f.bias", "head.weight"});
   EXPECT_EQ(names_of(net), expected);
@@ -66,7 +66,7 @@ TEST(Module, MlpNamesShapesAndCountMatchPyTorch) {
   // nn.Sequential(Linear(784, 512), ReLU(), Linear(512, 256), ReLU(), Linear(256, 10))
   MLP mlp({784, 512, 256, 10});
   std::vector<std::pair<std::string, Shape>> expected = {
-      {"0.weight", {512, 784}}, {"0.bias", {512}}, {"2.weight", {256, 512}},
+      {"0.weight", {512, 784}}, {"0.bias", {512}},       {"2.weight", {256, 512}},
       {"2.bias", {256}},        {"4.weight", {10, 256}}, {"4.bias", {10}}};
   auto named = mlp.named_parameters();
   ASSERT_EQ(named.size(), expected.size());

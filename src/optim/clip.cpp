@@ -25,8 +25,8 @@ Expected<double> global_grad_norm(const nn::FlatParameters& params) {
 }
 
 Expected<double> clip_grad_norm(const nn::FlatParameters& params, double max_norm) {
-  if (!(max_norm > 0)) return invalid_argument("clip_grad_norm: max_norm must be > 0, got {}",
-                                               max_norm);
+  if (!(max_norm > 0))
+    return invalid_argument("clip_grad_norm: max_norm must be > 0, got {}", max_norm);
   TESSEL_ASSIGN_OR_RETURN(double norm, global_grad_norm(params));
   const double coefficient = max_norm / (norm + 1e-6);
   if (coefficient < 1.0) {

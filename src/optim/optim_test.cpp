@@ -42,8 +42,7 @@ double gradient(size_t i, int t) {
 }
 
 // The flat buffer of `flat` as one host vector per parameter, in entry order.
-std::vector<std::vector<float>> per_parameter(const FlatParameters& flat,
-                                              const Tensor& buffer) {
+std::vector<std::vector<float>> per_parameter(const FlatParameters& flat, const Tensor& buffer) {
   std::vector<float> all = buffer.to_vector<float>().value();
   std::vector<std::vector<float>> out;
   for (const auto& e : flat.entries())
@@ -71,8 +70,8 @@ void expect_close(const std::vector<double>& expected, const std::vector<float>&
                   const std::string& what) {
   ASSERT_EQ(expected.size(), got.size()) << what;
   for (size_t i = 0; i < got.size(); ++i)
-    ASSERT_NEAR(got[i], expected[i], 2e-6 + 2e-5 * std::abs(expected[i])) << what << "[" << i
-                                                                          << "]";
+    ASSERT_NEAR(got[i], expected[i], 2e-6 + 2e-5 * std::abs(expected[i]))
+        << what << "[" << i << "]";
 }
 
 // ---- SGD ----
@@ -143,8 +142,8 @@ TEST(Sgd, RejectsWhatTorchRejects) {
   FlatParameters flat = FlatParameters::create(toy, cpu_device(), rng).value();
   EXPECT_FALSE(Sgd::create(flat, {.lr = -1}).ok());
   EXPECT_FALSE(Sgd::create(flat, {.lr = 0.1, .nesterov = true}).ok());
-  EXPECT_FALSE(Sgd::create(flat, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true})
-                   .ok());
+  EXPECT_FALSE(
+      Sgd::create(flat, {.lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true}).ok());
 }
 
 // ---- AdamW ----
@@ -206,8 +205,7 @@ TEST(Schedule, ClosedFormsAtChosenSteps) {
   EXPECT_DOUBLE_EQ(constant.lr_at(0), 0.3);
   EXPECT_DOUBLE_EQ(constant.lr_at(12345), 0.3);
 
-  Schedule cosine{.kind = ScheduleKind::kCosine, .base_lr = 1.0, .min_lr = 0.1,
-                  .total_steps = 100};
+  Schedule cosine{.kind = ScheduleKind::kCosine, .base_lr = 1.0, .min_lr = 0.1, .total_steps = 100};
   ASSERT_TRUE(cosine.validate().ok());
   EXPECT_DOUBLE_EQ(cosine.lr_at(0), 1.0);
   EXPECT_NEAR(cosine.lr_at(25), 0.1 + 0.9 * (1 + std::sqrt(0.5)) / 2, 1e-12);  // 0.86819805
@@ -215,8 +213,11 @@ TEST(Schedule, ClosedFormsAtChosenSteps) {
   EXPECT_NEAR(cosine.lr_at(100), 0.1, 1e-12);
   EXPECT_NEAR(cosine.lr_at(150), 0.1, 1e-12) << "stays at min_lr after the end";
 
-  Schedule warm{.kind = ScheduleKind::kWarmupCosine, .base_lr = 1e-3, .min_lr = 1e-4,
-                .warmup_steps = 10, .total_steps = 110};
+  Schedule warm{.kind = ScheduleKind::kWarmupCosine,
+                .base_lr = 1e-3,
+                .min_lr = 1e-4,
+                .warmup_steps = 10,
+                .total_steps = 110};
   ASSERT_TRUE(warm.validate().ok());
   EXPECT_NEAR(warm.lr_at(0), 1e-4, 1e-15);
   EXPECT_NEAR(warm.lr_at(4), 5e-4, 1e-15);
@@ -225,14 +226,15 @@ TEST(Schedule, ClosedFormsAtChosenSteps) {
   EXPECT_NEAR(warm.lr_at(60), 5.5e-4, 1e-15);
   EXPECT_NEAR(warm.lr_at(110), 1e-4, 1e-15);
 
-  Schedule warm_constant{.kind = ScheduleKind::kWarmupConstant, .base_lr = 2.0,
-                         .warmup_steps = 4};
+  Schedule warm_constant{.kind = ScheduleKind::kWarmupConstant, .base_lr = 2.0, .warmup_steps = 4};
   EXPECT_DOUBLE_EQ(warm_constant.lr_at(1), 1.0);
   EXPECT_DOUBLE_EQ(warm_constant.lr_at(500), 2.0);
 
   EXPECT_FALSE((Schedule{.kind = ScheduleKind::kCosine, .total_steps = 0}).validate().ok());
-  EXPECT_FALSE((Schedule{.kind = ScheduleKind::kWarmupCosine, .warmup_steps = 10,
-                         .total_steps = 10}).validate().ok());
+  EXPECT_FALSE(
+      (Schedule{.kind = ScheduleKind::kWarmupCosine, .warmup_steps = 10, .total_steps = 10})
+          .validate()
+          .ok());
   EXPECT_EQ(parse_schedule_kind("warmup_cosine").value(), ScheduleKind::kWarmupCosine);
   EXPECT_FALSE(parse_schedule_kind("cosin").ok());
 }

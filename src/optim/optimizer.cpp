@@ -21,8 +21,8 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::named_state() const {
 Status Optimizer::add_state(const std::string& suffix) {
   std::vector<Tensor> buffers;
   for (const auto& g : params_->groups()) {
-    TESSEL_ASSIGN_OR_RETURN(Tensor t, Tensor::zeros(g.values.shape(), DType::kF32,
-                                                    params_->device()));
+    TESSEL_ASSIGN_OR_RETURN(Tensor t,
+                            Tensor::zeros(g.values.shape(), DType::kF32, params_->device()));
     buffers.push_back(std::move(t));
   }
   state_names_.push_back(suffix);
@@ -64,8 +64,7 @@ Status Sgd::step() {
   return ok_status();
 }
 
-Expected<std::unique_ptr<AdamW>> AdamW::create(nn::FlatParameters& params,
-                                               const AdamWOptions& o) {
+Expected<std::unique_ptr<AdamW>> AdamW::create(nn::FlatParameters& params, const AdamWOptions& o) {
   if (o.lr < 0) return invalid_argument("AdamW: lr must be >= 0, got {}", o.lr);
   if (o.eps < 0) return invalid_argument("AdamW: eps must be >= 0, got {}", o.eps);
   if (o.beta1 < 0 || o.beta1 >= 1 || o.beta2 < 0 || o.beta2 >= 1)
@@ -86,8 +85,8 @@ Status AdamW::step() {
     const auto& group = params_->groups()[g];
     TESSEL_TRY(ops::launch_kernel(
         "adamw", {},
-        {group.values, group.grads, state_[0][g], state_[1][g], lr_, options_.beta1,
-         options_.beta2, options_.eps, options_.weight_decay, step_size, bias_correction2_sqrt}));
+        {group.values, group.grads, state_[0][g], state_[1][g], lr_, options_.beta1, options_.beta2,
+         options_.eps, options_.weight_decay, step_size, bias_correction2_sqrt}));
   }
   ++step_count_;
   return ok_status();

@@ -76,8 +76,7 @@ struct AdamWOptions {
 
 class AdamW : public Optimizer {
  public:
-  static Expected<std::unique_ptr<AdamW>> create(nn::FlatParameters& params,
-                                                 const AdamWOptions& o);
+  static Expected<std::unique_ptr<AdamW>> create(nn::FlatParameters& params, const AdamWOptions& o);
   Status step() override;
 
  private:

@@ -9,8 +9,8 @@ namespace tessel::optim {
 namespace {
 
 double cosine(int64_t t, int64_t total, double base, double min) {
-  double progress = static_cast<double>(std::clamp<int64_t>(t, 0, total)) /
-                    static_cast<double>(total);
+  double progress =
+      static_cast<double>(std::clamp<int64_t>(t, 0, total)) / static_cast<double>(total);
   return min + (base - min) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
 }
 
@@ -34,8 +34,8 @@ Status Schedule::validate() const {
   if (warmup && warmup_steps < 1)
     return invalid_argument("schedule: warmup_steps must be >= 1, got {}", warmup_steps);
   if (cos && total_steps <= (warmup ? warmup_steps : 0))
-    return invalid_argument("schedule: total_steps ({}) must exceed warmup_steps ({})",
-                            total_steps, warmup ? warmup_steps : 0);
+    return invalid_argument("schedule: total_steps ({}) must exceed warmup_steps ({})", total_steps,
+                            warmup ? warmup_steps : 0);
   return ok_status();
 }
 
