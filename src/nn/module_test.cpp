@@ -140,6 +140,26 @@ TEST(FlatParameters, BackwardAccumulatesIntoTheFlatGradients) {
   EXPECT_EQ(lin.weight().variable.grad().to_vector<float>().value(), std::vector<float>(6, 0.0f));
 }
 
+TEST(Linear, WithoutBiasIsXTimesWeightTransposed) {
+  Linear lin(3, 2, /*bias=*/false);
+  Pcg32 rng(4);
+  FlatParameters flat = FlatParameters::create(lin, cpu_device(), rng).value();
+  ASSERT_EQ(flat.entries().size(), 1u);
+  std::vector<float> w = {1, -2, 0.5f, 3, 0, -1};  // [2, 3]
+  std::copy(w.begin(), w.end(), flat.groups()[0].values.data<float>());
+  std::vector<float> x = {1, 2, 3, -1, 0.5f, 4};  // [2, 3]
+  Variable y = lin.forward(Variable(Tensor::from_vector<float>(x, {2, 3}).value())).value();
+  std::vector<float> expected;
+  for (int b = 0; b < 2; ++b)
+    for (int o = 0; o < 2; ++o)
+      expected.push_back(x[b * 3] * w[o * 3] + x[b * 3 + 1] * w[o * 3 + 1] +
+                         x[b * 3 + 2] * w[o * 3 + 2]);
+  std::vector<float> got = y.data().to_vector<float>().value();
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], expected[i], 1e-5) << i;
+}
+
 TEST(FlatParameters, ForwardBeforeCreateIsAnError) {
   Linear lin(3, 2);
   Variable input(Tensor::zeros({1, 3}, DType::kF32).value());
