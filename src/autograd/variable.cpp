@@ -110,6 +110,17 @@ Expected<Tensor> owned(Tensor t) {
   return ops::copy_on_device(t);
 }
 
+// Adds g to a leaf's gradient. A gradient that is already there is updated in place, so a leaf
+// whose gradient is a view into a flat buffer (nn::FlatParameters) keeps accumulating into it.
+Status accumulate_into_leaf(VariableState& leaf, Tensor g) {
+  if (!leaf.grad.defined()) {
+    TESSEL_ASSIGN_OR_RETURN(leaf.grad, owned(std::move(g)));
+    return ok_status();
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor sum, ops::add(leaf.grad, g));
+  return leaf.grad.copy_from(sum);
+}
+
 }  // namespace
 
 Status Variable::backward(const Tensor& grad_output) const {
@@ -131,9 +142,7 @@ Status Variable::backward(const Tensor& grad_output) const {
   }
   NoGrad no_grad;
   if (is_leaf()) {
-    TESSEL_ASSIGN_OR_RETURN(Tensor g, accumulate(state_->grad, seed));
-    TESSEL_ASSIGN_OR_RETURN(state_->grad, owned(std::move(g)));
-    return ok_status();
+    return accumulate_into_leaf(*state_, seed);
   }
 
   // Count, for each node, how many edges from nodes reachable from the root point at it; a node
@@ -182,8 +191,7 @@ Status Variable::backward(const Tensor& grad_output) const {
                               n->op->name, shape_string(g.shape()), i,
                               shape_string(n->input_meta[i].shape));
       if (e.leaf) {
-        TESSEL_ASSIGN_OR_RETURN(Tensor sum, accumulate(e.leaf->grad, std::move(g)));
-        TESSEL_ASSIGN_OR_RETURN(e.leaf->grad, owned(std::move(sum)));
+        TESSEL_TRY(accumulate_into_leaf(*e.leaf, std::move(g)));
       } else {
         TESSEL_ASSIGN_OR_RETURN(grads[e.node.get()], accumulate(grads[e.node.get()], std::move(g)));
         if (--pending[e.node.get()] == 0) ready.push_back(e.node.get());
