@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "data/mnist.h"
-#include "data/random.h"
+#include "support/random.h"
 #include "data/text_dataset.h"
 #include "runtime/tensor.h"
 

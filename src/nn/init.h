@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "data/random.h"
+#include "support/random.h"
 #include "runtime/tensor.h"
 #include "support/status.h"
 

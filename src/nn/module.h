@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "autograd/variable.h"
-#include "data/random.h"
+#include "support/random.h"
 #include "runtime/tensor.h"
 #include "support/status.h"
 

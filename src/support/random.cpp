@@ -1,5 +1,5 @@
 // PCG32: the reference algorithm (pcg_basic.c) transcribed, plus state save/restore.
-#include "data/random.h"
+#include "support/random.h"
 
 #include <fmt/format.h>
 

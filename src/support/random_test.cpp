@@ -1,5 +1,5 @@
 // PCG32 against the reference implementation's published output, and the permutations built on it.
-#include "data/random.h"
+#include "support/random.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The random number generator of the data pipeline: PCG32 (PCG-XSH-RR 64/32, M. O'Neill,
+// tessel's random number generator: PCG32 (PCG-XSH-RR 64/32, M. O'Neill,
 // https://www.pcg-random.org), written here so that a seed gives the same shuffles and the same
 // sampled windows on every platform and compiler, and so that its whole state (two 64-bit words)
 // can be saved in a checkpoint and restored to continue the same stream.
