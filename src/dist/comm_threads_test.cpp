@@ -76,6 +76,13 @@ TEST(CommThreads, SendRecvRing) {
   EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
+TEST(CommThreads, SendToSelf) {
+  auto failures = on_threads(1, [&](int, tesselComm_t comm, tesselStream_t stream) {
+    return testing::run_ring(comm, stream, DataType::kInt32, 200000);  // bigger than the channel
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
 TEST(CommThreads, CallsAreAsynchronousAndOrderedOnAStream) {
   // Rank 0 enqueues three all-reduces and returns before rank 1 has called anything; once rank
   // 1 joins, the stream finishes them in order (each one's input is the previous output).
@@ -227,7 +234,7 @@ TEST(CommThreads, ArgumentsAreCheckedBeforeEnqueueing) {
   EXPECT_EQ(tesselAllReduce(&x, &x, 1, static_cast<tesselDataType_t>(11), tesselSum, comms[0],
                             nullptr),
             tesselInvalidArgument);
-  EXPECT_EQ(tesselSend(&x, 1, tesselFloat32, 0, comms[0], nullptr), tesselInvalidArgument);
+  EXPECT_EQ(tesselSend(&x, 1, tesselFloat32, 2, comms[0], nullptr), tesselInvalidArgument);
   EXPECT_EQ(tesselAllReduce(&x, &x, 1, tesselFloat32, tesselSum, nullptr, nullptr),
             tesselInvalidArgument);
   // Zero elements need no buffers. One thread drives both ranks, so the calls go in a group.

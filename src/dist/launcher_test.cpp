@@ -55,7 +55,10 @@ TEST(Launcher, AFailingRankStopsTheOthersAndSetsTheExitCode) {
 }
 
 TEST(Launcher, RanksThatIgnoreSigtermAreKilledAfterTheGracePeriod) {
-  auto result = run_shell(2, "if [ $TESSEL_RANK = 0 ]; then kill -9 $$; fi; trap '' TERM; "
+  // Rank 1 ignores SIGTERM, then tells rank 0 (through a file) to die.
+  auto result = run_shell(2, "ready=/tmp/tessel-launcher-test-$TESSEL_JOB_ID; "
+                             "if [ $TESSEL_RANK = 0 ]; then while [ ! -e $ready ]; do sleep 0.01; "
+                             "done; rm -f $ready; kill -9 $$; fi; trap '' TERM; touch $ready; "
                              "while true; do sleep 0.05; done");
   EXPECT_EQ(result.exit_code, 128 + SIGKILL);
   EXPECT_NE(result.first_failure.find("killed by signal 9"), std::string::npos);

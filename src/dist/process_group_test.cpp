@@ -95,7 +95,7 @@ TEST(ProcessGroup, InvalidCallsFailBeforeRunning) {
   ProcessGroup& g = *(*groups)[0];
   float x = 0;
   EXPECT_EQ(g.broadcast(&x, 1, DataType::kFloat32, 5).status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(g.send(&x, 1, DataType::kFloat32, 0).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ(g.send(&x, 1, DataType::kFloat32, -1).status().code(), Code::kInvalidArgument);
   EXPECT_EQ(ProcessGroup::in_process(2, {Backend::kMpi}).status().code(), Code::kInvalidArgument);
 }
 

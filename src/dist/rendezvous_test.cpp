@@ -59,6 +59,17 @@ TEST(RankEnv, OpenMpiVariablesTakeThePortFromTesselOrTorchrun) {
   EXPECT_EQ(no_port->master_port, 0);  // fine for the mpi backend, which needs no store
 }
 
+TEST(RankEnv, SlurmVariables) {
+  auto env = from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
+                   {"TESSEL_MASTER_PORT", "29400"}, {"TESSEL_MASTER_ADDR", "node3"}});
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(env->source, "Slurm");
+  EXPECT_EQ(env->rank, 5);
+  EXPECT_EQ(env->world_size, 8);
+  EXPECT_EQ(env->local_rank, 1);
+  EXPECT_EQ(env->master_addr, "node3");
+}
+
 TEST(RankEnv, ErrorsNameTheVariable) {
   EXPECT_EQ(from({}).status().code(), Code::kNotFound);
   auto half = from({{"TESSEL_RANK", "0"}});

@@ -153,6 +153,7 @@ size_t recv_bytes(const Call& call, int rank, int nranks) {
 }
 
 Status validate(const Call& call, int rank, int nranks) {
+  // A rank may send to itself, as with NCCL (in a group with the matching receive).
   if (static_cast<int>(call.dtype) >= kNumDataTypes)
     return invalid_argument("{}: data type {} is not one of tessel's", call_kind_name(call.kind),
                             static_cast<int>(call.dtype));
@@ -164,9 +165,6 @@ Status validate(const Call& call, int rank, int nranks) {
     return invalid_argument("{}: {} {} is outside the communicator's ranks 0..{}",
                             describe(call), has_root(call.kind) ? "root" : "peer", call.peer,
                             nranks - 1);
-  if (is_point_to_point(call.kind) && call.peer == rank)
-    return invalid_argument("{}: rank {} cannot send to or receive from itself", describe(call),
-                            rank);
   if (send_bytes(call, rank, nranks) > 0 && call.send == nullptr)
     return invalid_argument("{}: the send buffer is null", describe(call));
   if (recv_bytes(call, rank, nranks) > 0 && call.recv == nullptr)

@@ -484,4 +484,17 @@ __attribute__((visibility("default"))) tessel::dist::Transport* tessel_mpi_creat
   return new MpiTransport(collectives, messages, rank, nranks, *options);
 }
 
+__attribute__((visibility("default"))) int tessel_mpi_world(int* rank, int* size, char* error,
+                                                            size_t error_bytes) {
+  tessel::Status started = tessel::dist::ensure_mpi();
+  if (!started.ok()) {
+    std::snprintf(error, error_bytes, "%s", started.to_string().c_str());
+    return -1;
+  }
+  tessel::dist::MpiLock lock;
+  MPI_Comm_rank(MPI_COMM_WORLD, rank);
+  MPI_Comm_size(MPI_COMM_WORLD, size);
+  return 0;
+}
+
 }  // extern "C"
