@@ -216,7 +216,7 @@ TEST_P(ReferenceGemmTest, SmallAndDegenerateShapesEveryTypeAndTranspose) {
 }
 
 TEST_P(ReferenceGemmTest, ShapesAcrossDefaultTiles) {
-  // Past one default block in every direction (192 x 256 x 512 on AVX-512), by primes.
+  // Past one default block in every direction (192 x 256 x 384 f32, x 512 bf16 on AVX-512).
   const int64_t shapes[][3] = {{197, 263, 521}, {389, 37, 257}};
   for (const auto& s : shapes)
     for (GemmInput input : kInputs)

@@ -40,7 +40,7 @@ template <typename TPack>
 struct DefaultTiles;
 template <>
 struct DefaultTiles<float> {
-  static constexpr int kBM = 192, kBN = 256, kBK = 256;
+  static constexpr int kBM = 192, kBN = 256, kBK = 384;
 };
 template <>
 struct DefaultTiles<bf16> {
