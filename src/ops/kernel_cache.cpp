@@ -74,11 +74,13 @@ std::shared_ptr<tile::OpenClDevice> tile_opencl_device(Device* device) {
   return d;
 }
 
+// `ahead_of_time` is set when the CPU kernel came from the build's library (no compiler ran).
 Expected<Launch> compile_for(Device* device, const tile::Kernel& kernel,
-                             const KernelParams& params) {
+                             const KernelParams& params, bool* ahead_of_time) {
   switch (device->kind()) {
     case DeviceKind::kCpu: {
       TESSEL_ASSIGN_OR_RETURN(tile::CpuKernel k, tile::CpuKernel::compile(kernel, params));
+      *ahead_of_time = k.module().ahead_of_time;
       auto shared = std::make_shared<tile::CpuKernel>(std::move(k));
       return Launch([shared](const std::vector<tile::LaunchArg>& a) { return shared->launch(a); });
     }
@@ -124,10 +126,11 @@ Expected<std::shared_ptr<Launch>> find_or_compile(Device* device, const std::str
   if (it != c.kernels.end()) return it->second;
   TESSEL_ASSIGN_OR_RETURN(const tile::Kernel* kernel, parsed_kernel(name));
   auto start = std::chrono::steady_clock::now();
-  Expected<Launch> compiled = compile_for(device, *kernel, params);
+  bool ahead_of_time = false;
+  Expected<Launch> compiled = compile_for(device, *kernel, params, &ahead_of_time);
   if (!compiled.ok())
     return compiled.status().with_context("compiling kernel '{}' for {}", name, device->id());
-  c.stats.compiled += 1;
+  (ahead_of_time ? c.stats.ahead_of_time : c.stats.compiled) += 1;
   c.stats.compile_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   auto launch = std::make_shared<Launch>(std::move(*compiled));

@@ -4,8 +4,9 @@
 //   TESSEL_TRY(launch_kernel("unary", {{"OP", "1"}}, {x3, y3, 1.0}));   // relu on x's device
 //
 // The kernels are the files in kernels/*.tile, compiled into libtessel as text. The first launch
-// of a (device, kernel, parameters) triple compiles it (CPU: the JIT with its on-disk cache, so
-// a later process only loads a shared object; OpenCL: the driver) and keeps it for the life of
+// of a (device, kernel, parameters) triple compiles it (CPU: the kernel compiled ahead of time
+// when the build made one for it, else the JIT with its on-disk cache, so a later process only
+// loads a shared object; OpenCL: the driver) and keeps it for the life of
 // the process; every later launch is a map lookup. The parameters are the kernel's compile-time
 // parameters (-D NAME=VALUE); the dtype parameter T is filled in from the first tensor argument
 // when the caller leaves it out.
@@ -48,7 +49,8 @@ Status prepare_kernel(Device* device, const std::string& kernel, KernelParams pa
 // How many kernels this process compiled or loaded, and how long that took: compile cost stays
 // out of the steady state, and tests print it.
 struct KernelCacheStats {
-  int64_t compiled = 0;
+  int64_t compiled = 0;       // JIT (or OpenCL driver) compiles, including loads from disk
+  int64_t ahead_of_time = 0;  // CPU kernels taken from the build's library (tile/run/cpu_aot.h)
   double compile_seconds = 0;
   int64_t launches = 0;
 };

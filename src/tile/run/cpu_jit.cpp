@@ -156,16 +156,21 @@ Status load(const fs::path& library, const std::string& entry, CpuModule* m) {
   return ok_status();
 }
 
+// The variants, best first, with the flags that select each.
+const CpuIsa kCpuIsas[] = {{"avx512bf16", {"-march=x86-64-v4", "-mavx512bf16"}},
+                           {"avx512", {"-march=x86-64-v4"}},
+                           {"avx2", {"-march=x86-64-v3"}},
+                           {"portable", {}}};
+
 CpuIsa detect_isa() {
   const CpuFeatureSet& f = host_cpu_info().features;
   bool avx512 = f.has(CpuFeature::kAvx512f) && f.has(CpuFeature::kAvx512bw) &&
                 f.has(CpuFeature::kAvx512dq) && f.has(CpuFeature::kAvx512vl) &&
                 f.has(CpuFeature::kFma) && f.has(CpuFeature::kF16c);
-  if (avx512 && f.has(CpuFeature::kAvx512Bf16))
-    return {"avx512bf16", {"-march=x86-64-v4", "-mavx512bf16"}};
-  if (avx512) return {"avx512", {"-march=x86-64-v4"}};
-  if (f.has(CpuFeature::kAvx2) && f.has(CpuFeature::kFma)) return {"avx2", {"-march=x86-64-v3"}};
-  return {"portable", {}};
+  if (avx512 && f.has(CpuFeature::kAvx512Bf16)) return kCpuIsas[0];
+  if (avx512) return kCpuIsas[1];
+  if (f.has(CpuFeature::kAvx2) && f.has(CpuFeature::kFma)) return kCpuIsas[2];
+  return kCpuIsas[3];
 }
 
 }  // namespace
@@ -173,6 +178,13 @@ CpuIsa detect_isa() {
 const CpuIsa& host_cpu_isa() {
   static const CpuIsa isa = detect_isa();
   return isa;
+}
+
+Expected<CpuIsa> cpu_isa_named(std::string_view name) {
+  for (const CpuIsa& isa : kCpuIsas)
+    if (isa.name == name) return isa;
+  return invalid_argument("unknown CPU variant '{}': one of avx512bf16, avx512, avx2, portable",
+                          name);
 }
 
 void* module_symbol(const CpuModule& module, const std::string& name) {
@@ -213,6 +225,7 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   fs::path library = dir / (key + ".so");
   CpuModule m;
   m.library_path = library.string();
+  m.entry_name = entry;
   if (fs::exists(library)) {
     TESSEL_TRY(load(library, entry, &m));
     m.from_cache = true;

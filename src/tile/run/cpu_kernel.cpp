@@ -7,22 +7,34 @@
 #include "support/thread_pool.h"
 #include "tile/codegen/cpu/cpu_renderer.h"
 #include "tile/pipeline.h"
+#include "tile/run/cpu_aot.h"
 
 namespace tessel::tile {
 
-Expected<CpuKernel> CpuKernel::compile(const Kernel& parsed, const std::map<std::string, std::string>& params,
-                                       const CpuJitOptions& jit) {
+Expected<Kernel> lower_for_cpu(const Kernel& parsed, const std::map<std::string, std::string>& params) {
   CompileOptions o;
   int64_t l2 = host_cpu_info().caches.l2_bytes;
   o.target = Target::cpu(l2 > 0 ? l2 : 1 << 20);
   o.params = params;
+  return compile_ir(parsed, o);
+}
+
+Expected<CpuKernel> CpuKernel::compile(const Kernel& parsed, const std::map<std::string, std::string>& params,
+                                       const CpuJitOptions& jit) {
   CpuKernel k;
-  TESSEL_ASSIGN_OR_RETURN(k.ir_, compile_ir(parsed, o));
+  TESSEL_ASSIGN_OR_RETURN(k.ir_, lower_for_cpu(parsed, params));
   k.used_ = used_arguments(k.ir_);
   k.source_ = render_cpu(k.ir_);
-  TESSEL_ASSIGN_OR_RETURN(k.module_, jit_compile_cpu(k.source_, entry_name(k.ir_), jit));
-  k.workspace_size_ = reinterpret_cast<WorkspaceSize>(module_symbol(k.module_, entry_name(k.ir_) + "_workspace"));
-  k.workspace_prepare_ = reinterpret_cast<WorkspacePrepare>(module_symbol(k.module_, entry_name(k.ir_) + "_prepare"));
+  Expected<CpuModule> aot = unavailable("ahead-of-time kernels not asked for");
+  if (jit.ahead_of_time) aot = aot_cpu_module(k.source_, jit.isa);
+  if (aot.ok()) {
+    k.module_ = std::move(*aot);
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(k.module_, jit_compile_cpu(k.source_, entry_name(k.ir_), jit));
+  }
+  const std::string& entry = k.module_.entry_name;
+  k.workspace_size_ = reinterpret_cast<WorkspaceSize>(module_symbol(k.module_, entry + "_workspace"));
+  k.workspace_prepare_ = reinterpret_cast<WorkspacePrepare>(module_symbol(k.module_, entry + "_prepare"));
   return k;
 }
 

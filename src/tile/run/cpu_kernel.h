@@ -19,6 +19,13 @@
 
 namespace tessel::tile {
 
+// The pass pipeline for this CPU (its L2 size bounds the tiles): the IR that render_cpu() turns
+// into the C++ that the JIT or the ahead-of-time build (cpu_aot.h) compiles.
+Expected<Kernel> lower_for_cpu(const Kernel& parsed,
+                               const std::map<std::string, std::string>& params = {});
+
+// Compiles through the JIT, or takes the kernel from the ahead-of-time library when its source
+// is there (CpuJitOptions::ahead_of_time; module().ahead_of_time says which happened).
 class CpuKernel {
  public:
   // `params` overrides compile-time parameters (-D NAME=VALUE).
