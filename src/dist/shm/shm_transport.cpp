@@ -3,10 +3,12 @@
 // collective algorithms themselves are in shm_collectives.cpp.
 #include "dist/shm/shm_transport.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -118,6 +120,17 @@ ShmTransport::ShmTransport(std::shared_ptr<Segment> segment, int rank, const Com
       rank_(rank),
       nranks_(static_cast<int>(segment_->layout().nranks)),
       options_(options) {
+  // Each rank's progress thread gets its own CPU from this process's allowed set, when there are
+  // enough: waiting ranks then never take turns on one core (the scheduler is free to put two
+  // polling threads together, and a poll that yields may hand the core to another program). The
+  // application's threads are left alone. TESSEL_COMM_PIN=0 turns this off.
+  cpu_set_t usable;
+  const char* pin = std::getenv("TESSEL_COMM_PIN");
+  if ((pin == nullptr || std::string_view(pin) != "0") &&
+      sched_getaffinity(0, sizeof(usable), &usable) == 0 && nranks_ <= CPU_COUNT(&usable)) {
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &usable) && seen++ == rank_) pin_cpu_ = cpu;
+  }
   RankBlock& me = segment_->rank(rank_);
   ProcessId id = this_process();
   me.pid = id.pid;
@@ -125,6 +138,14 @@ ShmTransport::ShmTransport(std::shared_ptr<Segment> segment, int rank, const Com
   me.pid_namespace = id.pid_namespace;
   beat(now_ns());
   store_release(me.state, RankState::kActive);
+}
+
+void ShmTransport::on_progress_thread() {
+  if (pin_cpu_ < 0) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(pin_cpu_, &one);
+  pthread_setaffinity_np(pthread_self(), sizeof(one), &one);  // best effort
 }
 
 void ShmTransport::beat(uint64_t now) {
