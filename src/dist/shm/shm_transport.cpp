@@ -154,7 +154,9 @@ void ShmTransport::beat(uint64_t now) {
   store_release(segment_->rank(rank_).heartbeat_ns, now);
 }
 
-void ShmTransport::heartbeat() { beat(now_ns()); }
+void ShmTransport::heartbeat() {
+  beat(now_ns());
+}
 
 void ShmTransport::cancel(const Status& why) {
   {
@@ -177,13 +179,13 @@ void ShmTransport::leave(bool aborted) {
 Status ShmTransport::wait(const std::function<bool()>& ready, const Activity& activity) {
   if (ready()) return ok_status();
   Poller poller(*this, activity);
-  while (!ready()) TESSEL_TRY(poller.idle(ready));
+  while (!ready())
+    TESSEL_TRY(poller.idle(ready));
   return ok_status();
 }
 
 std::string ShmTransport::where(const Activity& activity) const {
-  if (activity.seq == 0)
-    return fmt::format("rank {} was in {}", rank_, describe(*activity.call));
+  if (activity.seq == 0) return fmt::format("rank {} was in {}", rank_, describe(*activity.call));
   return fmt::format("rank {} was in {}, collective #{}", rank_, describe(*activity.call),
                      activity.seq);
 }
@@ -194,7 +196,9 @@ uint64_t ShmTransport::all_peers() const {
 }
 
 namespace {
-uint64_t bit(int rank) { return uint64_t{1} << rank; }
+uint64_t bit(int rank) {
+  return uint64_t{1} << rank;
+}
 }  // namespace
 
 Status ShmTransport::check_peers(const Activity& activity, const std::function<bool()>& ready,
@@ -217,8 +221,7 @@ Status ShmTransport::check_peers(const Activity& activity, const std::function<b
     if (check_process(id, &why) == Liveness::kGone) {
       if (ready()) return ok_status();
       return record_fault(FaultKind::kDied, peer,
-                          fmt::format("rank {} (pid {}) died: {}", peer, block.pid, why),
-                          activity);
+                          fmt::format("rank {} (pid {}) died: {}", peer, block.pid, why), activity);
     }
     uint64_t beat = load_acquire(block.heartbeat_ns);
     if (now > beat && now - beat > timeout_ns) {
@@ -233,10 +236,12 @@ Status ShmTransport::check_peers(const Activity& activity, const std::function<b
   if (options_.op_timeout_s > 0 && waited_ns > options_.op_timeout_s * 1e9 && !ready()) {
     std::string whom;
     for (int peer = 0; peer < nranks_; ++peer)
-      if (activity.peers & bit(peer)) whom += fmt::format("{}{}", whom.empty() ? "rank " : ", ", peer);
-    return deadline_exceeded("{} waited {:.1f} s for {} (op timeout {:.1f} s); the peers are "
-                             "alive but did not reach this call",
-                             where(activity), waited_ns / 1e9, whom, options_.op_timeout_s);
+      if (activity.peers & bit(peer))
+        whom += fmt::format("{}{}", whom.empty() ? "rank " : ", ", peer);
+    return deadline_exceeded(
+        "{} waited {:.1f} s for {} (op timeout {:.1f} s); the peers are "
+        "alive but did not reach this call",
+        where(activity), waited_ns / 1e9, whom, options_.op_timeout_s);
   }
   return ok_status();
 }
@@ -260,7 +265,8 @@ Status ShmTransport::record_fault(FaultKind kind, int culprit, const std::string
 
 Status ShmTransport::fault_status(const Activity& activity) {
   FaultRecord& fault = segment_->header().fault;
-  while (load_acquire(fault.state) != 2) cpu_relax();  // the writer is a few stores away
+  while (load_acquire(fault.state) != 2)
+    cpu_relax();  // the writer is a few stores away
   std::string message = fmt::format("{} ({}", fault.text, where(activity));
   if (fault.reporter != rank_) message += fmt::format("; noticed by rank {}", fault.reporter);
   message += ")";
@@ -291,9 +297,12 @@ namespace {
 size_t slot_bytes(const Call& call, int nranks) {
   size_t bytes = call.count * dtype_size(call.dtype);
   switch (call.kind) {
-    case CallKind::kReduceScatter: return bytes * nranks;
-    case CallKind::kBarrier: return 0;
-    default: return bytes;
+    case CallKind::kReduceScatter:
+      return bytes * nranks;
+    case CallKind::kBarrier:
+      return 0;
+    default:
+      return bytes;
   }
 }
 }  // namespace
@@ -314,12 +323,18 @@ Status ShmTransport::collective(const Call& call) {
     return ok_status();
   }
   switch (call.kind) {
-    case CallKind::kAllReduce: return all_reduce(call, activity);
-    case CallKind::kReduce: return reduce(call, activity);
-    case CallKind::kBroadcast: return broadcast(call, activity);
-    case CallKind::kAllGather: return all_gather(call, activity);
-    case CallKind::kReduceScatter: return reduce_scatter(call, activity);
-    default: return ok_status();
+    case CallKind::kAllReduce:
+      return all_reduce(call, activity);
+    case CallKind::kReduce:
+      return reduce(call, activity);
+    case CallKind::kBroadcast:
+      return broadcast(call, activity);
+    case CallKind::kAllGather:
+      return all_gather(call, activity);
+    case CallKind::kReduceScatter:
+      return reduce_scatter(call, activity);
+    default:
+      return ok_status();
   }
 }
 
@@ -352,7 +367,8 @@ Status ShmTransport::handshake(const Call& call, uint64_t seq, bool small) {
   if (same) return ok_status();
 
   std::vector<Call> calls;
-  for (int peer = 0; peer < nranks_; ++peer) calls.push_back(call_in_slot(segment_->slot(peer, seq)));
+  for (int peer = 0; peer < nranks_; ++peer)
+    calls.push_back(call_in_slot(segment_->slot(peer, seq)));
   std::string mismatch = describe_mismatch(seq, calls);
   if (mismatch.empty()) return ok_status();
   return failed_precondition("{}", mismatch);
@@ -461,8 +477,10 @@ Status ShmTransport::point_to_point(std::span<const Call> calls) {
       ring_read(ring, capacity, tail, &t.header, sizeof(t.header));
       if (t.header.magic != kMessageMagic)
         return internal_error("rank {}: corrupt message header from rank {}", rank_, call.peer);
-      Call sent{CallKind::kSend, static_cast<DataType>(t.header.dtype), RedOp::kSum, rank_,
-                t.header.count, nullptr, nullptr};
+      Call sent{CallKind::kSend, static_cast<DataType>(t.header.dtype),
+                RedOp::kSum,     rank_,
+                t.header.count,  nullptr,
+                nullptr};
       if (sent.count != call.count || sent.dtype != call.dtype) {
         Activity activity{&call, 0, bit(call.peer)};
         return record_fault(FaultKind::kMismatch, call.peer,

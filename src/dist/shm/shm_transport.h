@@ -53,8 +53,8 @@ class ShmTransport final : public Transport {
   class Poller;
 
   Status wait(const std::function<bool()>& ready, const Activity& activity);
-  Status check_peers(const Activity& activity, const std::function<bool()>& ready,
-                     uint64_t now_ns, uint64_t waited_ns);
+  Status check_peers(const Activity& activity, const std::function<bool()>& ready, uint64_t now_ns,
+                     uint64_t waited_ns);
   Status record_fault(FaultKind kind, int culprit, const std::string& text,
                       const Activity& activity);
   Status fault_status(const Activity& activity);
