@@ -59,6 +59,24 @@ TEST(CommThreads, EveryCollectiveTypeAndReductionOnFourRanks) {
   EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
+// Small slots and chunks put every size on the pipelined path with many steps and wrap-arounds;
+// without the call check the collectives still work.
+TEST(CommThreads, TinyBuffersAndNoCallCheck) {
+  setenv("TESSEL_SHM_LL_BYTES", "64", 1);
+  setenv("TESSEL_SHM_CHUNK_BYTES", "4096", 1);
+  setenv("TESSEL_SHM_DEPTH", "2", 1);
+  setenv("TESSEL_SHM_CHANNEL_BYTES", "4096", 1);
+  setenv("TESSEL_COMM_CHECK_CALLS", "0", 1);
+  auto cases = testing::case_matrix(3, {{0, 1}, {0, 100}, {0, 5000}});
+  auto failures = on_threads(3, [&](int, tesselComm_t comm, tesselStream_t stream) {
+    return run_all(cases, comm, stream) + testing::run_ring(comm, stream, DataType::kFloat64, 3001);
+  });
+  for (const char* name : {"TESSEL_SHM_LL_BYTES", "TESSEL_SHM_CHUNK_BYTES", "TESSEL_SHM_DEPTH",
+                           "TESSEL_SHM_CHANNEL_BYTES", "TESSEL_COMM_CHECK_CALLS"})
+    unsetenv(name);
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
 TEST(CommThreads, OneRankCopiesAndReduces) {
   auto cases = testing::case_matrix(1, {{0, 0}, {0, 5}, {0, 100000}});
   auto failures = on_threads(1, [&](int, tesselComm_t comm, tesselStream_t stream) {
