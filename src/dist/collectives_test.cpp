@@ -70,11 +70,11 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesOnProcesses, ::testing::Values(2, 3, 
 // whose reduction runs in f32, and each rank count.
 TEST(CollectivesOnProcesses, SixtyFourMebibytesSampled) {
   const std::string mib64 = std::to_string(64u << 20);
-  expect_all_ok(run_ranks(2, {"cases", "all_reduce:f32:sum:16777216",
-                              "all_reduce:bf16:avg:33554432:inplace",
-                              "reduce_scatter:f32:max:8388608", "all_gather:u8:sum:33554432",
-                              "broadcast:f64:sum:8388608", "reduce:i32:prod:16777216"}),
-                2);
+  expect_all_ok(
+      run_ranks(2, {"cases", "all_reduce:f32:sum:16777216", "all_reduce:bf16:avg:33554432:inplace",
+                    "reduce_scatter:f32:max:8388608", "all_gather:u8:sum:33554432",
+                    "broadcast:f64:sum:8388608", "reduce:i32:prod:16777216"}),
+      2);
   expect_all_ok(run_ranks(3, {"cases", "all_reduce:f16:sum:33554432"}), 3);
   expect_all_ok(run_ranks(4, {"cases", "all_reduce:f64:min:8388608",
                               "reduce_scatter:bf16:sum:8388608:inplace"}),
