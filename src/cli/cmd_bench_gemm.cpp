@@ -1,21 +1,25 @@
-// `tessel bench gemm`: GFLOP/s of tessel's CPU gemm next to oneDNN and OpenBLAS (loaded at run
-// time, bench_gemm_peers.h) on the gemm workloads of WORKLOADS.md, f32 and bf16 (bf16 inputs,
-// f32 accumulation), with each tessel figure's ratio to the best peer, all in one run.
+// `tessel bench gemm`: GFLOP/s of kernels/gemm.tile as the tile compiler builds it for the CPU
+// ("tessel-cpu") and for the OpenCL device ("tessel-opencl", PoCL here), next to oneDNN and
+// OpenBLAS (loaded at run time, bench_gemm_peers.h), on the gemm workloads of WORKLOADS.md, f32
+// and bf16 (bf16 inputs, f32 output and accumulation), with each tessel figure's ratio to the best
+// peer, all in one run. Kernels are compiled (or loaded from the JIT's cache) before any timing;
+// OpenCL buffers are written before timing and read back after it, so its figure is the kernel.
 //
-// tessel's figure is "tessel-cpu-templates": the CPU gemm templates run by the hand-written block
-// loop (tile/codegen/cpu/templates/reference_gemm.h), until the tile compiler's generated gemm
-// takes its place. The implementations take turns inside every repetition, so a slowdown from a
-// neighbour on a shared machine hits all of them alike. A turn is: one untimed call for short
-// problems (it wakes the library's sleeping threads, as back-to-back calls would find them), the
-// timed call, then a wait until the library's threads stop spinning (OpenBLAS's spin for 0.1 s and
-// would otherwise hold a core during the next implementation's call). Each figure is the median
-// of the timed calls. Every peer's result is checked against tessel's.
+// The implementations take turns inside every repetition, so a slowdown from a neighbour on a
+// shared machine hits all of them alike. A turn is: one untimed call for short problems (it wakes
+// the library's sleeping threads, as back-to-back calls would find them), the timed call, then a
+// wait until the library's threads stop spinning (OpenBLAS's spin for 0.1 s and would otherwise
+// hold a core during the next implementation's call). Each figure is the median of the timed
+// calls. Every result is checked against the first peer's (tessel-cpu's when no peer loads).
+// `--reference-loop` adds the CPU gemm templates run by the hand-written block loop
+// (templates/reference_gemm.h), for tuning the templates apart from the compiler.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -28,7 +32,12 @@
 #include "cli/bench_gemm_peers.h"
 #include "cli/commands.h"
 #include "hw/cpu_info.h"
+#include "hw/opencl_api.h"
+#include "ops/kernel_cache.h"
 #include "tile/codegen/cpu/templates/reference_gemm.h"
+#include "tile/parse/parser.h"
+#include "tile/run/cpu_kernel.h"
+#include "tile/run/opencl_kernel.h"
 
 namespace tessel::cli {
 namespace {
@@ -52,7 +61,10 @@ struct Options {
   int threads = 0;
   std::string isa;
   double seconds = 0.3;
-  std::string tiles;  // BMxBNxBK for tessel; empty: the variant's defaults
+  std::string tiles;  // BMxBNxBK for tessel-cpu; empty: the kernel's defaults
+  bool reference_loop = false;
+  bool no_opencl = false;
+  int64_t opencl_max = 1024;  // PoCL on a few cores takes seconds per call above this
 };
 
 // "2048" is 2048^3; "MxNxK" any shape.
@@ -93,13 +105,16 @@ uint16_t round_to_bf16(float f) {
   return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-// One implementation in one workload: how to run it, its output, its timings.
+// One implementation in one workload: how to run it, its output, its timings. `fetch`, when
+// set, copies the output to `c` after timing (a device's result).
 struct Contender {
   Contender(std::string name, std::function<Status(float* c)> runner, double settle)
       : impl(std::move(name)), run(std::move(runner)), settle_seconds(settle) {}
   std::string impl;
   std::function<Status(float* c)> run;
   double settle_seconds;
+  std::function<Status(float* c)> fetch;
+  bool is_tessel = false;
   std::vector<float> c;
   std::vector<double> seconds;
   double gflops = 0;
@@ -122,6 +137,51 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
+tile::ScalarType scalar_type(GemmInput dtype) {
+  return dtype == GemmInput::kBf16 ? tile::ScalarType::kBF16 : tile::ScalarType::kF32;
+}
+
+// kernels/gemm.tile's launch arguments: C = A @ B (alpha 1, beta 0, no bias).
+std::vector<tile::LaunchArg> gemm_args(const Workload& w, GemmInput dtype, void* a, void* b,
+                                       void* c) {
+  return {tile::TensorArg{a, scalar_type(dtype), {w.m, w.k}, {}, 0},
+          tile::TensorArg{b, scalar_type(dtype), {w.k, w.n}, {}, 0},
+          tile::TensorArg{c, tile::ScalarType::kF32, {w.m, w.n}, {}, 0},
+          tile::TensorArg{nullptr, tile::ScalarType::kF32, {w.n}, {}, 0}, 1.0, 0.0};
+}
+
+std::map<std::string, std::string> gemm_params(GemmInput dtype, const std::string& tiles) {
+  std::map<std::string, std::string> params = {{"T", tile::gemm_input_name(dtype)}, {"U", "f32"}};
+  int bm = 0, bn = 0, bk = 0;
+  if (!tiles.empty() && std::sscanf(tiles.c_str(), "%dx%dx%d", &bm, &bn, &bk) == 3) {
+    params["BM"] = std::to_string(bm);
+    params["BN"] = std::to_string(bn);
+    params["BK"] = std::to_string(bk);
+  }
+  return params;
+}
+
+// A device buffer released on destruction.
+struct ClBuffer {
+  const OpenClApi* api = nullptr;
+  cl_mem mem = nullptr;
+  ~ClBuffer() {
+    if (mem) api->clReleaseMemObject(mem);
+  }
+};
+
+Expected<std::unique_ptr<ClBuffer>> opencl_buffer(const tile::OpenClDevice& dev, size_t bytes,
+                                                  const void* init) {
+  auto buffer = std::make_unique<ClBuffer>();
+  buffer->api = dev.api;
+  cl_int err = CL_SUCCESS;
+  buffer->mem = dev.api->clCreateBuffer(dev.context,
+                                        CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0),
+                                        bytes, const_cast<void*>(init), &err);
+  TESSEL_TRY(opencl_check(err, "clCreateBuffer"));
+  return buffer;
+}
+
 Status run_bench(const Options& options) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Workload> workloads, parse_sizes(options.sizes));
   TESSEL_ASSIGN_OR_RETURN(std::vector<GemmInput> dtypes, parse_dtypes(options.dtypes));
@@ -129,8 +189,6 @@ Status run_bench(const Options& options) {
   if (!(options.seconds > 0)) return invalid_argument("--seconds must be positive");
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, host_cpu_info().topology.usable_cores);
-  TESSEL_ASSIGN_OR_RETURN(tile::ReferenceGemm tessel_gemm,
-                          tile::ReferenceGemm::create(options.isa));
   int tile_m = 0, tile_n = 0, tile_k = 0;
   if (!options.tiles.empty()) {
     char tail = 0;
@@ -138,26 +196,69 @@ Status run_bench(const Options& options) {
         tile_m <= 0 || tile_n <= 0 || tile_k <= 0)
       return invalid_argument("--tiles: '{}' is not BMxBNxBK", options.tiles);
   }
+  tile::CpuJitOptions jit;
+  if (!options.isa.empty()) {
+    TESSEL_ASSIGN_OR_RETURN(jit.isa, tile::cpu_isa_named(options.isa));
+  }
+  std::optional<tile::ReferenceGemm> reference_loop;
+  if (options.reference_loop) {
+    TESSEL_ASSIGN_OR_RETURN(tile::ReferenceGemm g, tile::ReferenceGemm::create(options.isa));
+    reference_loop.emplace(std::move(g));
+  }
   std::vector<std::string> notes;
   std::vector<std::unique_ptr<GemmPeer>> peers = load_gemm_peers(threads, &notes);
+
+  // Every kernel is compiled before anything is timed.
+  TESSEL_ASSIGN_OR_RETURN(tile::Kernel gemm_tile,
+                          tile::parse_kernel(ops::embedded_kernel_files().at("gemm.tile"),
+                                             "kernels/gemm.tile"));
+  std::map<GemmInput, std::shared_ptr<tile::CpuKernel>> cpu_kernels;
+  std::map<GemmInput, std::shared_ptr<tile::OpenClKernel>> opencl_kernels;
+  std::shared_ptr<tile::OpenClDevice> opencl;
+  if (!options.no_opencl) {
+    Expected<std::shared_ptr<tile::OpenClDevice>> dev = tile::open_opencl_device(0);
+    if (dev.ok())
+      opencl = *dev;
+    else
+      notes.push_back("tessel-opencl: " + dev.status().to_string());
+  }
+  for (GemmInput dtype : dtypes) {
+    TESSEL_ASSIGN_OR_RETURN(tile::CpuKernel k,
+                            tile::CpuKernel::compile(gemm_tile, gemm_params(dtype, options.tiles), jit));
+    cpu_kernels[dtype] = std::make_shared<tile::CpuKernel>(std::move(k));
+    if (opencl) {
+      TESSEL_ASSIGN_OR_RETURN(tile::OpenClKernel k2,
+                              tile::OpenClKernel::compile(gemm_tile, opencl, gemm_params(dtype, "")));
+      opencl_kernels[dtype] = std::make_shared<tile::OpenClKernel>(std::move(k2));
+    }
+  }
 
   if (!options.json) {
     std::printf(
         "tessel bench gemm: C = A * B, row-major, %d threads; GFLOP/s, median after one "
         "warm-up, implementations taking turns in each repetition\n",
         threads);
-    std::printf(
-        "  tessel-cpu-templates: tessel's CPU gemm templates (%s) via the reference block "
-        "loop, until the tile compiler's gemm replaces it\n",
-        tessel_gemm.isa());
+    std::printf("  tessel-cpu: kernels/gemm.tile compiled for the CPU (%s, %s tiles)\n",
+                jit.isa.name.c_str(), options.tiles.empty() ? "default" : options.tiles.c_str());
+    if (opencl)
+      std::printf(
+          "  tessel-opencl: kernels/gemm.tile on %s (default gpu tiles); only where m, n, k <= "
+          "%lld (--opencl-max), '-' elsewhere\n",
+          opencl->name.c_str(), (long long)options.opencl_max);
+    if (reference_loop)
+      std::printf("  tessel-ref-loop: the CPU gemm templates (%s) via the hand-written block loop\n",
+                  reference_loop->isa());
     for (const auto& peer : peers)
       std::printf("  %s: %s\n", peer->name(), peer->describe().c_str());
     for (const std::string& note : notes)
       std::printf("  %s\n", note.c_str());
-    std::printf("\n%-5s %5s %5s %5s  %20s", "dtype", "m", "n", "k", "tessel-cpu-templates");
+    std::printf("  results checked against %s\n", peers.empty() ? "tessel-cpu" : peers[0]->name());
+    std::printf("\n%-5s %5s %5s %5s  %10s", "dtype", "m", "n", "k", "tessel-cpu");
+    if (opencl) std::printf(" %13s", "tessel-opencl");
+    if (reference_loop) std::printf(" %15s", "tessel-ref-loop");
     for (const auto& peer : peers)
       std::printf(" %9s", peer->name());
-    std::printf("  %s\n", "tessel/best peer");
+    std::printf("  %s\n", "tessel/best peer (cpu, opencl)");
   }
 
   // Inputs: uniform in [-1, 1], the largest workload's worth, shared by all workloads.
@@ -180,33 +281,11 @@ Status run_bench(const Options& options) {
   int disagreements = 0;
   for (GemmInput dtype : dtypes) {
     const bool bf16 = dtype == GemmInput::kBf16;
-    const void* a = bf16 ? static_cast<const void*>(a_bf16.data()) : a_f32.data();
-    const void* b = bf16 ? static_cast<const void*>(b_bf16.data()) : b_f32.data();
+    void* a = bf16 ? static_cast<void*>(a_bf16.data()) : a_f32.data();
+    void* b = bf16 ? static_cast<void*>(b_bf16.data()) : b_f32.data();
+    const size_t in_bytes = bf16 ? 2 : 4;
     for (const Workload& w : workloads) {
       std::vector<Contender> contenders;
-      contenders.emplace_back(
-          "tessel-cpu-templates",
-          [&](float* c) {
-            tile::ReferenceGemmCall call;
-            call.m = w.m;
-            call.n = w.n;
-            call.k = w.k;
-            call.input = dtype;
-            call.a = a;
-            call.a_row_stride = w.k;
-            call.a_col_stride = 1;
-            call.b = b;
-            call.b_row_stride = w.n;
-            call.b_col_stride = 1;
-            call.c = c;
-            call.ldc = w.n;
-            call.threads = threads;
-            call.bm = tile_m;
-            call.bn = tile_n;
-            call.bk = tile_k;
-            return tessel_gemm.run(call);
-          },
-          /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
       std::vector<bool> peer_present(peers.size());
       for (size_t p = 0; p < peers.size(); ++p) {
         peer_present[p] = peers[p]->supports(dtype);
@@ -219,7 +298,62 @@ Status run_bench(const Options& options) {
             },
             peer->settle_seconds());
       }
-      // Warm-up (pages, JIT, thread start-up), which also sizes the repetitions.
+      const size_t peer_count = contenders.size();
+      tile::CpuKernel* cpu = cpu_kernels.at(dtype).get();
+      contenders.emplace_back(
+          "tessel-cpu",
+          [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); },
+          /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
+      contenders.back().is_tessel = true;
+      std::unique_ptr<ClBuffer> a_cl, b_cl, c_cl;
+      const bool run_opencl =
+          opencl && std::max({w.m, w.n, w.k}) <= options.opencl_max;
+      if (run_opencl) {
+        TESSEL_ASSIGN_OR_RETURN(a_cl, opencl_buffer(*opencl, size_t(w.m * w.k) * in_bytes, a));
+        TESSEL_ASSIGN_OR_RETURN(b_cl, opencl_buffer(*opencl, size_t(w.k * w.n) * in_bytes, b));
+        TESSEL_ASSIGN_OR_RETURN(c_cl, opencl_buffer(*opencl, size_t(w.m * w.n) * 4, nullptr));
+        tile::OpenClKernel* kernel = opencl_kernels.at(dtype).get();
+        cl_mem am = a_cl->mem, bm = b_cl->mem, cm = c_cl->mem;
+        contenders.emplace_back(
+            "tessel-opencl",
+            [=, &w](float*) { return kernel->launch(gemm_args(w, dtype, am, bm, cm)); },
+            /*settle=*/0.001);
+        contenders.back().is_tessel = true;
+        std::shared_ptr<tile::OpenClDevice> dev = opencl;
+        contenders.back().fetch = [=, &w](float* c) {
+          return opencl_check(dev->api->clEnqueueReadBuffer(dev->queue, cm, CL_TRUE, 0,
+                                                            size_t(w.m * w.n) * 4, c, 0, nullptr,
+                                                            nullptr),
+                              "clEnqueueReadBuffer");
+        };
+      }
+      if (reference_loop) {
+        contenders.emplace_back(
+            "tessel-ref-loop",
+            [&, a, b, dtype](float* c) {
+              tile::ReferenceGemmCall call;
+              call.m = w.m;
+              call.n = w.n;
+              call.k = w.k;
+              call.input = dtype;
+              call.a = a;
+              call.a_row_stride = w.k;
+              call.a_col_stride = 1;
+              call.b = b;
+              call.b_row_stride = w.n;
+              call.b_col_stride = 1;
+              call.c = c;
+              call.ldc = w.n;
+              call.threads = threads;
+              call.bm = tile_m;
+              call.bn = tile_n;
+              call.bk = tile_k;
+              return reference_loop->run(call);
+            },
+            0.001);
+        contenders.back().is_tessel = true;
+      }
+      // Warm-up (pages, thread start-up), which also sizes the repetitions.
       double slowest = 0;
       for (Contender& x : contenders) {
         x.c.assign(size_t(w.m * w.n), 0.0f);
@@ -240,56 +374,74 @@ Status run_bench(const Options& options) {
           x.seconds.push_back(now_seconds() - start);
           settle(x.settle_seconds);
         }
+      for (Contender& x : contenders)
+        if (x.fetch) TESSEL_TRY(x.fetch(x.c.data()));
       const double flop = 2.0 * double(w.m) * double(w.n) * double(w.k);
       double best_peer = 0;
       for (Contender& x : contenders) {
         x.gflops = flop / median(x.seconds) / 1e9;
-        if (&x != &contenders[0]) best_peer = std::max(best_peer, x.gflops);
+        if (!x.is_tessel) best_peer = std::max(best_peer, x.gflops);
       }
       // Same inputs, f32 sums in another order: |difference| <= 2 * 2 K u sum|a||b| <= 4 K^2 u.
       const double tolerance = 4.0 * double(w.k) * double(w.k) * std::ldexp(1.0, -24);
-      bool agrees = true;
-      for (size_t x = 1; x < contenders.size(); ++x)
-        for (size_t i = 0; i < contenders[0].c.size(); ++i)
-          if (!(std::fabs(double(contenders[0].c[i]) - contenders[x].c[i]) <= tolerance)) {
-            agrees = false;
+      const Contender& reference = peer_count > 0 ? contenders[0] : contenders[peer_count];
+      std::vector<bool> agrees(contenders.size(), true);
+      for (size_t x = 0; x < contenders.size(); ++x)
+        for (size_t i = 0; i < reference.c.size(); ++i)
+          if (!(std::fabs(double(reference.c[i]) - contenders[x].c[i]) <= tolerance)) {
+            agrees[x] = false;
+            ++disagreements;
             break;
           }
-      if (!agrees) ++disagreements;
-      const double ratio = best_peer > 0 ? contenders[0].gflops / best_peer : 0;
+      auto ratio = [&](const Contender& x) { return best_peer > 0 ? x.gflops / best_peer : 0.0; };
 
       if (options.json) {
-        for (const Contender& x : contenders) {
-          nlohmann::json row = {{"impl", x.impl},     {"dtype", tile::gemm_input_name(dtype)},
+        for (size_t x = 0; x < contenders.size(); ++x) {
+          const Contender& c = contenders[x];
+          nlohmann::json row = {{"impl", c.impl},     {"dtype", tile::gemm_input_name(dtype)},
                                 {"m", w.m},           {"n", w.n},
-                                {"k", w.k},           {"gflops", std::round(x.gflops * 10) / 10},
-                                {"threads", threads}, {"reps", reps}};
-          if (&x == &contenders[0]) {
-            row["isa"] = tessel_gemm.isa();
-            if (best_peer > 0) row["ratio"] = std::round(ratio * 1000) / 1000;
-            row["agrees_with_peers"] = agrees;
-          }
+                                {"k", w.k},           {"gflops", std::round(c.gflops * 10) / 10},
+                                {"threads", threads}, {"reps", reps},
+                                {"agrees", bool(agrees[x])}};
+          if (c.is_tessel && best_peer > 0) row["ratio"] = std::round(ratio(c) * 1000) / 1000;
+          if (c.impl == "tessel-cpu") row["isa"] = jit.isa.name;
           std::printf("%s\n", row.dump().c_str());
         }
       } else {
-        std::printf("%-5s %5lld %5lld %5lld  %20.1f", tile::gemm_input_name(dtype), (long long)w.m,
-                    (long long)w.n, (long long)w.k, contenders[0].gflops);
-        size_t next = 1;
+        auto find = [&](const char* name) -> const Contender* {
+          for (const Contender& c : contenders)
+            if (c.impl == name) return &c;
+          return nullptr;
+        };
+        std::printf("%-5s %5lld %5lld %5lld  %10.1f", tile::gemm_input_name(dtype), (long long)w.m,
+                    (long long)w.n, (long long)w.k, find("tessel-cpu")->gflops);
+        const Contender* cl = find("tessel-opencl");
+        if (opencl) {
+          if (cl)
+            std::printf(" %13.1f", cl->gflops);
+          else
+            std::printf(" %13s", "-");
+        }
+        if (const Contender* r = find("tessel-ref-loop")) std::printf(" %15.1f", r->gflops);
+        size_t next = 0;
         for (size_t p = 0; p < peers.size(); ++p) {
           if (peer_present[p])
             std::printf(" %9.1f", contenders[next++].gflops);
           else
             std::printf(" %9s", "n/a");
         }
-        if (best_peer > 0) std::printf("  %.2fx", ratio);
-        std::printf("%s\n", agrees ? "" : "  RESULTS DIFFER");
+        if (best_peer > 0) {
+          std::printf("  %.2fx", ratio(*find("tessel-cpu")));
+          if (cl) std::printf(", %.2fx", ratio(*cl));
+        }
+        bool all_agree = std::all_of(agrees.begin(), agrees.end(), [](bool v) { return v; });
+        std::printf("%s\n", all_agree ? "" : "  RESULTS DIFFER");
       }
       std::fflush(stdout);
     }
   }
   if (disagreements > 0)
-    return internal_error("tessel's result differed from a peer's in {} workload(s)",
-                          disagreements);
+    return internal_error("{} result(s) differed from the reference's", disagreements);
   return ok_status();
 }
 
@@ -298,7 +450,7 @@ Status run_bench(const Options& options) {
 void add_bench_gemm_command(CLI::App& bench) {
   auto options = std::make_shared<Options>();
   CLI::App* gemm = bench.add_subcommand(
-      "gemm", "GFLOP/s of tessel's CPU gemm next to oneDNN and OpenBLAS, f32 and bf16");
+      "gemm", "GFLOP/s of tessel's gemm (cpu, opencl) next to oneDNN and OpenBLAS, f32 and bf16");
   gemm->add_flag("--json", options->json, "One JSON object per implementation and workload");
   gemm->add_option("--sizes", options->sizes,
                    "Workloads: N for N^3 or MxNxK, comma-separated (default: all of "
@@ -308,9 +460,14 @@ void add_bench_gemm_command(CLI::App& bench) {
   gemm->add_option("--threads", options->threads,
                    "Threads for every implementation (default: the usable cores)");
   gemm->add_option("--isa", options->isa,
-                   "tessel's variant: avx512bf16, avx512, avx2, portable (default: best here)");
+                   "tessel-cpu's variant: avx512bf16, avx512, avx2, portable (default: best here)");
   gemm->add_option("--tiles", options->tiles,
-                   "tessel's block sizes BMxBNxBK (default: the variant's, for tuning)");
+                   "tessel-cpu's block sizes BMxBNxBK (default: gemm.tile's, for tuning)");
+  gemm->add_flag("--reference-loop", options->reference_loop,
+                 "Also time the CPU templates through the hand-written block loop");
+  gemm->add_flag("--no-opencl", options->no_opencl, "Leave tessel-opencl out");
+  gemm->add_option("--opencl-max", options->opencl_max,
+                   "Largest m, n or k timed on OpenCL (default 1024)");
   gemm->add_option("--seconds", options->seconds,
                    "Time per implementation and workload, which sets the repetitions (5..41)");
   gemm->callback([options] {

@@ -2,6 +2,8 @@
 //
 //   tessel compile kernels/gemm.tile --target opencl --emit source -D BM=64 -D T=bf16
 //   tessel compile kernels/gemm.tile --dump-ir      # the IR after every pass, then the result
+//   tessel compile kernels/gemm.tile --emit binary  # cpu: builds the shared object, prints its path;
+//                                                   # cuda: prints the PTX from NVRTC
 #include <cstdio>
 #include <map>
 #include <string>
@@ -14,6 +16,8 @@
 #include "tile/ir/printer.h"
 #include "tile/parse/parser.h"
 #include "tile/pipeline.h"
+#include "tile/run/cpu_jit.h"
+#include "tile/run/cuda_kernel.h"
 
 namespace tessel::cli {
 
@@ -69,6 +73,21 @@ int run_compile(const CompileArgs& a) {
   std::string source = a.target == "cpu"      ? tile::render_cpu(*ir)
                        : a.target == "opencl" ? tile::render_opencl(*ir, o.target)
                                               : tile::render_cuda(*ir, o.target);
+  if (a.emit == "binary") {
+    if (a.target == "cpu") {
+      auto module = tile::jit_compile_cpu(source, tile::entry_name(*ir));
+      if (!module) return fail(module.status());
+      std::printf("%s\n", module->library_path.c_str());
+      return 0;
+    }
+    if (a.target == "cuda") {
+      auto ptx = tile::compile_cuda_ptx(source, ir->name);
+      if (!ptx) return fail(ptx.status());
+      std::printf("%s", ptx->c_str());
+      return 0;
+    }
+    return fail(unimplemented("--emit binary for opencl: the driver builds OpenCL C at first use; use --emit source"));
+  }
   if (a.dump_ir) std::printf("# ---- %s source\n", a.target.c_str());
   std::printf("%s", source.c_str());
   return 0;
@@ -83,8 +102,9 @@ void add_compile_command(CLI::App& app) {
   cmd->add_option("--kernel", args->kernel, "which kernel, when the file has several");
   cmd->add_option("--target", args->target, "cpu, opencl or cuda")
       ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
-  cmd->add_option("--emit", args->emit, "ir (the lowered IR) or source (the generated code)")
-      ->check(CLI::IsMember({"ir", "source"}));
+  cmd->add_option("--emit", args->emit,
+                  "ir (the lowered IR), source (the generated code) or binary (cpu: shared object, cuda: PTX)")
+      ->check(CLI::IsMember({"ir", "source", "binary"}));
   cmd->add_flag("--dump-ir", args->dump_ir, "print the IR after every pass");
   cmd->add_option("-D", args->defines, "set a compile-time parameter: -D BM=64, -D T=bf16");
   cmd->callback([args] { exit_code = run_compile(*args); });

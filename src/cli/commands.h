@@ -17,5 +17,6 @@ void add_compile_command(CLI::App& app);  // cmd_compile.cpp
 // `tessel bench` (cmd_bench.cpp) returns the parent that each benchmark adds itself to.
 CLI::App& add_bench_command(CLI::App& app);
 void add_bench_gemm_command(CLI::App& bench);  // cmd_bench_gemm.cpp
+void add_bench_comm_command(CLI::App& bench);  // cmd_bench_comm.cpp
 
 }  // namespace tessel::cli

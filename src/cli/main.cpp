@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_compile_command(app);
   CLI::App& bench = tessel::cli::add_bench_command(app);
   tessel::cli::add_bench_gemm_command(bench);
+  tessel::cli::add_bench_comm_command(bench);
 
   CLI11_PARSE(app, argc, argv);
   return tessel::cli::exit_code;

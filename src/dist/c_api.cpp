@@ -98,7 +98,7 @@ tesselResult_t enqueue(tesselComm* comm, dist::Call call, tesselStream_t stream)
     group.pending.push_back({comm, stream_of(stream), call});
     return tesselSuccess;
   }
-  return fail(comm, comm->impl->submit({call}, stream_of(stream)));
+  return fail(comm, comm->impl->submit(std::span<const dist::Call>(&call, 1), stream_of(stream)));
 }
 
 tesselComm* wrap(std::unique_ptr<dist::Comm> impl) {
@@ -349,7 +349,7 @@ tesselResult_t tesselGroupEnd(void) {
   for (auto& [key, calls] : batches) before.emplace(key.second, key.second->last_issued());
   tesselResult_t result = tesselSuccess;
   for (auto& [key, calls] : batches) {
-    tesselResult_t r = fail(key.first, key.first->impl->submit(std::move(calls), key.second,
+    tesselResult_t r = fail(key.first, key.first->impl->submit(calls, key.second,
                                                                before[key.second]));
     if (result == tesselSuccess) result = r;
   }

@@ -4,6 +4,7 @@
 // hands them to libnccl on a CUDA stream.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ class Comm {
   // run once the stream's tickets up to `after` have finished (kAfterPrevious: all tickets
   // issued before this submission). Fails at once if the communicator is already broken.
   static constexpr uint64_t kAfterPrevious = ~uint64_t{0};
-  virtual Status submit(std::vector<Call> calls, Stream* stream,
+  virtual Status submit(std::span<const Call> calls, Stream* stream,
                         uint64_t after = kAfterPrevious) = 0;
 
   // The error that broke the communicator (a dead peer, a mismatched call), or ok.

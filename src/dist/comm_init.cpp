@@ -199,9 +199,15 @@ Expected<std::unique_ptr<Comm>> init_comm(StoreClient* store, const std::string&
 }
 
 Expected<std::unique_ptr<Comm>> init_comm_from_env(Backend backend, const CommOptions& options) {
-  TESSEL_ASSIGN_OR_RETURN(RankEnv env, rank_env());
-  if (backend == Backend::kMpi)
-    return init_comm(nullptr, "", env.world_size, env.rank, backend, options);
+  auto found = rank_env();
+  if (backend == Backend::kMpi) {
+    // MPI knows the ranks itself; the variables, where set, must agree (the plug-in checks).
+    if (found.ok()) return init_comm(nullptr, "", found->world_size, found->rank, backend, options);
+    TESSEL_ASSIGN_OR_RETURN(MpiWorld world, mpi_world());
+    return init_comm(nullptr, "", world.size, world.rank, backend, options);
+  }
+  if (!found.ok()) return found.status();
+  const RankEnv& env = *found;
   if (env.master_port == 0)
     return invalid_argument("rank {} of {} (from {}) has no rendezvous port: set "
                             "TESSEL_MASTER_PORT (or MASTER_PORT)",

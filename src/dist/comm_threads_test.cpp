@@ -3,6 +3,8 @@
 // (collectives_test.cpp) cover the same matrix with ranks as processes.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -74,6 +76,13 @@ TEST(CommThreads, SendRecvRing) {
   EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
+TEST(CommThreads, SendToSelf) {
+  auto failures = on_threads(1, [&](int, tesselComm_t comm, tesselStream_t stream) {
+    return testing::run_ring(comm, stream, DataType::kInt32, 200000);  // bigger than the channel
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
 TEST(CommThreads, CallsAreAsynchronousAndOrderedOnAStream) {
   // Rank 0 enqueues three all-reduces and returns before rank 1 has called anything; once rank
   // 1 joins, the stream finishes them in order (each one's input is the previous output).
@@ -92,6 +101,39 @@ TEST(CommThreads, CallsAreAsynchronousAndOrderedOnAStream) {
     return std::string();
   });
   EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+TEST(CommThreads, EventsMarkAPointOnTheStream) {
+  // Rank 0 records an event after its first all-reduce and makes a second; rank 1 joins the
+  // first at once and the second only after rank 0 has seen the event complete. So the event
+  // must complete while the stream as a whole is still busy.
+  std::atomic<bool> first_done{false};
+  auto failures = on_threads(2, [&](int rank, tesselComm_t comm, tesselStream_t stream) {
+    std::vector<float> a(1000, 1.0f), b(1000, 1.0f);
+    tesselEvent_t event;
+    tesselEventCreate(&event);
+    tesselAllReduce(a.data(), a.data(), a.size(), tesselFloat32, tesselSum, comm, stream);
+    tesselEventRecord(event, stream);
+    if (rank == 1)
+      while (!first_done.load()) std::this_thread::yield();
+    tesselAllReduce(b.data(), b.data(), b.size(), tesselFloat32, tesselSum, comm, stream);
+    std::string error;
+    if (rank == 0) {
+      if (tesselEventSynchronize(event) != tesselSuccess) error = "event failed";
+      if (tesselEventQuery(event) != tesselSuccess) error = "event not complete after sync";
+      if (a[0] != 2.0f) error = "first all-reduce not done when its event was";
+      if (tesselStreamQuery(stream) != tesselInProgress) error = "second call finished early";
+      first_done = true;
+    }
+    if (tesselStreamSynchronize(stream) != tesselSuccess) error = "stream failed";
+    if (b[999] != 2.0f) error = "second all-reduce wrong";
+    tesselEventDestroy(event);
+    return error;
+  });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+  int version = 0;
+  EXPECT_EQ(tesselGetVersion(&version), tesselSuccess);
+  EXPECT_EQ(version, 100);
 }
 
 TEST(CommThreads, MismatchedCountsFailOnEveryRankWithBothCalls) {
@@ -118,6 +160,66 @@ TEST(CommThreads, MismatchedCountsFailOnEveryRankWithBothCalls) {
   EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
+// NCCL's way: one unique id, each rank calls tesselCommInitRank (here on its own thread, through
+// the store and a named shared-memory segment as separate processes would).
+TEST(CommThreads, UniqueIdRendezvous) {
+  setenv("TESSEL_MASTER_ADDR", "127.0.0.1", 1);
+  tesselUniqueId id;
+  ASSERT_EQ(tesselGetUniqueId(&id), tesselSuccess) << tesselGetLastError(nullptr);
+  std::vector<std::string> failures(3);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      tesselComm_t comm;
+      if (tesselCommInitRank(&comm, 3, id, r) != tesselSuccess) {
+        failures[r] = tesselGetLastError(nullptr);
+        return;
+      }
+      tesselStream_t stream;
+      tesselStreamCreate(&stream);
+      failures[r] = testing::run_case(comm, stream, {CallKind::kAllReduce, DataType::kFloat32,
+                                                     RedOp::kSum, 100000, 0, false});
+      tesselStreamDestroy(stream);
+      tesselCommDestroy(comm);
+    });
+  for (auto& t : threads) t.join();
+  for (auto& f : failures) EXPECT_EQ(f, "");
+  tesselUniqueId garbage = {};
+  tesselComm_t comm;
+  EXPECT_EQ(tesselCommInitRank(&comm, 2, garbage, 0), tesselInvalidArgument);
+  EXPECT_NE(std::string(tesselGetLastError(nullptr)).find("not a tessel unique id"),
+            std::string::npos);
+}
+
+TEST(CommThreads, RanksThatDisagreeOnTheSizeFailToJoin) {
+  setenv("TESSEL_MASTER_ADDR", "127.0.0.1", 1);
+  tesselUniqueId id;
+  ASSERT_EQ(tesselGetUniqueId(&id), tesselSuccess);
+  tesselConfig_t config = TESSEL_CONFIG_INITIALIZER;
+  config.timeoutSeconds = 1;
+  tesselResult_t results[2];
+  std::string errors[2];
+  std::thread zero([&] {
+    tesselComm_t comm;
+    results[0] = tesselCommInitRankConfig(&comm, 2, id, 0, &config);
+    errors[0] = tesselGetLastError(nullptr);
+    if (results[0] == tesselSuccess) tesselCommAbort(comm);
+  });
+  std::thread one([&] {
+    tesselComm_t comm;
+    results[1] = tesselCommInitRankConfig(&comm, 3, id, 1, &config);
+    errors[1] = tesselGetLastError(nullptr);
+    if (results[1] == tesselSuccess) tesselCommAbort(comm);
+  });
+  zero.join();
+  one.join();
+  EXPECT_EQ(results[1], tesselInvalidArgument);
+  EXPECT_NE(errors[1].find("rank 1 was told the communicator has 3 ranks, rank 0 made it for 2"),
+            std::string::npos)
+      << errors[1];
+  EXPECT_NE(results[0], tesselSuccess);  // rank 0 waits for a rank 1 that never attaches
+}
+
 TEST(CommThreads, ArgumentsAreCheckedBeforeEnqueueing) {
   tesselComm_t comms[2];
   ASSERT_EQ(tesselCommInitAll(comms, 2, nullptr), tesselSuccess);
@@ -132,7 +234,7 @@ TEST(CommThreads, ArgumentsAreCheckedBeforeEnqueueing) {
   EXPECT_EQ(tesselAllReduce(&x, &x, 1, static_cast<tesselDataType_t>(11), tesselSum, comms[0],
                             nullptr),
             tesselInvalidArgument);
-  EXPECT_EQ(tesselSend(&x, 1, tesselFloat32, 0, comms[0], nullptr), tesselInvalidArgument);
+  EXPECT_EQ(tesselSend(&x, 1, tesselFloat32, 2, comms[0], nullptr), tesselInvalidArgument);
   EXPECT_EQ(tesselAllReduce(&x, &x, 1, tesselFloat32, tesselSum, nullptr, nullptr),
             tesselInvalidArgument);
   // Zero elements need no buffers. One thread drives both ranks, so the calls go in a group.

@@ -24,13 +24,13 @@ HostComm::~HostComm() {
   if (thread_.joinable()) abort();
 }
 
-Status HostComm::submit(std::vector<Call> calls, Stream* stream, uint64_t after) {
+Status HostComm::submit(std::span<const Call> calls, Stream* stream, uint64_t after) {
   std::lock_guard lock(mu_);
   if (!broken_.ok()) return broken_;
   if (stopping_) return failed_precondition("the communicator is being destroyed");
   // The ticket is taken under the lock, so this communicator's queue is in ticket order.
   uint64_t ticket = stream->issue();
-  queue_.push_back(Task{std::move(calls), stream, ticket,
+  queue_.push_back(Task{Calls(calls), stream, ticket,
                         after == kAfterPrevious ? ticket - 1 : std::min(after, ticket - 1)});
   queued_.fetch_add(1, std::memory_order_release);
   wake_.notify_one();
@@ -79,7 +79,7 @@ void HostComm::progress_loop() {
         [&] { transport_->heartbeat(); });
     Status status;
     if (my_turn && !is_broken_.load(std::memory_order_acquire)) {
-      status = transport_->run(task.calls);
+      status = transport_->run(task.calls.view());
       if (!status.ok()) {
         log_debug("rank {}: {}", rank(), status.to_string());
         break_with(status);

@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "dist/comm.h"
 #include "dist/transport.h"
@@ -23,14 +24,33 @@ class HostComm final : public Comm {
   ~HostComm() override;
 
   const char* backend_name() const override { return transport_->name(); }
-  Status submit(std::vector<Call> calls, Stream* stream, uint64_t after) override;
+  Status submit(std::span<const Call> calls, Stream* stream, uint64_t after) override;
   Status async_error() override;
   Status destroy() override;
   void abort() override;
 
  private:
+  // The calls of one submission; a single call (the usual case) needs no allocation.
+  class Calls {
+   public:
+    Calls() = default;
+    explicit Calls(std::span<const Call> calls) {
+      if (calls.size() == 1) one_ = calls[0];
+      else many_.assign(calls.begin(), calls.end());
+      size_ = calls.size();
+    }
+    std::span<const Call> view() const {
+      return size_ == 1 ? std::span<const Call>(&one_, 1) : std::span<const Call>(many_);
+    }
+
+   private:
+    Call one_;
+    std::vector<Call> many_;
+    size_t size_ = 0;
+  };
+
   struct Task {
-    std::vector<Call> calls;
+    Calls calls;
     Stream* stream;
     uint64_t ticket;
     uint64_t after;  // runs once the stream finished every ticket up to this one

@@ -14,6 +14,7 @@ namespace {
 
 struct Plugin {
   MpiPluginCreateFn create = nullptr;
+  MpiPluginWorldFn world = nullptr;
   Status status;
 };
 
@@ -44,7 +45,8 @@ Plugin load_plugin() {
     }
     auto abi = reinterpret_cast<MpiPluginAbiFn>(::dlsym(handle, "tessel_mpi_plugin_abi"));
     auto create = reinterpret_cast<MpiPluginCreateFn>(::dlsym(handle, "tessel_mpi_create_transport"));
-    if (!abi || !create) {
+    auto world = reinterpret_cast<MpiPluginWorldFn>(::dlsym(handle, "tessel_mpi_world"));
+    if (!abi || !create || !world) {
       errors += fmt::format("\n  {}: not a tessel mpi plug-in", path);
       continue;
     }
@@ -53,19 +55,35 @@ Plugin load_plugin() {
                             abi(), kMpiPluginAbi);
       continue;
     }
-    return {create, ok_status()};
+    return {create, world, ok_status()};
   }
-  return {nullptr, unavailable("the mpi backend is not available (is Open MPI installed? build "
-                               "tessel with it to get libtessel_mpi.so):{}", errors)};
+  return {nullptr, nullptr,
+          unavailable("the mpi backend is not available (is Open MPI installed? build tessel "
+                      "with it to get libtessel_mpi.so):{}", errors)};
+}
+
+const Plugin& loaded_plugin() {
+  static std::once_flag once;
+  static Plugin loaded;
+  std::call_once(once, [] { loaded = load_plugin(); });
+  return loaded;
 }
 
 }  // namespace
 
+Expected<MpiWorld> mpi_world() {
+  const Plugin& plugin = loaded_plugin();
+  if (!plugin.status.ok()) return plugin.status;
+  MpiWorld world;
+  char error[1024] = {};
+  if (plugin.world(&world.rank, &world.size, error, sizeof(error)) != 0)
+    return unavailable("mpi backend: {}", error);
+  return world;
+}
+
 Expected<std::unique_ptr<Transport>> make_mpi_transport(int nranks, int rank,
                                                         const CommOptions& options) {
-  static std::once_flag once;
-  static Plugin plugin;
-  std::call_once(once, [] { plugin = load_plugin(); });
+  const Plugin& plugin = loaded_plugin();
   if (!plugin.status.ok()) return plugin.status;
   char error[1024] = {};
   Transport* transport = plugin.create(nranks, rank, &options, error, sizeof(error));

@@ -17,14 +17,24 @@ namespace tessel::dist {
 Expected<std::unique_ptr<Transport>> make_mpi_transport(int nranks, int rank,
                                                         const CommOptions& options);
 
+// This process's rank and the size of MPI_COMM_WORLD, initialising MPI if nobody has: for
+// programs started by a launcher that sets no rank variables tessel knows.
+struct MpiWorld {
+  int rank = 0;
+  int size = 1;
+};
+Expected<MpiWorld> mpi_world();
+
 // What the plug-in exports (plain C names, found with dlsym). Bump the version when the
-// Transport interface or this signature changes.
+// Transport interface or these signatures change.
 inline constexpr int kMpiPluginAbi = 1;
 extern "C" {
 using MpiPluginAbiFn = int (*)();
 // Returns a new transport, or null with a message in `error`.
 using MpiPluginCreateFn = Transport* (*)(int nranks, int rank, const CommOptions* options,
                                          char* error, size_t error_bytes);
+// Fills rank and size; returns 0, or -1 with a message in `error`.
+using MpiPluginWorldFn = int (*)(int* rank, int* size, char* error, size_t error_bytes);
 }
 
 }  // namespace tessel::dist

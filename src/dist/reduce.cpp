@@ -2,21 +2,27 @@
 // choice between this variant and the AVX2 one (reduce_avx2.cpp) made once from cpuid.
 #include "dist/reduce.h"
 
+#include <atomic>
+
 #include "dist/reduce_kernels.h"
 
 namespace tessel::dist {
 
-using ReduceFn = void (*)(void*, void*, const void* const*, int, size_t, DataType, RedOp, int);
+using ReduceFn = void (*)(void*, void*, const void* const*, int, size_t, DataType, RedOp, int,
+                         bool);
+using CopyFn = void (*)(void*, const void*, size_t);
 
 #if defined(__x86_64__)
 void reduce_avx2(void* out, void* out2, const void* const* inputs, int n, size_t count,
-                 DataType type, RedOp op, int avg_divisor);
+                 DataType type, RedOp op, int avg_divisor, bool stream_out);
+void copy_streaming_avx2(void* dst, const void* src, size_t bytes);
 #endif
 
 namespace {
 
 struct Variant {
-  ReduceFn fn;
+  ReduceFn reduce;
+  CopyFn copy;
   const char* name;
 };
 
@@ -25,9 +31,9 @@ Variant pick_variant() {
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
       __builtin_cpu_supports("fma"))
-    return {reduce_avx2, "avx2"};
+    return {reduce_avx2, copy_streaming_avx2, "avx2"};
 #endif
-  return {reduce_any, "baseline"};
+  return {reduce_any, copy_streaming, "baseline"};
 }
 
 const Variant& variant() {
@@ -38,9 +44,22 @@ const Variant& variant() {
 }  // namespace
 
 void reduce(void* out, void* out2, const void* const* inputs, int ninputs, size_t count,
-            DataType type, RedOp op, int avg_divisor) {
+            DataType type, RedOp op, int avg_divisor, bool stream_out) {
   if (count == 0 || ninputs <= 0) return;
-  variant().fn(out, out2, inputs, ninputs, count, type, op, op == RedOp::kAvg ? avg_divisor : 0);
+  variant().reduce(out, out2, inputs, ninputs, count, type, op,
+                   op == RedOp::kAvg ? avg_divisor : 0, stream_out);
+}
+
+void copy_nontemporal(void* dst, const void* src, size_t bytes) {
+  if (bytes) variant().copy(dst, src, bytes);
+}
+
+void store_fence() {
+#if defined(__x86_64__)
+  _mm_sfence();
+#else
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+#endif
 }
 
 const char* reduce_variant() { return variant().name; }
@@ -48,12 +67,8 @@ const char* reduce_variant() { return variant().name; }
 void reduce_baseline(void* out, void* out2, const void* const* inputs, int ninputs, size_t count,
                      DataType type, RedOp op, int avg_divisor) {
   if (count == 0 || ninputs <= 0) return;
-  reduce_any(out, out2, inputs, ninputs, count, type, op, op == RedOp::kAvg ? avg_divisor : 0);
+  reduce_any(out, out2, inputs, ninputs, count, type, op, op == RedOp::kAvg ? avg_divisor : 0,
+             false);
 }
-
-float f16_to_f32(uint16_t bits) { return half_bits_to_float(bits); }
-uint16_t f32_to_f16(float value) { return float_to_half_bits(value); }
-float bf16_to_f32(uint16_t bits) { return bfloat_bits_to_float(bits); }
-uint16_t f32_to_bf16(float value) { return float_to_bfloat_bits(value); }
 
 }  // namespace tessel::dist

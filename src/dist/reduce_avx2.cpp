@@ -5,8 +5,12 @@
 namespace tessel::dist {
 
 void reduce_avx2(void* out, void* out2, const void* const* inputs, int n, size_t count,
-                 DataType type, RedOp op, int avg_divisor) {
-  reduce_any(out, out2, inputs, n, count, type, op, avg_divisor);
+                 DataType type, RedOp op, int avg_divisor, bool stream_out) {
+  reduce_any(out, out2, inputs, n, count, type, op, avg_divisor, stream_out);
+}
+
+void copy_streaming_avx2(void* dst, const void* src, size_t bytes) {
+  copy_streaming(dst, src, bytes);
 }
 
 }  // namespace tessel::dist

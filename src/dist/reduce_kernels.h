@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "dist/reduce.h"
-#if defined(__F16C__)
+#if defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -126,6 +126,37 @@ inline void store_block(S* out, const A* acc, size_t len) {
   }
 }
 
+// Copies with stores that bypass the cache (see reduce.h); whatever is not aligned goes through
+// memcpy.
+inline void copy_streaming(void* dst_v, const void* src_v, size_t bytes) {
+  auto* dst = static_cast<unsigned char*>(dst_v);
+  auto* src = static_cast<const unsigned char*>(src_v);
+#if defined(__AVX2__)
+  constexpr size_t kVector = 32;
+#elif defined(__SSE2__)
+  constexpr size_t kVector = 16;
+#else
+  constexpr size_t kVector = 0;
+#endif
+  if constexpr (kVector > 0) {
+    size_t head = (kVector - reinterpret_cast<uintptr_t>(dst) % kVector) % kVector;
+    if (bytes >= head + kVector) {
+      std::memcpy(dst, src, head);
+      dst += head, src += head, bytes -= head;
+      for (; bytes >= kVector; dst += kVector, src += kVector, bytes -= kVector) {
+#if defined(__AVX2__)
+        _mm256_stream_si256(reinterpret_cast<__m256i*>(dst),
+                            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src)));
+#elif defined(__SSE2__)
+        _mm_stream_si128(reinterpret_cast<__m128i*>(dst),
+                         _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+#endif
+      }
+    }
+  }
+  std::memcpy(dst, src, bytes);
+}
+
 template <typename A> struct SumOp { A operator()(A a, A b) const { return a + b; } };
 template <typename A> struct ProdOp { A operator()(A a, A b) const { return a * b; } };
 template <typename A> struct MaxOp { A operator()(A a, A b) const { return b > a ? b : a; } };
@@ -144,7 +175,7 @@ using AccumulatorOf = std::conditional_t<
 
 template <typename S, template <typename> class Op, bool kAverage = false>
 void reduce_loop(void* out_v, void* out2_v, const void* const* inputs_v, int n, size_t count,
-                 int avg_divisor) {
+                 int avg_divisor, bool stream_out) {
   using A = AccumulatorOf<S, Op, kAverage>;
   const Op<A> op;
   S* out = static_cast<S*>(out_v);
@@ -176,37 +207,45 @@ void reduce_loop(void* out_v, void* out2_v, const void* const* inputs_v, int n, 
         for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
       }
     }
-    store_block<S, A>(out + base, acc, len);
-    if (out2) store_block<S, A>(out2 + base, acc, len);
+    if (stream_out) {
+      alignas(64) S staged[kBlock];
+      store_block<S, A>(staged, acc, len);
+      copy_streaming(out + base, staged, len * sizeof(S));
+      if (out2) std::memcpy(out2 + base, staged, len * sizeof(S));
+    } else {
+      store_block<S, A>(out + base, acc, len);
+      if (out2) store_block<S, A>(out2 + base, acc, len);
+    }
   }
 }
 
 template <typename S>
 void reduce_typed(void* out, void* out2, const void* const* inputs, int n, size_t count, RedOp op,
-                  int avg_divisor) {
+                  int avg_divisor, bool stream_out) {
   switch (op) {
-    case RedOp::kSum: return reduce_loop<S, SumOp>(out, out2, inputs, n, count, 0);
-    case RedOp::kAvg: return reduce_loop<S, SumOp, true>(out, out2, inputs, n, count, avg_divisor);
-    case RedOp::kProd: return reduce_loop<S, ProdOp>(out, out2, inputs, n, count, 0);
-    case RedOp::kMax: return reduce_loop<S, MaxOp>(out, out2, inputs, n, count, 0);
-    case RedOp::kMin: return reduce_loop<S, MinOp>(out, out2, inputs, n, count, 0);
+    case RedOp::kSum: return reduce_loop<S, SumOp>(out, out2, inputs, n, count, 0, stream_out);
+    case RedOp::kAvg:
+      return reduce_loop<S, SumOp, true>(out, out2, inputs, n, count, avg_divisor, stream_out);
+    case RedOp::kProd: return reduce_loop<S, ProdOp>(out, out2, inputs, n, count, 0, stream_out);
+    case RedOp::kMax: return reduce_loop<S, MaxOp>(out, out2, inputs, n, count, 0, stream_out);
+    case RedOp::kMin: return reduce_loop<S, MinOp>(out, out2, inputs, n, count, 0, stream_out);
   }
 }
 
 // The entry point each ISA file exports under its own name.
 inline void reduce_any(void* out, void* out2, const void* const* inputs, int n, size_t count,
-                       DataType type, RedOp op, int avg_divisor) {
+                       DataType type, RedOp op, int avg_divisor, bool stream_out) {
   switch (type) {
-    case DataType::kInt8: return reduce_typed<int8_t>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kUint8: return reduce_typed<uint8_t>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kInt32: return reduce_typed<int32_t>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kUint32: return reduce_typed<uint32_t>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kInt64: return reduce_typed<int64_t>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kUint64: return reduce_typed<uint64_t>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kFloat16: return reduce_typed<F16>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kFloat32: return reduce_typed<float>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kFloat64: return reduce_typed<double>(out, out2, inputs, n, count, op, avg_divisor);
-    case DataType::kBfloat16: return reduce_typed<BF16>(out, out2, inputs, n, count, op, avg_divisor);
+    case DataType::kInt8: return reduce_typed<int8_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kUint8: return reduce_typed<uint8_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kInt32: return reduce_typed<int32_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kUint32: return reduce_typed<uint32_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kInt64: return reduce_typed<int64_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kUint64: return reduce_typed<uint64_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kFloat16: return reduce_typed<F16>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kFloat32: return reduce_typed<float>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kFloat64: return reduce_typed<double>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kBfloat16: return reduce_typed<BF16>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
   }
 }
 

@@ -34,46 +34,60 @@ uint16_t ref_f32_to_bf16(float x) {
   return (down & 1) ? up : down;
 }
 
-TEST(Reduce, HalfConversionsMatchCompilerFloat16) {
-  for (uint32_t bits = 0; bits < 0x10000; ++bits) {
-    _Float16 h;
-    uint16_t b16 = static_cast<uint16_t>(bits);
-    std::memcpy(&h, &b16, 2);
-    float want = static_cast<float>(h);
-    float got = f16_to_f32(b16);
-    if (std::isnan(want)) {
-      EXPECT_TRUE(std::isnan(got)) << bits;
-    } else {
-      ASSERT_EQ(want, got) << "bits " << bits;
+// One f16 input is widened to f32 and rounded back: every bit pattern must survive.
+TEST(Reduce, HalfValuesRoundTripThroughTheF32Accumulator) {
+  std::vector<uint16_t> all(0x10000), out(0x10000);
+  for (uint32_t bits = 0; bits < 0x10000; ++bits) all[bits] = static_cast<uint16_t>(bits);
+  for (DataType type : {DataType::kFloat16, DataType::kBfloat16}) {
+    const void* in[1] = {all.data()};
+    reduce(out.data(), nullptr, in, 1, all.size(), type, RedOp::kMax, 1);
+    auto is_nan = [&](uint32_t bits) {
+      return type == DataType::kFloat16 ? (bits & 0x7C00) == 0x7C00 && (bits & 0x3FF)
+                                        : (bits & 0x7F80) == 0x7F80 && (bits & 0x7F);
+    };
+    for (uint32_t bits = 0; bits < 0x10000; ++bits) {
+      if (is_nan(bits)) {
+        EXPECT_TRUE(is_nan(out[bits])) << dtype_name(type) << " NaN " << bits << " became "
+                                       << out[bits];
+        continue;
+      }
+      ASSERT_EQ(out[bits], bits) << dtype_name(type) << " bits " << bits;
     }
-  }
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> dist(-70000.f, 70000.f);
-  for (int i = 0; i < 200000; ++i) {
-    float x = i < 100000 ? dist(rng) : dist(rng) * 1e-8f;
-    _Float16 h = static_cast<_Float16>(x);
-    uint16_t want;
-    std::memcpy(&want, &h, 2);
-    ASSERT_EQ(want, f32_to_f16(x)) << "value " << x;
   }
 }
 
-TEST(Reduce, BfloatConversionsMatchReference) {
-  std::mt19937 rng(2);
-  for (int i = 0; i < 200000; ++i) {
-    uint32_t w = rng();
-    float x;
-    std::memcpy(&x, &w, 4);
-    if (std::isnan(x)) {
-      EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(x))));
-      continue;
-    }
-    if (std::isinf(ref_bf16_to_f32(static_cast<uint16_t>((w >> 16) + 1)))) continue;  // top edge
-    ASSERT_EQ(ref_f32_to_bf16(x), f32_to_bf16(x)) << "bits " << w;
+// Sums of two values round once, to nearest even: compare with GCC's _Float16 arithmetic and
+// with a bfloat16 rounding written here.
+TEST(Reduce, SixteenBitSumsRoundLikeTheReference) {
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<uint32_t> any(0, 0xFFFF);
+  const size_t n = 200000;
+  std::vector<uint16_t> a(n), b(n), out(n);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<uint16_t>(any(rng) & 0x7BFF);  // finite, either sign
+    b[i] = static_cast<uint16_t>(any(rng) & 0x7BFF);
   }
-  EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
-  EXPECT_EQ(f32_to_bf16(1.0f + 0x1.0p-8f), 0x3F80);  // tie, rounds to even
-  EXPECT_EQ(f32_to_bf16(1.0f + 0x1.8p-8f), 0x3F81);  // above the tie
+  const void* in[2] = {a.data(), b.data()};
+  reduce(out.data(), nullptr, in, 2, n, DataType::kFloat16, RedOp::kSum, 2);
+  for (size_t i = 0; i < n; ++i) {
+    _Float16 x, y;
+    std::memcpy(&x, &a[i], 2);
+    std::memcpy(&y, &b[i], 2);
+    _Float16 want = static_cast<_Float16>(static_cast<float>(x) + static_cast<float>(y));
+    uint16_t want_bits;
+    std::memcpy(&want_bits, &want, 2);
+    ASSERT_EQ(out[i], want_bits) << "f16 " << a[i] << " + " << b[i];
+  }
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = static_cast<uint16_t>(any(rng) & 0x7F7F);
+    b[i] = static_cast<uint16_t>(any(rng) & 0x7F7F);
+  }
+  reduce(out.data(), nullptr, in, 2, n, DataType::kBfloat16, RedOp::kSum, 2);
+  for (size_t i = 0; i < n; ++i) {
+    float sum = ref_bf16_to_f32(a[i]) + ref_bf16_to_f32(b[i]);
+    if (std::isinf(ref_bf16_to_f32(ref_f32_to_bf16(sum)))) continue;
+    ASSERT_EQ(out[i], ref_f32_to_bf16(sum)) << "bf16 " << a[i] << " + " << b[i];
+  }
 }
 
 template <typename T>
@@ -177,7 +191,17 @@ double reference(const Case& c, size_t i) {
 
 using ReduceFn = void (*)(void*, void*, const void* const*, int, size_t, DataType, RedOp, int);
 
-void run_case(const Case& c, bool in_place, ReduceFn fn = reduce) {
+void reduce_cached(void* out, void* out2, const void* const* inputs, int n, size_t count,
+                   DataType type, RedOp op, int avg_divisor) {
+  reduce(out, out2, inputs, n, count, type, op, avg_divisor);
+}
+void reduce_streamed(void* out, void* out2, const void* const* inputs, int n, size_t count,
+                     DataType type, RedOp op, int avg_divisor) {
+  reduce(out, out2, inputs, n, count, type, op, avg_divisor, /*stream_out=*/true);
+  store_fence();
+}
+
+void run_case(const Case& c, bool in_place, ReduceFn fn = reduce_cached) {
   const size_t elem = dtype_size(c.type);
   std::vector<std::vector<unsigned char>> in(c.n, std::vector<unsigned char>(c.count * elem + 1));
   for (int k = 0; k < c.n; ++k)
@@ -221,6 +245,28 @@ TEST(Reduce, BaselineLoopsMatchReference) {
   for (int t = 0; t < kNumDataTypes; ++t)
     for (int o = 0; o < kNumRedOps; ++o)
       run_case({static_cast<DataType>(t), static_cast<RedOp>(o), 3, 2051}, false, reduce_baseline);
+}
+
+TEST(Reduce, StreamedOutputMatchesReference) {
+  for (int t = 0; t < kNumDataTypes; ++t)
+    run_case({static_cast<DataType>(t), RedOp::kSum, 2, 5003}, false, reduce_streamed);
+}
+
+TEST(Reduce, NonTemporalCopyIsACopyAtAnyAlignment) {
+  std::vector<unsigned char> src(10000), dst(10000);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t offset : {size_t{0}, size_t{1}, size_t{3}, size_t{16}, size_t{31}, size_t{33}})
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{100}, size_t{4097}, size_t{9000}}) {
+      std::fill(dst.begin(), dst.end(), 0);
+      copy_nontemporal(dst.data() + offset, src.data() + (offset * 7) % 50, bytes);
+      store_fence();
+      ASSERT_EQ(std::memcmp(dst.data() + offset, src.data() + (offset * 7) % 50, bytes), 0)
+          << offset << " " << bytes;
+      ASSERT_EQ(dst[offset + bytes], 0) << "wrote past the end";
+      if (offset > 0) {
+        ASSERT_EQ(dst[offset - 1], 0) << "wrote before the start";
+      }
+    }
 }
 
 TEST(Reduce, OutputMayBeAnInput) {

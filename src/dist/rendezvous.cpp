@@ -124,6 +124,7 @@ Expected<RankEnv> rank_env_from(const std::function<const char*(const char*)>& g
       {"torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"},
       {"OpenMPI", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
        nullptr, nullptr},
+      {"Slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", nullptr, nullptr},
   };
   for (const Scheme& s : kSchemes) {
     if (!value(s.rank) && !value(s.size)) continue;
@@ -157,8 +158,8 @@ Expected<RankEnv> rank_env_from(const std::function<const char*(const char*)>& g
     return env;
   }
   return not_found("no rank in the environment: set TESSEL_RANK and TESSEL_WORLD_SIZE (or "
-                   "torchrun's RANK and WORLD_SIZE), or start the program with `tessel launch` "
-                   "or mpirun");
+                   "torchrun's RANK and WORLD_SIZE), or start the program with `tessel launch`, "
+                   "mpirun or srun");
 }
 
 Expected<RankEnv> rank_env() {

@@ -8,8 +8,10 @@
 //     TESSEL_RANK, TESSEL_WORLD_SIZE, TESSEL_LOCAL_RANK, TESSEL_MASTER_ADDR, TESSEL_MASTER_PORT
 //     RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT                 (torchrun)
 //     OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK   (mpirun)
-//   Under mpirun the address defaults to 127.0.0.1 and needs TESSEL_MASTER_PORT or MASTER_PORT,
-//   except for the mpi backend, which needs no store.
+//     SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID                                (srun)
+//   Under mpirun and srun the address defaults to 127.0.0.1 and needs TESSEL_MASTER_PORT or
+//   MASTER_PORT, except for the mpi backend, which needs no store (and asks MPI for the rank if
+//   none of these is set).
 #pragma once
 
 #include <functional>
@@ -41,7 +43,7 @@ struct RankEnv {
   std::string master_addr;  // empty: none given
   int master_port = 0;      // 0: none given
   bool agent_store = false; // a launcher hosts the store; rank 0 must not start one
-  std::string source;       // "TESSEL_*", "torchrun", "OpenMPI"
+  std::string source;       // "TESSEL_*", "torchrun", "OpenMPI", "Slurm"
 };
 // Reads the variables through `get` (std::getenv in real use).
 Expected<RankEnv> rank_env_from(const std::function<const char*(const char*)>& get);

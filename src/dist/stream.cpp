@@ -59,7 +59,7 @@ void Stream::complete(uint64_t ticket, const Status& status) {
     ++done;
   }
   done_.store(done, std::memory_order_release);
-  done_.notify_all();
+  if (!wanted_.empty() && *wanted_.begin() <= done) reached_.notify_all();
 }
 
 Status Stream::wait_for(uint64_t ticket) {
@@ -70,9 +70,12 @@ Status Stream::wait_for(uint64_t ticket) {
     __builtin_ia32_pause();
 #endif
   }
-  for (uint64_t done = done_.load(std::memory_order_acquire); done < ticket;
-       done = done_.load(std::memory_order_acquire))
-    done_.wait(done, std::memory_order_acquire);
+  if (done_.load(std::memory_order_acquire) < ticket) {
+    std::unique_lock lock(mu_);
+    auto wanted = wanted_.insert(ticket);
+    reached_.wait(lock, [&] { return done_.load(std::memory_order_relaxed) >= ticket; });
+    wanted_.erase(wanted);
+  }
   return first_error();
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -60,8 +61,12 @@ class Stream {
   // Every ticket <= done_ has finished. Tickets can finish out of order (an aborted
   // communicator fails its queued calls at once), so later ones wait in `finished_early_`.
   std::atomic<uint64_t> done_{0};
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // guards what follows; done_ changes only under it
   std::set<uint64_t> finished_early_;
+  // Tickets that sleeping waiters need: complete() wakes them only when one is reached, not
+  // once per finished call.
+  std::multiset<uint64_t> wanted_;
+  std::condition_variable reached_;
   Status first_error_;
   void* cuda_stream_ = nullptr;
   std::function<Status(void*)> cuda_sync_;

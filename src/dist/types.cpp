@@ -1,6 +1,8 @@
 // Names, sizes and argument checks for the collectives vocabulary (types.h).
 #include "dist/types.h"
 
+#include <algorithm>
+
 namespace tessel::dist {
 
 size_t dtype_size(DataType type) {
@@ -100,6 +102,26 @@ std::string describe(const Call& call) {
   return text + ")";
 }
 
+std::string describe_mismatch(uint64_t seq, const std::vector<Call>& calls) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // a call and who made it
+  for (size_t r = 0; r < calls.size(); ++r) {
+    std::string text = describe(calls[r]);
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == text; });
+    if (it == groups.end()) groups.push_back({text, {static_cast<int>(r)}});
+    else it->second.push_back(static_cast<int>(r));
+  }
+  if (groups.size() <= 1) return "";
+  std::string message = fmt::format("mismatched collective #{} across ranks:", seq);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const auto& ranks = groups[i].second;
+    std::string who = ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t k = 0; k < ranks.size(); ++k) who += (k ? ", " : "") + std::to_string(ranks[k]);
+    message += fmt::format("{} {} called {}", i ? ";" : "", who, groups[i].first);
+  }
+  return message;
+}
+
 size_t send_bytes(const Call& call, int rank, int nranks) {
   size_t bytes = call.count * dtype_size(call.dtype);
   switch (call.kind) {
@@ -131,6 +153,7 @@ size_t recv_bytes(const Call& call, int rank, int nranks) {
 }
 
 Status validate(const Call& call, int rank, int nranks) {
+  // A rank may send to itself, as with NCCL (in a group with the matching receive).
   if (static_cast<int>(call.dtype) >= kNumDataTypes)
     return invalid_argument("{}: data type {} is not one of tessel's", call_kind_name(call.kind),
                             static_cast<int>(call.dtype));
@@ -142,9 +165,6 @@ Status validate(const Call& call, int rank, int nranks) {
     return invalid_argument("{}: {} {} is outside the communicator's ranks 0..{}",
                             describe(call), has_root(call.kind) ? "root" : "peer", call.peer,
                             nranks - 1);
-  if (is_point_to_point(call.kind) && call.peer == rank)
-    return invalid_argument("{}: rank {} cannot send to or receive from itself", describe(call),
-                            rank);
   if (send_bytes(call, rank, nranks) > 0 && call.send == nullptr)
     return invalid_argument("{}: the send buffer is null", describe(call));
   if (recv_bytes(call, rank, nranks) > 0 && call.recv == nullptr)

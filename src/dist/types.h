@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "support/status.h"
 
@@ -65,6 +66,11 @@ struct Call {
 
 // "all_reduce(count=1024, f32, sum)", "broadcast(count=7, i32, root=2)", "send(count=3, u8, peer=1)"
 std::string describe(const Call& call);
+
+// "" if every rank made the same call (calls[r] is rank r's), otherwise e.g.
+// "mismatched collective #5 across ranks: ranks 0, 2 called all_reduce(count=8, f32, sum);
+// rank 1 called all_reduce(count=7, f32, sum)".
+std::string describe_mismatch(uint64_t seq, const std::vector<Call>& calls);
 
 // Checks what can be checked on one rank: pointers present where the call reads or writes
 // (count > 0), root/peer inside [0, nranks), types and operators in range.

@@ -116,7 +116,7 @@ double asm_dot_bf16(long trips) {
 
 using AsmLoop = double (*)(long trips);
 
-// GFLOP/s of `loop` on every cpu: each thread runs slices of kSlice trips until 0.2 s have
+// GFLOP/s of `loop` on every cpu: each thread runs slices of kSlice trips until 50 ms have
 // passed since a common start; the total flops over the longest thread's time.
 double asm_rate(AsmLoop loop, const std::vector<int>& cpus) {
   constexpr long kSlice = 1 << 16;
@@ -137,7 +137,7 @@ double asm_rate(AsmLoop loop, const std::vector<int>& cpus) {
       }
       Clock::time_point start = Clock::now();
       double done = 0;
-      while (Clock::now() - start < std::chrono::milliseconds(200))
+      while (Clock::now() - start < std::chrono::milliseconds(50))
         done += loop(kSlice) * kSlice;
       seconds[i] = std::chrono::duration<double>(Clock::now() - start).count();
       flops[i] = done;
@@ -156,7 +156,8 @@ double asm_rate(AsmLoop loop, const std::vector<int>& cpus) {
 
 // One likwid-bench test. The first run() grows likwid's iteration count (-i) from a small one
 // until a run lasts 50 ms (likwid's own -s calibration takes seconds), then every run lasts
-// about 0.3 s.
+// about 0.1 s. All three sides time windows of similar length (tessel's rounds are 50 ms), so on
+// a busy machine none is favoured by the best-of.
 class Likwid {
  public:
   Likwid(std::string test, std::string workgroup, int threads, const char* field)
@@ -172,7 +173,7 @@ class Likwid {
       if (!r.value) return std::nullopt;
       if (r.seconds >= 0.05) {
         iterations_ =
-            std::max(1l, static_cast<long>(static_cast<double>(iterations_) * 0.3 / r.seconds));
+            std::max(1l, static_cast<long>(static_cast<double>(iterations_) * 0.1 / r.seconds));
         calibrated_ = true;
       } else {
         double grow = r.seconds > 0 ? std::clamp(0.1 / r.seconds, 2.0, 64.0) : 64.0;
@@ -218,6 +219,7 @@ bool have_likwid() {
 }
 
 struct Row {
+  Row(std::string figure, std::string unit) : figure(std::move(figure)), unit(std::move(unit)) {}
   std::string figure, unit, tessel_kernel;
   double tessel = 0;
   std::optional<double> asm_peer, likwid_peer;
@@ -251,10 +253,10 @@ int run(int argc, char** argv) {
   bool bf16 = f.has(CpuFeature::kAvx512Bf16);
   std::int64_t triad_bytes = triad_bytes_per_array(cpu);
 
-  Row bw, f32, b16;
-  bw.figure = "memory bandwidth (triad)", bw.unit = "GB/s", bw.tessel_kernel = "triad";
-  f32.figure = "peak f32 fma", f32.unit = "GFLOP/s";
-  b16.figure = "peak bf16 dot", b16.unit = "GFLOP/s";
+  Row bw("memory bandwidth (triad)", "GB/s");
+  Row f32("peak f32 fma", "GFLOP/s");
+  Row b16("peak bf16 dot", "GFLOP/s");
+  bw.tessel_kernel = "triad";
   bw.likwid_test = avx512 ? "stream_avx512" : avx2 ? "stream_avx_fma" : "stream";
   f32.likwid_test = avx512 ? "peakflops_sp_avx512_fma" : avx2 ? "peakflops_sp_avx_fma" : "";
   // likwid's working set is all arrays of all threads together; 16 kB a thread sits in L1.

@@ -1,15 +1,12 @@
 // The on-disk cache of measured figures: one small JSON file per CPU model and worker count,
-// written atomically so that processes starting together never read half a file.
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <atomic>
+// written atomically (support/atomic_file.h) so processes starting together never read half a
+// file.
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "hw/measure.h"
+#include "support/atomic_file.h"
+#include "support/hash.h"
 #include "support/log.h"
 
 namespace tessel {
@@ -23,16 +20,6 @@ nlohmann::json cache_key(const CpuInfo& cpu) {
   return {{"vendor", cpu.vendor},     {"model", cpu.model},
           {"family", cpu.family},     {"model_number", cpu.model_number},
           {"stepping", cpu.stepping}, {"workers", cpu.topology.usable_cores}};
-}
-
-// FNV-1a: a stable hash (std::hash is not stable across library versions).
-std::uint64_t fnv1a(const std::string& text) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
 }
 
 // "AMD EPYC 9B45" -> "amd-epyc-9b45", for a readable file name.
@@ -52,39 +39,6 @@ std::string slug(const std::string& text) {
   while (!out.empty() && out.back() == '-')
     out.pop_back();
   return out.empty() ? "cpu" : out;
-}
-
-// Writes `content` to a temporary file beside `path`, flushes it to disk, then renames it over
-// `path`: a reader sees the old file or the new one, never a mix.
-Status write_file_atomically(const std::filesystem::path& path, const std::string& content) {
-  // Unique per process and per call, so concurrent writers never share a temporary file.
-  static std::atomic<unsigned> counter{0};
-  std::filesystem::path tmp = path;
-  tmp += fmt::format(".tmp.{}.{}", static_cast<long>(getpid()), counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno_error("create " + tmp.string());
-  std::size_t done = 0;
-  while (done < content.size()) {
-    ssize_t n = ::write(fd, content.data() + done, content.size() - done);
-    if (n < 0) {
-      Status s = errno_error("write " + tmp.string());
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return s;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    Status s = errno_error("flush " + tmp.string());
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = errno_error("rename " + tmp.string() + " to " + path.string());
-    ::unlink(tmp.c_str());
-    return s;
-  }
-  return ok_status();
 }
 
 nlohmann::json figures_to_json(const CpuInfo& cpu, const MeasuredFigures& m) {
@@ -114,7 +68,7 @@ Expected<std::filesystem::path> hardware_cache_dir() {
 
 std::filesystem::path measured_cache_path(const std::filesystem::path& dir, const CpuInfo& cpu) {
   std::string key = cache_key(cpu).dump();
-  return dir / fmt::format("measured-{}-{:016x}.json", slug(cpu.model), fnv1a(key));
+  return dir / fmt::format("measured-{}-{}.json", slug(cpu.model), hash_hex(hash_text(key)));
 }
 
 Expected<std::optional<MeasuredFigures>> load_measured_figures(const std::filesystem::path& dir,
@@ -122,11 +76,8 @@ Expected<std::optional<MeasuredFigures>> load_measured_figures(const std::filesy
   std::filesystem::path path = measured_cache_path(dir, cpu);
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::optional<MeasuredFigures>();
-  std::ifstream in(path);
-  if (!in) return io_error("cannot read {}", path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  nlohmann::json j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  TESSEL_ASSIGN_OR_RETURN(std::string text, read_file(path.string()));
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   // A damaged or foreign file is not an error for the user: the figures are measured again.
   if (j.is_discarded() || !j.is_object()) {
     log_warn("hw: ignoring {}: not valid JSON", path.string());
@@ -160,8 +111,8 @@ Status store_measured_figures(const std::filesystem::path& dir, const CpuInfo& c
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return io_error("create cache directory {}: {}", dir.string(), ec.message());
-  return write_file_atomically(measured_cache_path(dir, cpu),
-                               figures_to_json(cpu, figures).dump(2) + "\n");
+  return write_file_atomic(measured_cache_path(dir, cpu).string(),
+                           figures_to_json(cpu, figures).dump(2) + "\n");
 }
 
 MeasuredLookup measured_figures(const CpuInfo& cpu, bool remeasure,

@@ -120,10 +120,10 @@ TEST(OpenClDevices, AgreeWithClinfo) {
   EXPECT_EQ(std::to_string(d.local_mem_bytes), ref["CL_DEVICE_LOCAL_MEM_SIZE"]);
   EXPECT_EQ(std::to_string(d.max_alloc_bytes), ref["CL_DEVICE_MAX_MEM_ALLOC_SIZE"]);
   EXPECT_EQ(std::to_string(d.max_work_group_size), ref["CL_DEVICE_MAX_WORK_GROUP_SIZE"]);
-  EXPECT_EQ("CL_DEVICE_TYPE_" + std::string(d.type == "cpu"   ? "CPU"
-                                            : d.type == "gpu" ? "GPU"
-                                                              : "ACCELERATOR"),
-            ref["CL_DEVICE_TYPE"]);
+  std::map<std::string, std::string> clinfo_type = {{"cpu", "CL_DEVICE_TYPE_CPU"},
+                                                    {"gpu", "CL_DEVICE_TYPE_GPU"},
+                                                    {"accelerator", "CL_DEVICE_TYPE_ACCELERATOR"}};
+  EXPECT_EQ(clinfo_type[d.type], ref["CL_DEVICE_TYPE"]);
 }
 
 }  // namespace

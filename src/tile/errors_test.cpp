@@ -4,6 +4,15 @@
 // kernel header, columns count from 1.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "tile/codegen/cpu/cpu_renderer.h"
+#include "tile/codegen/cuda/cuda_renderer.h"
+#include "tile/codegen/opencl/opencl_renderer.h"
 #include "tile/parse/parser.h"
 #include "tile/pipeline.h"
 
@@ -296,6 +305,12 @@ const ErrorCase kCases[] = {
      "  }\n"
      "}\n",
      "e.tile:3:38: storing f32 into 'x' of i32 drops the fraction; convert explicitly: i32(...)"},
+    {"TargetDefaultForUnknownParameter",
+     "kernel k<BM = 4>(x: f32[N]) on gpu <BN = 2> {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:37: 'on gpu' sets 'BN', which is not a parameter"},
+    {"UnknownTarget",
+     "kernel k<BM = 4>(x: f32[N]) on tpu <BM = 2> {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:32: unknown target 'tpu' (expected cpu, gpu, opencl or cuda)"},
     {"StagesNotPositive",
      "kernel k<S = 2>(x: f32[N]) {\n"
      "  grid (1) as (b) {\n"
@@ -314,6 +329,66 @@ INSTANTIATE_TEST_SUITE_P(All, TileErrors, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
 TEST(TileErrors, ThereAreAtLeastTwentyCases) { EXPECT_GE(std::size(kCases), 20u); }
+
+// Random edits of the real kernels (insert, delete or replace text with pieces of the language):
+// each result either compiles for every target, or fails with a user error that starts with
+// "m.tile:LINE:COL: ". Never an internal error, never an abort.
+TEST(TileErrors, MutatedKernelsGetLocatedErrorsNeverCrashes) {
+  const char* dir = std::getenv("TESSEL_SOURCE_DIR");
+  std::vector<std::string> sources;
+  for (const auto& e : std::filesystem::directory_iterator(std::string(dir ? dir : ".") + "/kernels")) {
+    std::ifstream f(e.path());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    sources.push_back(ss.str());
+  }
+  ASSERT_FALSE(sources.empty());
+  const char* pieces[] = {"(", ")", "[", "]", "{", "}", ",", "=", "+", "-", "*", "/", "<", ">", ".T", "0",
+                          "-1", "0.5", "inf", "i", "k", "M", "BM", "acc", "As", "T", "f32", "bf16", "i32",
+                          "copy", "gemm", "fill", "reduce", "parallel", "for", "if", "else", "grid", "shared",
+                          "fragment", "select", "exp", "axis=", "pad=", " ", "\n", "on gpu <BM = 0>", "_x"};
+  std::mt19937 rng(2024);
+  int compiled = 0, located = 0;
+  for (int it = 0; it < 400; ++it) {
+    std::string s = sources[rng() % sources.size()];
+    for (int e = 0, edits = 1 + rng() % 2; e < edits; ++e) {
+      size_t pos = rng() % (s.size() + 1);
+      std::string piece = pieces[rng() % std::size(pieces)];
+      switch (rng() % 3) {
+        case 0: s.insert(pos, piece); break;
+        case 1: s.erase(pos, 1 + rng() % 6); break;
+        default: s.replace(pos, 1 + rng() % 4, piece);
+      }
+    }
+    auto expect_located = [&](const Status& st) {
+      ++located;
+      EXPECT_EQ(st.message().rfind("m.tile:", 0), 0u) << st.to_string() << "\n--- source:\n" << s;
+      EXPECT_NE(st.code(), Code::kInternal) << st.to_string() << "\n--- source:\n" << s;
+    };
+    auto kernels = parse_tile(s, "m.tile");
+    if (!kernels.ok()) {
+      expect_located(kernels.status());
+      continue;
+    }
+    for (const Kernel& k : *kernels)
+      for (const Target& t : {Target::cpu(), Target::opencl(), Target::cuda()}) {
+        CompileOptions o;
+        o.target = t;
+        auto ir = compile_ir(k, o);
+        if (!ir.ok()) {
+          expect_located(ir.status());
+          continue;
+        }
+        ++compiled;
+        std::string code = t.kind == TargetKind::kCpu      ? render_cpu(*ir)
+                           : t.kind == TargetKind::kOpenCL ? render_opencl(*ir, t)
+                                                           : render_cuda(*ir, t);
+        EXPECT_FALSE(code.empty());
+      }
+  }
+  EXPECT_GT(compiled, 50);  // the mutations leave many kernels valid ...
+  EXPECT_GT(located, 200);  // ... and break many others
+}
 
 }  // namespace
 }  // namespace tessel::tile

@@ -8,7 +8,9 @@
 #include "tile/passes/insert_barriers.h"
 #include "tile/passes/lower_tile_ops.h"
 #include "tile/passes/pack_gemm_operands.h"
+#include "tile/passes/pipeline_gpu_loops.h"
 #include "tile/passes/place_fragments.h"
+#include "tile/passes/schedule_cpu_gemm.h"
 #include "tile/passes/specialize.h"
 
 namespace tessel::tile {
@@ -28,7 +30,7 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
   Kernel k = parsed;
   TESSEL_TRY(after("parse", k, o));
 
-  TESSEL_ASSIGN_OR_RETURN(k, specialize(k, o.params));
+  TESSEL_ASSIGN_OR_RETURN(k, specialize(k, o.params, target.name()));
   TESSEL_TRY(after("specialize", k, o));
 
   TESSEL_TRY(check_shapes(k));
@@ -36,6 +38,11 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
   if (!target.is_gpu()) {
     k = pack_gemm_operands(k);
     TESSEL_TRY(after("pack_gemm_operands", k, o));
+  }
+
+  if (target.is_gpu()) {
+    k = pipeline_gpu_loops(k, target);
+    TESSEL_TRY(after("pipeline_gpu_loops", k, o));
   }
 
   k = lower_tile_ops(k, target);
@@ -47,6 +54,11 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
   if (target.is_gpu()) {
     k = place_fragments(k, target);
     TESSEL_TRY(after("place_fragments", k, o));
+  }
+
+  if (!target.is_gpu()) {
+    k = schedule_cpu_gemm(k);
+    TESSEL_TRY(after("schedule_cpu_gemm", k, o));
   }
 
   TESSEL_TRY(check_fast_memory(k, target));

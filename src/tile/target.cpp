@@ -1,6 +1,8 @@
 // Target descriptions (see target.h).
 #include "tile/target.h"
 
+#include "hw/cpu_info.h"
+
 namespace tessel::tile {
 
 std::string Target::name() const {
@@ -37,7 +39,10 @@ Target Target::cuda(int64_t shared_bytes, int threads) {
 }
 
 Expected<Target> target_from_name(const std::string& name) {
-  if (name == "cpu") return Target::cpu();
+  if (name == "cpu") {
+    int64_t l2 = host_cpu_info().caches.l2_bytes;
+    return Target::cpu(l2 > 0 ? l2 : 1 << 20);
+  }
   if (name == "opencl") return Target::opencl();
   if (name == "cuda") return Target::cuda();
   return invalid_argument("unknown target '{}' (expected cpu, opencl or cuda)", name);

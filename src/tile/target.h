@@ -30,7 +30,7 @@ struct Target {
   static Target cuda(int64_t shared_bytes = 48 << 10, int threads = 256);
 };
 
-// "cpu", "opencl", "cuda" (with default numbers).
+// "cpu" (this machine's L2 cache per core), "opencl", "cuda" (typical devices' numbers).
 Expected<Target> target_from_name(const std::string& name);
 
 }  // namespace tessel::tile

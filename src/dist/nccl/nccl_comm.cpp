@@ -21,7 +21,7 @@ class NcclComm final : public Comm {
 
   const char* backend_name() const override { return "nccl"; }
 
-  Status submit(std::vector<Call> calls, Stream* stream, uint64_t /*after*/) override {
+  Status submit(std::span<const Call> calls, Stream* stream, uint64_t /*after*/) override {
     if (!stream->cuda_stream())
       return invalid_argument("the nccl backend runs on CUDA streams: make the stream with "
                               "tesselStreamCreateFromCuda");

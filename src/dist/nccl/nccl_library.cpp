@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <string>
 
@@ -18,14 +19,15 @@ bool bind(void* handle, const char* name, Fn& fn, std::string& missing) {
   return fn != nullptr;
 }
 
-Expected<const Library*> load() {
-  const char* env = std::getenv("TESSEL_NCCL_LIBRARY");
-  std::string path = env && *env ? env : "libnccl.so.2";
+}  // namespace
+
+Expected<std::unique_ptr<Library>> open_library(const std::string& path) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle)
     return unavailable("the nccl backend needs NCCL, which is not available here ({}); install "
                        "libnccl2 or set TESSEL_NCCL_LIBRARY", ::dlerror());
-  static Library library;
+  auto owned = std::make_unique<Library>();
+  Library& library = *owned;
   std::string missing;
   bind(handle, "ncclGetVersion", library.GetVersion, missing);
   bind(handle, "ncclGetErrorString", library.GetErrorString, missing);
@@ -47,16 +49,20 @@ Expected<const Library*> load() {
     return unavailable("{} lacks {} (tessel needs NCCL 2.7 or newer)", path, missing);
   if (library.GetVersion(&library.version) != 0)
     return unavailable("{}: ncclGetVersion failed", path);
-  return &library;
+  return owned;
 }
 
-}  // namespace
-
 Expected<const Library*> load_library() {
-  static std::once_flag once;
-  static Expected<const Library*> library = unavailable("not loaded");
-  std::call_once(once, [] { library = load(); });
-  return library;
+  static std::mutex mu;
+  // Libraries found, by path, kept for the life of the process (communicators point into them).
+  static auto* loaded = new std::map<std::string, std::unique_ptr<Library>>();
+  const char* env = std::getenv("TESSEL_NCCL_LIBRARY");
+  const std::string path = env && *env ? env : "libnccl.so.2";
+  std::lock_guard lock(mu);
+  auto it = loaded->find(path);
+  if (it != loaded->end()) return it->second.get();
+  TESSEL_ASSIGN_OR_RETURN(auto library, open_library(path));
+  return (*loaded)[path] = std::move(library), (*loaded)[path].get();
 }
 
 Expected<ncclDataType_t> to_nccl(DataType type, int version) {

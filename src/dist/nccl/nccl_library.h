@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
+#include <string>
 
 #include "dist/types.h"
 #include "support/status.h"
@@ -48,8 +50,11 @@ struct Library {
   ncclResult_t (*GroupEnd)();
 };
 
-// Loads libnccl once; kUnavailable says where it looked and why it failed.
+// Loads libnccl ($TESSEL_NCCL_LIBRARY, else libnccl.so.2) once per path. kUnavailable says
+// why not.
 Expected<const Library*> load_library();
+// Loads the library at `path` (not cached; for tests).
+Expected<std::unique_ptr<Library>> open_library(const std::string& path);
 
 // tessel's data type and reduction as NCCL's, checked against what this NCCL version has
 // (bf16 and avg need 2.10, send/recv 2.7).

@@ -38,6 +38,8 @@ Expected<Params> params_from_env() {
                           env_bytes("TESSEL_SHM_LL_BYTES", params.ll_bytes, 0, 16ull << 20));
   TESSEL_ASSIGN_OR_RETURN(params.channel_bytes, env_bytes("TESSEL_SHM_CHANNEL_BYTES",
                                                           params.channel_bytes, 4096, 1ull << 30));
+  TESSEL_ASSIGN_OR_RETURN(params.stream_bytes, env_bytes("TESSEL_SHM_STREAM_BYTES",
+                                                         params.stream_bytes, 0, ~0ull));
   params.chunk_bytes = round_up(params.chunk_bytes, 4096);
   params.channel_bytes = round_up(params.channel_bytes, 4096);
   return params;
@@ -50,6 +52,7 @@ Layout make_layout(int nranks, const Params& params) {
   l.chunk_bytes = params.chunk_bytes;
   l.ll_bytes = params.ll_bytes;
   l.channel_bytes = params.channel_bytes;
+  l.stream_bytes = params.stream_bytes;
   uint64_t offset = round_up(sizeof(Header), 4096);
   l.ranks_offset = offset;
   offset = round_up(offset + nranks * sizeof(RankBlock), 4096);

@@ -37,6 +37,7 @@ struct Layout {
   uint64_t chunk_bytes = 0;    // one pipeline buffer
   uint64_t ll_bytes = 0;       // data capacity of a slot: calls up to this size use the slots
   uint64_t channel_bytes = 0;  // ring capacity of one send/recv channel
+  uint64_t stream_bytes = 0;   // outputs from this size up are written around the cache
   uint64_t ranks_offset = 0;
   uint64_t slots_offset = 0;
   uint64_t slot_stride = 0;
@@ -52,9 +53,10 @@ struct Params {
   uint32_t depth = 4;
   uint64_t ll_bytes = 16 << 10;
   uint64_t channel_bytes = 256 << 10;
+  uint64_t stream_bytes = 16 << 20;  // half the L3 of the machines we know
 };
 // Defaults, overridden by TESSEL_SHM_CHUNK_BYTES, TESSEL_SHM_DEPTH, TESSEL_SHM_LL_BYTES,
-// TESSEL_SHM_CHANNEL_BYTES.
+// TESSEL_SHM_CHANNEL_BYTES, TESSEL_SHM_STREAM_BYTES.
 Expected<Params> params_from_env();
 Layout make_layout(int nranks, const Params& params);
 

@@ -16,6 +16,7 @@
 // from memory once and each output byte written once: staging and results are a few chunks per
 // rank, small enough to stay in cache.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -25,6 +26,8 @@
 namespace tessel::dist::shm {
 
 namespace {
+
+constexpr int kMaxRanks = 64;  // the shm backend's limit (comm_init.cpp)
 
 // Parts start on 64-byte boundaries so that two ranks never write one cache line.
 size_t align_elements(size_t elem) { return std::max<size_t>(1, 64 / elem); }
@@ -44,6 +47,19 @@ Parts split(size_t len, int nranks, size_t align) {
 
 const unsigned char* bytes(const void* p) { return static_cast<const unsigned char*>(p); }
 unsigned char* bytes(void* p) { return static_cast<unsigned char*>(p); }
+
+// Copies into the caller's output; around the cache when the output is too big to stay there.
+void copy_out(void* dst, const void* src, size_t size, bool stream) {
+  if (stream) copy_nontemporal(dst, src, size);
+  else std::memcpy(dst, src, size);
+}
+
+// Ends a call whose output went around the cache: the stores must land before the stream says
+// the call finished.
+Status finish(bool stream) {
+  if (stream) store_fence();
+  return ok_status();
+}
 
 }  // namespace
 
@@ -71,7 +87,7 @@ void ShmTransport::slot_exchange(const Call& call, uint64_t seq) {
   auto data_of = [&](int r) -> const unsigned char* {
     return r == rank_ ? bytes(call.send) : segment_->slot(r, seq).data();
   };
-  std::vector<const void*> inputs(nranks_);
+  std::array<const void*, kMaxRanks> inputs;
   switch (call.kind) {
     case CallKind::kAllReduce:
     case CallKind::kReduce:
@@ -100,6 +116,7 @@ void ShmTransport::slot_exchange(const Call& call, uint64_t seq) {
 
 Status ShmTransport::all_reduce(const Call& call, const Activity& activity) {
   const size_t elem = dtype_size(call.dtype);
+  const bool stream = call.count * elem >= segment_->layout().stream_bytes;
   const size_t align = align_elements(elem);
   const size_t chunk = std::max(align * nranks_,
                                 segment_->layout().chunk_bytes / elem / (align * nranks_) *
@@ -128,22 +145,23 @@ Status ShmTransport::all_reduce(const Call& call, const Activity& activity) {
       inputs[j] = segment_->staging(j, step) + mine * elem;
     }
     dist::reduce(recv + (lo + mine) * elem, segment_->results(rank_, step), inputs.data(),
-                 nranks_, parts.size(rank_), call.dtype, call.op, nranks_);
+                 nranks_, parts.size(rank_), call.dtype, call.op, nranks_, stream);
     publish(&RankBlock::reduced, step);
 
     for (int j = 0; j < nranks_; ++j) {
       if (j == rank_) continue;
       TESSEL_TRY(wait_counter(j, &RankBlock::reduced, step, activity));
-      std::memcpy(recv + (lo + parts.begin(j)) * elem, segment_->results(j, step),
-                  parts.size(j) * elem);
+      copy_out(recv + (lo + parts.begin(j)) * elem, segment_->results(j, step),
+               parts.size(j) * elem, stream);
     }
     publish(&RankBlock::consumed, step);
   }
-  return ok_status();
+  return finish(stream);
 }
 
 Status ShmTransport::reduce(const Call& call, const Activity& activity) {
   const size_t elem = dtype_size(call.dtype);
+  const bool stream = call.count * elem >= segment_->layout().stream_bytes;
   const size_t align = align_elements(elem);
   const size_t chunk = std::max(align * nranks_,
                                 segment_->layout().chunk_bytes / elem / (align * nranks_) *
@@ -175,24 +193,25 @@ Status ShmTransport::reduce(const Call& call, const Activity& activity) {
     void* out = rank_ == root ? static_cast<void*>(recv + (lo + mine) * elem)
                               : segment_->results(rank_, step);
     dist::reduce(out, nullptr, inputs.data(), nranks_, parts.size(rank_), call.dtype, call.op,
-                 nranks_);
+                 nranks_, stream && rank_ == root);
     publish(&RankBlock::reduced, step);
 
     if (rank_ == root) {
       for (int j = 0; j < nranks_; ++j) {
         if (j == rank_) continue;
         TESSEL_TRY(wait_counter(j, &RankBlock::reduced, step, activity));
-        std::memcpy(recv + (lo + parts.begin(j)) * elem, segment_->results(j, step),
-                    parts.size(j) * elem);
+        copy_out(recv + (lo + parts.begin(j)) * elem, segment_->results(j, step),
+                 parts.size(j) * elem, stream);
       }
     }
     publish(&RankBlock::consumed, step);
   }
-  return ok_status();
+  return finish(stream);
 }
 
 Status ShmTransport::broadcast(const Call& call, const Activity& activity) {
   const size_t elem = dtype_size(call.dtype);
+  const bool stream = call.count * elem >= segment_->layout().stream_bytes;
   const size_t chunk = segment_->layout().chunk_bytes / elem;
   const int root = call.peer;
   for (size_t lo = 0; lo < call.count; lo += chunk) {
@@ -203,20 +222,21 @@ Status ShmTransport::broadcast(const Call& call, const Activity& activity) {
       std::memcpy(segment_->staging(root, step), bytes(call.send) + lo * elem, size);
       publish(&RankBlock::posted, step);
       if (call.recv != call.send)
-        std::memcpy(bytes(call.recv) + lo * elem, bytes(call.send) + lo * elem, size);
+        copy_out(bytes(call.recv) + lo * elem, bytes(call.send) + lo * elem, size, stream);
     } else {
       TESSEL_TRY(wait_counter(root, &RankBlock::posted, step, activity));
-      std::memcpy(bytes(call.recv) + lo * elem, segment_->staging(root, step), size);
+      copy_out(bytes(call.recv) + lo * elem, segment_->staging(root, step), size, stream);
     }
     publish(&RankBlock::consumed, step);
   }
-  return ok_status();
+  return finish(stream);
 }
 
 Status ShmTransport::all_gather(const Call& call, const Activity& activity) {
   const size_t elem = dtype_size(call.dtype);
   const size_t chunk = segment_->layout().chunk_bytes / elem;
   const size_t total = call.count * elem;  // one rank's contribution
+  const bool stream = total * nranks_ >= segment_->layout().stream_bytes;
   for (size_t lo = 0; lo < call.count; lo += chunk) {
     const size_t size = std::min(chunk, call.count - lo) * elem;
     const uint64_t step = ++step_;
@@ -225,15 +245,15 @@ Status ShmTransport::all_gather(const Call& call, const Activity& activity) {
     std::memcpy(segment_->staging(rank_, step), mine, size);
     publish(&RankBlock::posted, step);
     unsigned char* my_place = bytes(call.recv) + rank_ * total + lo * elem;
-    if (my_place != mine) std::memcpy(my_place, mine, size);
+    if (my_place != mine) copy_out(my_place, mine, size, stream);
     for (int j = 0; j < nranks_; ++j) {
       if (j == rank_) continue;
       TESSEL_TRY(wait_counter(j, &RankBlock::posted, step, activity));
-      std::memcpy(bytes(call.recv) + j * total + lo * elem, segment_->staging(j, step), size);
+      copy_out(bytes(call.recv) + j * total + lo * elem, segment_->staging(j, step), size, stream);
     }
     publish(&RankBlock::consumed, step);
   }
-  return ok_status();
+  return finish(stream);
 }
 
 Status ShmTransport::reduce_scatter(const Call& call, const Activity& activity) {
@@ -244,6 +264,7 @@ Status ShmTransport::reduce_scatter(const Call& call, const Activity& activity) 
       std::max(align, segment_->layout().chunk_bytes / elem / nranks_ / align * align);
   const unsigned char* send = bytes(call.send);
   const size_t block = call.count * elem;  // one rank's share of the input
+  const bool stream = block >= segment_->layout().stream_bytes;
   std::vector<const void*> inputs(nranks_);
   for (size_t lo = 0; lo < call.count; lo += chunk) {
     const size_t len = std::min(chunk, call.count - lo);
@@ -262,10 +283,10 @@ Status ShmTransport::reduce_scatter(const Call& call, const Activity& activity) 
       inputs[j] = segment_->staging(j, step) + rank_ * chunk * elem;
     }
     dist::reduce(bytes(call.recv) + lo * elem, nullptr, inputs.data(), nranks_, len, call.dtype,
-                 call.op, nranks_);
+                 call.op, nranks_, stream);
     publish(&RankBlock::consumed, step);
   }
-  return ok_status();
+  return finish(stream);
 }
 
 }  // namespace tessel::dist::shm

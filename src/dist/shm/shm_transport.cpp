@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <thread>
 #include <vector>
 
@@ -42,6 +41,15 @@ inline void cpu_relax() {
 #endif
 }
 
+// Whether two ranks' descriptors describe the same call (describe() would print the same).
+bool same_call(const Call& a, const Call& b) {
+  if (a.kind != b.kind || a.count != b.count || a.dtype != b.dtype) return false;
+  const bool reduces = a.kind == CallKind::kAllReduce || a.kind == CallKind::kReduce ||
+                       a.kind == CallKind::kReduceScatter;
+  const bool rooted = a.kind == CallKind::kBroadcast || a.kind == CallKind::kReduce;
+  return (!reduces || a.op == b.op) && (!rooted || a.peer == b.peer);
+}
+
 Call call_in_slot(SlotHeader& slot) {
   Call call;
   call.kind = static_cast<CallKind>(slot.kind);
@@ -50,12 +58,6 @@ Call call_in_slot(SlotHeader& slot) {
   call.peer = slot.root;
   call.count = slot.count;
   return call;
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string text = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) text += (i ? ", " : "") + std::to_string(ranks[i]);
-  return text;
 }
 
 }  // namespace
@@ -80,7 +82,12 @@ class ShmTransport::Poller {
     }
     if (polls_ % 16 == 0 || polls_ == kSpins) {
       uint64_t now = now_ns();
-      if (start_ns_ == 0) start_ns_ = now;
+      if (start_ns_ == 0) {
+        // Peers are checked (a few system calls each) only once a wait has lasted a while: the
+        // short waits of a busy pipeline should not pay for them.
+        start_ns_ = now;
+        next_check_ns_ = now + kCheckPeriodNs;
+      }
       if (now >= next_check_ns_) {
         next_check_ns_ = now + kCheckPeriodNs;
         transport_.beat(now);
@@ -312,26 +319,22 @@ Status ShmTransport::handshake(const Call& call, uint64_t seq, bool small) {
   for (int peer = 0; peer < nranks_; ++peer) {
     if (peer == rank_) continue;
     SlotHeader& theirs = segment_->slot(peer, seq);
+    if (load_acquire(theirs.seq) == seq) continue;
     TESSEL_TRY(wait([&] { return load_acquire(theirs.seq) == seq; }, {&call, seq, bit(peer)}));
   }
   if (!options_.check_calls) return ok_status();
+  // Compare the fields that matter for this kind of call; words only when they differ.
+  const Call my_call = call_in_slot(mine);
+  bool same = true;
+  for (int peer = 0; peer < nranks_ && same; ++peer)
+    same = same_call(my_call, call_in_slot(segment_->slot(peer, seq)));
+  if (same) return ok_status();
 
-  const std::string my_call = describe(call_in_slot(mine));
-  bool match = true;
-  for (int peer = 0; peer < nranks_ && match; ++peer)
-    match = describe(call_in_slot(segment_->slot(peer, seq))) == my_call;
-  if (match) return ok_status();
-  std::map<std::string, std::vector<int>> callers;  // what was called -> by whom
-  for (int peer = 0; peer < nranks_; ++peer)
-    callers[describe(call_in_slot(segment_->slot(peer, seq)))].push_back(peer);
-  std::vector<std::pair<std::vector<int>, std::string>> groups;
-  for (auto& [text, ranks] : callers) groups.emplace_back(ranks, text);
-  std::sort(groups.begin(), groups.end());
-  std::string message = fmt::format("mismatched collective #{} across ranks:", seq);
-  for (size_t i = 0; i < groups.size(); ++i)
-    message += fmt::format("{} {} called {}", i ? ";" : "", rank_list(groups[i].first),
-                           groups[i].second);
-  return failed_precondition("{}", message);
+  std::vector<Call> calls;
+  for (int peer = 0; peer < nranks_; ++peer) calls.push_back(call_in_slot(segment_->slot(peer, seq)));
+  std::string mismatch = describe_mismatch(seq, calls);
+  if (mismatch.empty()) return ok_status();
+  return failed_precondition("{}", mismatch);
 }
 
 // ---- pipeline helpers ------------------------------------------------------------------------

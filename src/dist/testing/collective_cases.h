@@ -195,9 +195,11 @@ inline std::string run_ring(tesselComm_t comm, tesselStream_t stream, DataType t
   for (size_t i = 0; i < count; ++i) store_value(t, out.data(), i, copy_input(rank, i));
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   tesselGroupStart();
-  tesselSend(out.data(), count, type, next, comm, stream);
-  tesselRecv(in.data(), count, type, prev, comm, stream);
+  tesselResult_t sent = tesselSend(out.data(), count, type, next, comm, stream);
+  tesselResult_t received = tesselRecv(in.data(), count, type, prev, comm, stream);
   tesselResult_t result = tesselGroupEnd();
+  if (sent != tesselSuccess) result = sent;
+  if (received != tesselSuccess) result = received;
   if (result == tesselSuccess) result = tesselStreamSynchronize(stream);
   if (result != tesselSuccess)
     return std::string("send/recv ring: ") + tesselGetErrorString(result) + ": " +

@@ -12,6 +12,7 @@ std::vector<ArgSlot> kernel_slots(const Kernel& k) {
       continue;
     }
     slots.push_back({ArgSlot::Kind::kData, a, -1, arg.name, arg.tensor->dtype});
+    slots.push_back({ArgSlot::Kind::kOffset, a, -1, arg.name + "_offset", kI64});
     for (int d = 0; d < arg.tensor->rank(); ++d)
       slots.push_back({ArgSlot::Kind::kStride, a, d, fmt::format("{}_stride{}", arg.name, d), kI64});
   }

@@ -61,8 +61,12 @@ std::string CRenderer::cast(const std::string& value, const DType& from, const D
 
 std::string CRenderer::global_offset(const Buffer& b, const std::vector<Expr>& idx) {
   std::string off;
-  for (size_t d = 0; d < idx.size(); ++d)
-    off += fmt::format("{}{} * {}_stride{}", d ? " + " : "", expr(idx[d]), ident(b->name), d);
+  for (size_t d = 0; d < idx.size(); ++d) {
+    if (d + 1 == idx.size() && unit_last_stride_.count(b->name))
+      off += fmt::format("{}{}", d ? " + " : "", expr(idx[d]));
+    else
+      off += fmt::format("{}{} * {}_stride{}", d ? " + " : "", expr(idx[d]), ident(b->name), d);
+  }
   return off;
 }
 
@@ -182,6 +186,13 @@ void CRenderer::gemm(const Gemm* g) {
 
 void CRenderer::barrier(const Barrier*) { TESSEL_CHECK(false, "barrier on the {} target", d_.target); }
 
+void CRenderer::for_loop(const For* f) {
+  std::string v = expr(f->var);
+  open(fmt::format("for ({} {} = 0; {} < {}; ++{})", d_.i64, v, v, expr(f->extent), v));
+  stmt(f->body);
+  close();
+}
+
 void CRenderer::stmt(const Stmt& s) {
   switch (s->kind) {
     case NodeKind::kSeq:
@@ -193,14 +204,7 @@ void CRenderer::stmt(const Stmt& s) {
       emit(fmt::format("const {} {} = {};", value_type(l->var->type), expr(l->var), expr(l->value)));
       return;
     }
-    case NodeKind::kFor: {
-      const For* f = s->as<For>();
-      std::string v = expr(f->var);
-      open(fmt::format("for ({} {} = 0; {} < {}; ++{})", d_.i64, v, v, expr(f->extent), v));
-      stmt(f->body);
-      close();
-      return;
-    }
+    case NodeKind::kFor: return for_loop(s->as<For>());
     case NodeKind::kParallel: return parallel(s->as<Parallel>());
     case NodeKind::kIfThenElse: {
       const IfThenElse* i = s->as<IfThenElse>();

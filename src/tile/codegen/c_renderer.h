@@ -64,6 +64,7 @@ class CRenderer {
   // ----- statements
   void stmt(const Stmt& s);
   virtual void parallel(const Parallel* p) = 0;
+  virtual void for_loop(const For* f);
   virtual void copy(const Copy* c);
   virtual void gemm(const Gemm* g);
   virtual void barrier(const Barrier* b);
@@ -74,6 +75,9 @@ class CRenderer {
 
   const CDialect& d_;
   const Kernel* kernel_ = nullptr;
+  // Global tensors whose last dimension the code being rendered may assume contiguous (a
+  // run-time check chose this version of a loop), so the compiler sees unit-stride accesses.
+  std::set<std::string> unit_last_stride_;
   std::string out_;
   int indent_ = 0;
 };

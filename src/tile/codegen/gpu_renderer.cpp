@@ -33,6 +33,9 @@ class GpuRenderer : public CRenderer {
     if (at != std::string::npos) prefix.replace(at, 9, std::to_string(target_.threads_per_block));
     open(fmt::format("{} {}({})", prefix, entry_name(k), params));
     emit(fmt::format("const int _ttid = {};", g_.thread_index));
+    for (const ArgSlot& s : kernel_slots(k))
+      if (s.kind == ArgSlot::Kind::kOffset)
+        emit(fmt::format("{} += {};", ident(k.args[s.arg].name), ident(s.name)));
     declare_tiles(grid->body);
     for (size_t d = 0; d < grid->vars.size(); ++d)
       emit(fmt::format("const {} {} = {};", d_.i64, expr(grid->vars[d]), g_.block_index[d]));

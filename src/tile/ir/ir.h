@@ -90,6 +90,12 @@ struct BufferNode {
   Layout layout = Layout::kRowMajor;
   // For kPackedA/kPackedB: the gemm reads this tile transposed, so packing swaps its axes.
   bool packed_transposed = false;
+  // For packed tiles (schedule_cpu_gemm): packed at the size of the part inside the tensor rather
+  // than padded to the whole tile, and multiplied at that size.
+  bool edge_packed = false;
+  // Non-empty: the tile's contents depend only on these block and loop indices, so it is packed
+  // once per launch into a table shared by every block (schedule_cpu_gemm).
+  std::vector<std::string> memo_key;
   SourceLoc loc;
 
   int rank() const { return static_cast<int>(shape.size()); }
@@ -396,9 +402,19 @@ struct KernelArg {
   bool is_tensor() const { return tensor != nullptr; }
 };
 
+// Parameter defaults for one kind of target: `on gpu <BM = 64, BK = 16>` after the arguments.
+// `target` is "cpu", "gpu" (OpenCL and CUDA), "opencl" or "cuda"; the most specific one that
+// matches wins, and -D overrides win over all of them.
+struct TargetDefaults {
+  std::string target;
+  std::vector<std::pair<std::string, std::string>> values;  // parameter -> value as written
+  SourceLoc loc;
+};
+
 struct Kernel {
   std::string name;
   std::vector<Param> params;
+  std::vector<TargetDefaults> target_defaults;
   std::vector<KernelArg> args;
   std::vector<Expr> sizes;  // Vars of kind kSize, in order of first appearance
   Stmt body;                // a Grid after parsing

@@ -121,8 +121,9 @@ class StmtPrinter {
         out += fmt::format("{}{} = {}<{}>{}", pad, b.name, scope_name(b.scope), b.dtype.name(),
                            shape_string(b.shape));
         if (b.layout != Layout::kRowMajor)
-          out += fmt::format("  layout {}{}", layout_name(b.layout),
-                             b.packed_transposed ? " transposed" : "");
+          out += fmt::format("  layout {}{}{}", layout_name(b.layout),
+                             b.packed_transposed ? " transposed" : "", b.edge_packed ? " edge" : "");
+        if (!b.memo_key.empty()) out += fmt::format("  shared by blocks per ({})", fmt::join(b.memo_key, ", "));
         out += "\n";
         return;
       }
@@ -238,7 +239,14 @@ std::string to_string(const Kernel& k) {
     else
       out += fmt::format("{}: {}", a.name, a.scalar->type.name());
   }
-  out += ") {\n";
+  out += ")";
+  for (const TargetDefaults& t : k.target_defaults) {
+    out += fmt::format("\n    on {} <", t.target);
+    for (size_t i = 0; i < t.values.size(); ++i)
+      out += fmt::format("{}{} = {}", i ? ", " : "", t.values[i].first, t.values[i].second);
+    out += ">";
+  }
+  out += " {\n";
   StmtPrinter p;
   p.print(k.body, 1);
   out += p.out;

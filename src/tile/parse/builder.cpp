@@ -140,6 +140,14 @@ Ex KernelBuilder::size(const std::string& name, Loc loc) {
   return Ex(this, *e);
 }
 
+void KernelBuilder::on(const std::string& target, std::vector<std::pair<std::string, std::string>> values,
+                       Loc loc) {
+  if (!ok()) return;
+  SourceLoc at = where(loc);
+  std::vector<SourceLoc> locs(values.size(), at);
+  fail(sema_->add_target_defaults(TargetDefaults{target, std::move(values), at}, locs, locs));
+}
+
 // ----- expressions ------------------------------------------------------------------------------
 
 namespace {

@@ -116,6 +116,9 @@ class KernelBuilder {
   Tile tensor(const std::string& name, DType dtype, std::vector<Dim> dims, Loc loc = Loc::current());
   Ex scalar(const std::string& name, DType dtype, Loc loc = Loc::current());
   Ex size(const std::string& name, Loc loc = Loc::current());  // a size named by a tensor
+  // Defaults for one kind of target: on("gpu", {{"BM", "64"}}) is `on gpu <BM = 64>`.
+  void on(const std::string& target, std::vector<std::pair<std::string, std::string>> values,
+          Loc loc = Loc::current());
 
   // ----- statements
   void grid(std::vector<Ex> extents, std::vector<std::string> names,

@@ -97,6 +97,7 @@ class Parser {
       } while (accept(TokenKind::kComma));
     }
     TESSEL_TRY(expect(TokenKind::kRParen, "to close the argument list"));
+    while (is_keyword("on")) TESSEL_TRY(parse_target_defaults());
     TESSEL_ASSIGN_OR_RETURN(Token open, expect(TokenKind::kLBrace, "to open the kernel body"));
     if (!is_keyword("grid"))
       return error_at(peek().loc, "a kernel body is one grid: grid (...) as (...) {{ ... }}; found {}",
@@ -129,6 +130,32 @@ class Parser {
                       name.first, describe(peek()));
     int64_t v = next().int_value;
     return sema_.add_int_param(name.first, negative ? -v : v, name.second);
+  }
+
+  // on gpu <BM = 64, T = bf16>
+  Status parse_target_defaults() {
+    next();  // 'on'
+    TESSEL_ASSIGN_OR_RETURN(Name target, expect_name("after 'on' (cpu, gpu, opencl or cuda)"));
+    TargetDefaults d;
+    d.target = target.first;
+    d.loc = target.second;
+    std::vector<SourceLoc> names, values;
+    TESSEL_TRY(expect(TokenKind::kLt, "before the target's parameter values"));
+    do {
+      TESSEL_ASSIGN_OR_RETURN(Name name, expect_name("for a parameter"));
+      TESSEL_TRY(expect(TokenKind::kAssign, "after the parameter name"));
+      SourceLoc value_loc = peek().loc;
+      std::string value;
+      if (accept(TokenKind::kMinus)) value = "-";
+      if (!at(TokenKind::kInt) && !at(TokenKind::kIdent))
+        return error_at(peek().loc, "expected a value for '{}', found {}", name.first, describe(peek()));
+      value += next().text;
+      d.values.emplace_back(name.first, value);
+      names.push_back(name.second);
+      values.push_back(value_loc);
+    } while (accept(TokenKind::kComma));
+    TESSEL_TRY(expect(TokenKind::kGt, "to close the target's parameter values"));
+    return sema_.add_target_defaults(std::move(d), names, values);
   }
 
   Status parse_arg() {

@@ -84,6 +84,7 @@ Expected<Kernel> build_gemm() {
   Tile C = kb.tensor("C", U, {"M", "N"});
   Tile bias = kb.tensor("bias", U, {"N"});
   Ex alpha = kb.scalar("alpha", kF32), beta = kb.scalar("beta", kF32);
+  kb.on("gpu", {{"BM", "64"}, {"BN", "64"}, {"BK", "16"}});
   Ex M = kb.size("M"), N = kb.size("N"), K = kb.size("K");
   kb.grid({cdiv(N, BN), cdiv(M, BM)}, {"bx", "by"}, [&](std::vector<Ex> b) {
     Ex bx = b[0], by = b[1];

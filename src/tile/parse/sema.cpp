@@ -3,6 +3,7 @@
 #include "tile/parse/sema.h"
 
 #include <algorithm>
+#include <cctype>
 #include <set>
 
 #include "tile/ir/printer.h"
@@ -174,6 +175,33 @@ Status Sema::add_scalar_arg(std::string name, DType dtype, SourceLoc loc) {
   s.value = Var::make(name, dtype, VarKind::kScalar, loc);
   TESSEL_TRY(define(name, s, loc));
   kernel_.args.push_back(KernelArg{name, nullptr, s.value, loc});
+  return ok_status();
+}
+
+Status Sema::add_target_defaults(TargetDefaults defaults, const std::vector<SourceLoc>& name_locs,
+                                 const std::vector<SourceLoc>& value_locs) {
+  static const std::set<std::string> kTargets = {"cpu", "gpu", "opencl", "cuda"};
+  if (!kTargets.count(defaults.target))
+    return error_at(defaults.loc, "unknown target '{}' (expected cpu, gpu, opencl or cuda)", defaults.target);
+  for (const TargetDefaults& t : kernel_.target_defaults)
+    if (t.target == defaults.target)
+      return error_at(defaults.loc, "defaults for '{}' are already given at {}", t.target, t.loc.to_string());
+  for (size_t i = 0; i < defaults.values.size(); ++i) {
+    const auto& [name, value] = defaults.values[i];
+    const Param* p = kernel_.find_param(name);
+    if (!p) return error_at(name_locs[i], "'on {}' sets '{}', which is not a parameter", defaults.target, name);
+    for (size_t j = 0; j < i; ++j)
+      if (defaults.values[j].first == name) return error_at(name_locs[i], "'{}' is set twice", name);
+    bool is_int = !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) || value[0] == '-');
+    if (p->is_dtype) {
+      auto t = scalar_type_from_name(value);
+      if (!t || !DType(*t).is_float())
+        return error_at(value_locs[i], "parameter '{}' is a float dtype (f32, f16, bf16, f64); got '{}'", name, value);
+    } else if (!is_int) {
+      return error_at(value_locs[i], "parameter '{}' is an integer; got '{}'", name, value);
+    }
+  }
+  kernel_.target_defaults.push_back(std::move(defaults));
   return ok_status();
 }
 

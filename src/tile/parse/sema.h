@@ -28,6 +28,10 @@ class Sema {
   Expected<Expr> tensor_dim(const std::string& name, const SourceLoc& loc);
   Status add_tensor_arg(std::string name, DType dtype, std::vector<Expr> dims, SourceLoc loc);
   Status add_scalar_arg(std::string name, DType dtype, SourceLoc loc);
+  // `on gpu <BM = 64>`: every name a parameter, every value of the parameter's kind.
+  Status add_target_defaults(TargetDefaults defaults,
+                             const std::vector<SourceLoc>& name_locs,
+                             const std::vector<SourceLoc>& value_locs);
 
   // ----- names
   bool is_defined(const std::string& name) const;

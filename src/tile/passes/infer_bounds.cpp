@@ -121,10 +121,18 @@ class BoundsInference : public IRMutator {
       if (!r.lo || *r.lo < 0)
         p = conj(p, Binary::make(BinaryOp::kGe, idx[d], make_int(0), loc));
       auto size = const_int(b->shape[d]);
-      if (!(size && r.hi && *r.hi < *size))
+      if (!(size && r.hi && *r.hi < *size) && !below_by_grid(idx[d], b->shape[d]))
         p = conj(p, Binary::make(BinaryOp::kLt, idx[d], b->shape[d], loc));
     }
     return p;
+  }
+
+  // A block index of a grid dimension whose extent is exactly `size`: `grid (D0) as (z)`.
+  bool below_by_grid(const Expr& idx, const Expr& size) const {
+    const Var* v = idx->as<Var>();
+    if (!v || v->var_kind != VarKind::kBlock) return false;
+    auto it = grid_extents_.find(v->name);
+    return it != grid_extents_.end() && to_string(it->second) == to_string(size);
   }
 
   void check_tile_access(const Buffer& b, const std::vector<Expr>& idx, const SourceLoc& loc) {
@@ -175,6 +183,7 @@ class BoundsInference : public IRMutator {
   }
 
   Stmt mutate_node(const Grid* n, const Stmt& self) override {
+    for (size_t d = 0; d < n->vars.size(); ++d) grid_extents_[n->vars[d]->as<Var>()->name] = n->extents[d];
     for (size_t d = 0; d < n->vars.size(); ++d) {
       Interval r{0, std::nullopt};
       if (auto e = const_int(n->extents[d])) r.hi = *e - 1;
@@ -304,7 +313,8 @@ class BoundsInference : public IRMutator {
       any = true;
     }
     if (!any) return m;
-    // The limits imply those conjuncts; drop them from the stores.
+    // The limits imply those conjuncts; drop them from the stores, and from loads at the same
+    // places.
     struct DropImplied : IRMutator {
       BoundsInference* self;
       const Parallel* p;
@@ -312,11 +322,10 @@ class BoundsInference : public IRMutator {
       const std::set<std::string>* loop_vars;
       const std::vector<std::string>* keys;
       using IRMutator::mutate_node;
-      Stmt mutate_node(const Store* s, const Stmt& st) override {
-        if (s->buffer->scope != Scope::kGlobal || !s->predicate) return st;
+      Expr kept(const Expr& predicate) {
         std::vector<Expr> cs;
-        split_conj(s->predicate, &cs);
-        Expr kept;
+        split_conj(predicate, &cs);
+        Expr out;
         for (const Expr& c : cs) {
           bool implied = false;
           for (size_t d = 0; d < p->vars.size() && !implied; ++d) {
@@ -324,9 +333,22 @@ class BoundsInference : public IRMutator {
             auto k = self->bound_key(c, p->vars[d]->as<Var>()->name, *fx, *loop_vars);
             implied = k && k->first == (*keys)[d];
           }
-          if (!implied) kept = conj(kept, c);
+          if (!implied) out = conj(out, c);
         }
-        return Store::make(s->buffer, s->indices, s->value, s->loc, kept);
+        return out;
+      }
+      Stmt mutate_node(const Store* s, const Stmt& st) override {
+        Stmt m = IRMutator::mutate_node(s, st);
+        const Store* n = m->as<Store>();
+        if (n->buffer->scope != Scope::kGlobal || !n->predicate) return m;
+        return Store::make(n->buffer, n->indices, n->value, n->loc, kept(n->predicate));
+      }
+      Expr mutate_node(const Load* l, const Expr& e) override {
+        Expr m = IRMutator::mutate_node(l, e);
+        const Load* n = m->as<Load>();
+        if (n->buffer->scope != Scope::kGlobal || !n->predicate) return m;
+        Expr p = kept(n->predicate);
+        return p ? Load::make(n->buffer, n->indices, n->loc, p, n->other) : Load::make(n->buffer, n->indices, n->loc);
       }
     } drop;
     drop.self = this;
@@ -340,6 +362,7 @@ class BoundsInference : public IRMutator {
  private:
   Ranges ranges_;
   std::map<std::string, Expr> lets_;
+  std::map<std::string, Expr> grid_extents_;
 };
 
 }  // namespace

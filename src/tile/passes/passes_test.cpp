@@ -43,6 +43,23 @@ TEST(Specialize, SubstitutesParametersAndFoldsWhatBecameConstant) {
 )");
 }
 
+TEST(Specialize, TargetDefaultsThenOverrides) {
+  Kernel k = parse(R"(kernel k<B = 8, C = 1, T: dtype = f32>(x: T[N])
+    on gpu <B = 4, C = 2> on cuda <C = 3, T = bf16> {
+  grid (cdiv(N, B * C)) as (b) { }
+})");
+  auto value = [&](const std::string& target, const std::map<std::string, std::string>& d) {
+    auto s = specialize(k, d, target);
+    EXPECT_TRUE(s.ok()) << s.status().to_string();
+    return fmt::format("B={} C={} T={}", s->params[0].int_value, s->params[1].int_value,
+                       s->params[2].dtype_value.name());
+  };
+  EXPECT_EQ(value("cpu", {}), "B=8 C=1 T=f32");
+  EXPECT_EQ(value("opencl", {}), "B=4 C=2 T=f32");
+  EXPECT_EQ(value("cuda", {}), "B=4 C=3 T=bf16");
+  EXPECT_EQ(value("cuda", {{"C", "5"}}), "B=4 C=5 T=bf16");
+}
+
 TEST(Simplify, FoldsIntegersLikeC) {
   auto fold = [](BinaryOp op, int64_t a, int64_t b) {
     return *const_int(simplify(Binary::make(op, make_int(a), make_int(b))));
@@ -83,7 +100,7 @@ TEST(InferBounds, MasksGlobalReadsAndStopsStoreLoopsAtTheEdge) {
     }
     parallel (i, j) in [2, 8] limit [min(2, M - by * 2), min(8, N - bx * 8)] {
       r = by * 2 + i
-      y[r, bx * 8 + j] = t[i, j] + masked(x[r, 0], r < M && 0 < N, other=0.0)
+      y[r, bx * 8 + j] = t[i, j] + masked(x[r, 0], 0 < N, other=0.0)
     }
   }
 }
@@ -122,6 +139,43 @@ TEST(InsertBarriers, OncePerHazardNotPerIteration) {
   EXPECT_EQ(loop.find("barrier()", loop.find("for _k")), std::string::npos) << loop;
 }
 
+TEST(PipelineGpuLoops, RotatesStageCopiesWithOneBarrierPerStep) {
+  Kernel k = parse(R"(kernel k(A: f32[M, K], B: f32[K, N], C: f32[M, N]) {
+  grid (cdiv(N, 16), cdiv(M, 16)) as (bx, by) {
+    As = shared<f32>[16, 4]
+    Bs = shared<f32>[4, 16]
+    acc = fragment<f32>[16, 16]
+    clear(acc)
+    for k in pipelined(cdiv(K, 4), stages=3) {
+      copy(A[by * 16, k * 4], As)
+      copy(B[k * 4, bx * 16], Bs)
+      gemm(As, Bs, acc)
+    }
+    copy(acc, C[by * 16, bx * 16])
+  }
+})");
+  CompileOptions o;
+  o.target = Target::opencl(32 << 10, 64);
+  std::string pipelined;
+  o.dump = [&](const std::string& pass, const Kernel& ir) {
+    if (pass == "pipeline_gpu_loops") pipelined = to_string(ir);
+  };
+  auto ir = compile_ir(k, o);
+  ASSERT_TRUE(ir.ok()) << ir.status().to_string();
+  // Two more copies of each tile; the prologue fills stages 0 and 1; iteration k fills the stage
+  // of k + 2, the one iteration k - 1 used.
+  for (const char* line : {"_As_1 = shared<f32>[16, 4]", "_As_2 = shared<f32>[16, 4]",
+                           "    copy(A[by * 16, 0], As)\n", "    copy(A[by * 16, 4], _As_1)\n",
+                           "      if k % 3 == 0 {\n        copy(A[by * 16, (k + 2) * 4], _As_2)",
+                           "gemm(_As_1, _Bs_1, acc)"})
+    EXPECT_NE(pipelined.find(line), std::string::npos) << line << "\n" << pipelined;
+  std::string text = to_string(*ir);
+  std::string loop = text.substr(text.find("for k in range"));
+  size_t barriers = 0;
+  for (size_t p = loop.find("barrier()"); p != std::string::npos; p = loop.find("barrier()", p + 1)) ++barriers;
+  EXPECT_EQ(barriers, 3u) << loop;  // one per stage branch
+}
+
 TEST(PlaceFragments, SharedWhenThreadsReadEachOthersElements) {
   Kernel k = parse(R"(kernel k(x: f32[M, N], y: f32[M]) {
   grid (cdiv(M, 4)) as (b) {
@@ -141,6 +195,35 @@ TEST(PlaceFragments, SharedWhenThreadsReadEachOthersElements) {
   // The reduce reads t[i, k] across threads: t is shared. s is only touched at its own index.
   EXPECT_NE(text.find("t = fragment<f32>[4, 32]\n"), std::string::npos) << text;
   EXPECT_NE(text.find("s = fragment<f32>[4]  layout registers"), std::string::npos) << text;
+}
+
+TEST(ScheduleCpuGemm, SharesTilesOnlyWhenEveryBlockWouldPackTheSame) {
+  // A's tile depends on (by, k) only; B is also written by the kernel, so blocks may see
+  // different contents of it and each packs its own.
+  Kernel k = parse(R"(kernel k(A: f32[M, K], B: f32[K, N], C: f32[M, N]) {
+  grid (cdiv(N, 16), cdiv(M, 16)) as (bx, by) {
+    As = shared<f32>[16, 8]
+    Bs = shared<f32>[8, 16]
+    acc = fragment<f32>[16, 16]
+    clear(acc)
+    for k in range(cdiv(K, 8)) {
+      copy(A[by * 16, k * 8], As)
+      copy(B[k * 8, bx * 16], Bs)
+      gemm(As, Bs, acc)
+    }
+    parallel (i, j) in acc {
+      B[by * 16 + i, bx * 16 + j] = acc[i, j]
+    }
+  }
+})");
+  CompileOptions o;
+  o.target = Target::cpu();
+  auto ir = compile_ir(k, o);
+  ASSERT_TRUE(ir.ok()) << ir.status().to_string();
+  std::string text = to_string(*ir);
+  EXPECT_NE(text.find("As = shared<f32>[16, 8]  layout packed_a edge  shared by blocks per (by, k)\n"),
+            std::string::npos) << text;
+  EXPECT_NE(text.find("Bs = shared<f32>[8, 16]  layout packed_b edge\n"), std::string::npos) << text;
 }
 
 TEST(ThreadTiling, EveryElementHasExactlyOneOwner) {
@@ -171,8 +254,8 @@ TEST(ThreadTiling, EveryElementHasExactlyOneOwner) {
 TEST(Pipeline, DumpsEveryPassInOrder) {
   Kernel k = parse("kernel k(x: f32[N]) { grid (N) as (b) { } }");
   for (auto [target, expected] : std::vector<std::pair<Target, std::string>>{
-           {Target::cpu(), "parse specialize pack_gemm_operands lower_tile_ops infer_bounds"},
-           {Target::opencl(), "parse specialize lower_tile_ops infer_bounds place_fragments insert_barriers"}}) {
+           {Target::cpu(), "parse specialize pack_gemm_operands lower_tile_ops infer_bounds schedule_cpu_gemm"},
+           {Target::opencl(), "parse specialize pipeline_gpu_loops lower_tile_ops infer_bounds place_fragments insert_barriers"}}) {
     CompileOptions o;
     o.target = target;
     std::string passes;

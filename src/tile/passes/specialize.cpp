@@ -62,12 +62,22 @@ std::string param_names(const Kernel& k) {
 
 }  // namespace
 
-Expected<Kernel> specialize(const Kernel& kernel, const std::map<std::string, std::string>& overrides) {
+Expected<Kernel> specialize(const Kernel& kernel, const std::map<std::string, std::string>& user_overrides,
+                            const std::string& target) {
   TESSEL_CHECK(!kernel.specialized, "kernel '{}' specialised twice", kernel.name);
-  for (const auto& [name, value] : overrides)
+  for (const auto& [name, value] : user_overrides)
     if (!kernel.find_param(name))
       return error_at(kernel.loc, "kernel '{}' has no parameter '{}' (its parameters: {})", kernel.name,
                       name, param_names(kernel));
+  // Target defaults, least specific first, then the caller's overrides.
+  std::map<std::string, std::string> overrides;
+  bool gpu = target == "opencl" || target == "cuda";
+  for (const char* level : {"gpu", "target"})
+    for (const TargetDefaults& t : kernel.target_defaults)
+      if ((std::string(level) == "gpu" && gpu && t.target == "gpu") ||
+          (std::string(level) == "target" && t.target == target))
+        for (const auto& [name, value] : t.values) overrides[name] = value;
+  for (const auto& [name, value] : user_overrides) overrides[name] = value;
 
   Kernel out = kernel;
   std::map<std::string, int64_t> ints;

@@ -101,6 +101,8 @@ Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used
                               ka.name, t->strides.size(), t->shape.size());
     if (!t->data && used[a])
       return invalid_argument("kernel '{}': argument '{}' has no data", k.name, ka.name);
+    if (t->offset < 0)
+      return invalid_argument("kernel '{}': argument '{}' has negative offset {}", k.name, ka.name, t->offset);
     for (int d = 0; d < b.rank(); ++d) {
       int64_t n = t->shape[d];
       if (n < 0) return invalid_argument("kernel '{}': argument '{}' has negative size {}", k.name, ka.name, n);
@@ -121,6 +123,7 @@ Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used
     tessel_cpu::Arg v{};
     switch (s.kind) {
       case ArgSlot::Kind::kData: v.ptr = std::get<TensorArg>(args[s.arg]).data; break;
+      case ArgSlot::Kind::kOffset: v.i64 = std::get<TensorArg>(args[s.arg]).offset; break;
       case ArgSlot::Kind::kStride: {
         const TensorArg& t = std::get<TensorArg>(args[s.arg]);
         if (!t.strides.empty()) {

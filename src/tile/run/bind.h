@@ -19,13 +19,15 @@
 namespace tessel::tile {
 
 // A tensor argument: where its elements are (host memory for the CPU, a device buffer handle for
-// OpenCL/CUDA), their dtype, the shape, and strides in elements (empty: contiguous row-major).
+// OpenCL/CUDA), their dtype, the shape, strides in elements (empty: contiguous row-major), and
+// the offset in elements of element [0, ...] from `data` (a view into a larger buffer).
 // A transposed or broadcast operand is a strided view: swap the strides, or use stride 0.
 struct TensorArg {
   void* data = nullptr;
   ScalarType dtype = ScalarType::kF32;
   std::vector<int64_t> shape;
   std::vector<int64_t> strides;
+  int64_t offset = 0;
 };
 
 // A tensor, or a scalar (floating point or integer, converted to the kernel's scalar type).

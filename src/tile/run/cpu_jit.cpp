@@ -18,6 +18,8 @@
 #include <sstream>
 
 #include "hw/cpu_info.h"
+#include "support/atomic_file.h"
+#include "support/hash.h"
 #include "support/log.h"
 #include "tile/run/embedded_headers.h"
 
@@ -27,23 +29,18 @@ namespace fs = std::filesystem;
 
 namespace {
 
-// 128-bit FNV-1a (two 64-bit lanes with different offsets): a cache key, not a security hash.
-class Hasher {
+// A 128-bit cache key from two XXH64 streams with different seeds.
+class KeyHasher {
  public:
-  void add(std::string_view s) {
-    for (unsigned char c : s) {
-      a_ = (a_ ^ c) * 0x100000001b3ULL;
-      b_ = (b_ ^ c) * 0x100000001b3ULL;
-    }
-    // A separator, so ("ab", "c") and ("a", "bc") differ.
-    a_ = (a_ ^ 0xff) * 0x100000001b3ULL;
-    b_ = (b_ ^ 0xfe) * 0x100000001b3ULL;
+  KeyHasher& add(std::string_view part) {
+    a_.add_field(part);
+    b_.add_field(part);
+    return *this;
   }
-  std::string hex() const { return fmt::format("{:016x}{:016x}", a_, b_); }
+  std::string hex() const { return a_.hex_digest() + b_.hex_digest(); }
 
  private:
-  uint64_t a_ = 0xcbf29ce484222325ULL;
-  uint64_t b_ = 0x84222325cbf29ce4ULL;
+  Hasher a_{0}, b_{0x9e3779b97f4a7c15ULL};
 };
 
 // A name no other process or thread uses: for temporaries that are renamed into place.
@@ -58,18 +55,6 @@ Status write_file(const fs::path& path, std::string_view text) {
   out.write(text.data(), static_cast<std::streamsize>(text.size()));
   out.close();
   if (!out) return errno_error("write " + path.string());
-  return ok_status();
-}
-
-Status write_file_atomic(const fs::path& path, std::string_view text) {
-  fs::path tmp = path;
-  tmp += "." + unique_suffix();
-  TESSEL_TRY(write_file(tmp, text));
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status s = errno_error("rename to " + path.string());
-    ::unlink(tmp.c_str());
-    return s;
-  }
   return ok_status();
 }
 
@@ -138,7 +123,7 @@ Expected<std::string> compiler_identity(const std::string& compiler) {
 
 // Writes the embedded headers under <cache>/include/<hash>/ once; returns that directory.
 Expected<fs::path> header_dir(const fs::path& cache) {
-  Hasher h;
+  KeyHasher h;
   for (size_t i = 0; i < kEmbeddedCpuHeaderCount; ++i) {
     h.add(kEmbeddedCpuHeaders[i].path);
     h.add(kEmbeddedCpuHeaders[i].text);
@@ -161,24 +146,31 @@ Expected<fs::path> header_dir(const fs::path& cache) {
   return dir;
 }
 
-Expected<tessel_cpu::KernelEntry> load(const fs::path& library, const std::string& entry) {
+Status load(const fs::path& library, const std::string& entry, CpuModule* m) {
   void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle) return internal_error("dlopen {}: {}", library.string(), ::dlerror());
   void* sym = ::dlsym(handle, entry.c_str());
   if (!sym) return internal_error("{} has no symbol {}", library.string(), entry);
-  return reinterpret_cast<tessel_cpu::KernelEntry>(sym);
+  m->handle = handle;
+  m->entry = reinterpret_cast<tessel_cpu::KernelEntry>(sym);
+  return ok_status();
 }
+
+// The variants, best first, with the flags that select each.
+const CpuIsa kCpuIsas[] = {{"avx512bf16", {"-march=x86-64-v4", "-mavx512bf16"}},
+                           {"avx512", {"-march=x86-64-v4"}},
+                           {"avx2", {"-march=x86-64-v3"}},
+                           {"portable", {}}};
 
 CpuIsa detect_isa() {
   const CpuFeatureSet& f = host_cpu_info().features;
   bool avx512 = f.has(CpuFeature::kAvx512f) && f.has(CpuFeature::kAvx512bw) &&
                 f.has(CpuFeature::kAvx512dq) && f.has(CpuFeature::kAvx512vl) &&
                 f.has(CpuFeature::kFma) && f.has(CpuFeature::kF16c);
-  if (avx512 && f.has(CpuFeature::kAvx512Bf16))
-    return {"avx512bf16", {"-march=x86-64-v4", "-mavx512bf16"}};
-  if (avx512) return {"avx512", {"-march=x86-64-v4"}};
-  if (f.has(CpuFeature::kAvx2) && f.has(CpuFeature::kFma)) return {"avx2", {"-march=x86-64-v3"}};
-  return {"portable", {}};
+  if (avx512 && f.has(CpuFeature::kAvx512Bf16)) return kCpuIsas[0];
+  if (avx512) return kCpuIsas[1];
+  if (f.has(CpuFeature::kAvx2) && f.has(CpuFeature::kFma)) return kCpuIsas[2];
+  return kCpuIsas[3];
 }
 
 }  // namespace
@@ -186,6 +178,17 @@ CpuIsa detect_isa() {
 const CpuIsa& host_cpu_isa() {
   static const CpuIsa isa = detect_isa();
   return isa;
+}
+
+Expected<CpuIsa> cpu_isa_named(std::string_view name) {
+  for (const CpuIsa& isa : kCpuIsas)
+    if (isa.name == name) return isa;
+  return invalid_argument("unknown CPU variant '{}': one of avx512bf16, avx512, avx2, portable",
+                          name);
+}
+
+void* module_symbol(const CpuModule& module, const std::string& name) {
+  return module.handle ? ::dlsym(module.handle, name.c_str()) : nullptr;
 }
 
 std::string default_cache_dir() {
@@ -206,10 +209,10 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   TESSEL_ASSIGN_OR_RETURN(std::string identity, compiler_identity(compiler));
   TESSEL_ASSIGN_OR_RETURN(fs::path include, header_dir(cache));
 
-  std::vector<std::string> flags = {"-std=c++17", "-O3", "-fPIC", "-shared", "-fopenmp-simd",
+  std::vector<std::string> flags = {"-std=c++20", "-O3", "-fPIC", "-shared", "-fopenmp-simd",
                                     "-fno-math-errno", "-ffp-contract=fast", "-w"};
   flags.insert(flags.end(), options.isa.flags.begin(), options.isa.flags.end());
-  Hasher h;
+  KeyHasher h;
   h.add(source);
   h.add(entry);
   h.add(identity);
@@ -222,14 +225,15 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   fs::path library = dir / (key + ".so");
   CpuModule m;
   m.library_path = library.string();
+  m.entry_name = entry;
   if (fs::exists(library)) {
-    TESSEL_ASSIGN_OR_RETURN(m.entry, load(library, entry));
+    TESSEL_TRY(load(library, entry, &m));
     m.from_cache = true;
     return m;
   }
 
   fs::path src = dir / (key + ".cpp");
-  TESSEL_TRY(write_file_atomic(src, source));
+  TESSEL_TRY(write_file_atomic(src.string(), source));
   fs::path tmp = library;
   tmp += "." + unique_suffix();
   std::vector<std::string> argv = {compiler};
@@ -249,7 +253,7 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
     ::unlink(tmp.c_str());
     return s;
   }
-  TESSEL_ASSIGN_OR_RETURN(m.entry, load(library, entry));
+  TESSEL_TRY(load(library, entry, &m));
   return m;
 }
 

@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/status.h"
@@ -27,21 +28,32 @@ struct CpuIsa {
 // The best variant the host CPU runs (from hw/ feature detection).
 const CpuIsa& host_cpu_isa();
 
+// The variant called `name` ("avx512bf16", "avx512", "avx2", "portable"); an error names the
+// known ones. Whether this CPU runs it is the caller's concern.
+Expected<CpuIsa> cpu_isa_named(std::string_view name);
+
 struct CpuJitOptions {
   CpuIsa isa = host_cpu_isa();
   std::string compiler;   // default: $TESSEL_CXX, else "c++"
   std::string cache_dir;  // default: see above
+  bool ahead_of_time = true;  // CpuKernel: use a kernel compiled at build time when one matches
 };
 
 // A loaded kernel. Loaded objects stay loaded for the life of the process.
 struct CpuModule {
   tessel_cpu::KernelEntry entry = nullptr;
+  void* handle = nullptr;    // from dlopen, for symbols other than the entry point
   std::string library_path;  // the cached shared object
   bool from_cache = false;   // true when no compiler ran
+  bool ahead_of_time = false;  // compiled into a libtessel_cpu_kernels_<isa>.so (cpu_aot.h)
+  std::string entry_name;    // the entry point's symbol; others are <entry_name>_<suffix>
 };
 
 Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string& entry,
                                     const CpuJitOptions& options = {});
+
+// Another symbol of a loaded module, or null when it has none.
+void* module_symbol(const CpuModule& module, const std::string& name);
 
 // The cache directory used when options name none.
 std::string default_cache_dir();

@@ -96,15 +96,12 @@ const GemmCase kShapes[] = {{1, 1, 1}, {7, 13, 5}, {97, 31, 257}, {64, 64, 64}, 
 // Small tiles: many blocks, ragged edges in every dimension, K split in many steps.
 const testing::Params kSmallTiles = {{"BM", "16"}, {"BN", "24"}, {"BK", "8"}};
 
-// The kernel compiled on every backend; GPU backends get small tiles unless told otherwise.
+// The kernel compiled on every backend (GPU backends take the kernel's `on gpu` tiles).
 template <typename Fn>
 void for_each_backend(const testing::Params& params, Fn fn) {
   for (const testing::Backend& b : testing::test_backends()) {
     SCOPED_TRACE("backend " + b.name);
-    testing::Params p = params;
-    if (b.name != "cpu")
-      for (const auto& [key, value] : kSmallTiles) p.emplace(key, value);
-    auto launch = b.compile(gemm_source(), p);
+    auto launch = b.compile(gemm_source(), params);
     ASSERT_TRUE(launch.ok()) << launch.status().to_string();
     fn(*launch);
   }
@@ -135,6 +132,18 @@ TEST(GemmKernel, F32SmallTilesTransposesAlphaBeta) {
   });
 }
 
+// Pipelined K loops with 2 and 3 stages (on GPUs, stage copies of the shared tiles rotate).
+TEST(GemmKernel, PipelineStages) {
+  for (const char* stages : {"1", "2", "3"}) {
+    testing::Params params = kSmallTiles;
+    params["STAGES"] = stages;
+    for_each_backend(params, [](const testing::Launcher& launch) {
+      for (GemmCase c : {GemmCase{33, 65, 300}, GemmCase{7, 13, 5}, GemmCase{20, 30, 16}, GemmCase{5, 5, 1}})
+        run_case(launch, c, ScalarType::kF32);
+    });
+  }
+}
+
 TEST(GemmKernel, BiasAndActivations) {
   for (int act : {1, 2}) {
     testing::Params params = kSmallTiles;
@@ -157,6 +166,37 @@ TEST(GemmKernel, SixteenBitInputsAccumulateInF32) {
       run_case(launch, GemmCase{23, 19, 41, true, true, 1.0, 0.0}, st);
     });
   }
+}
+
+// Operands that are views into larger buffers: a block of rows and columns starting at an offset,
+// with the buffer's row stride (as a sub-matrix of a bigger one is).
+TEST(GemmKernel, ViewsAtAnOffsetIntoLargerBuffers) {
+  for_each_backend(kSmallTiles, [](const testing::Launcher& launch) {
+    const int64_t m = 19, n = 23, k = 29, ld = 40, row0 = 3, col0 = 5;
+    std::vector<float> big_a = random_floats(50 * ld, 81), big_b = random_floats(50 * ld, 82);
+    std::vector<float> big_c(50 * ld, 7.0f);
+    int64_t offset = row0 * ld + col0;
+    ASSERT_TRUE(launch({TensorArg{big_a.data(), ScalarType::kF32, {m, k}, {ld, 1}, offset},
+                        TensorArg{big_b.data(), ScalarType::kF32, {k, n}, {ld, 1}, offset},
+                        TensorArg{big_c.data(), ScalarType::kF32, {m, n}, {ld, 1}, offset},
+                        TensorArg{nullptr, ScalarType::kF32, {n}, {}}, 1.0, 0.0})
+                    .ok());
+    std::vector<float> got;
+    std::vector<double> want;
+    for (int64_t r = 0; r < 50; ++r)
+      for (int64_t c = 0; c < ld; ++c) {
+        got.push_back(big_c[r * ld + c]);
+        bool inside = r >= row0 && r < row0 + m && c >= col0 && c < col0 + n;
+        if (!inside) {
+          want.push_back(7.0);  // untouched outside the view
+          continue;
+        }
+        double s = 0;
+        for (int64_t p = 0; p < k; ++p) s += double(big_a[(row0 + r - row0) * ld + col0 + p]) * big_b[(row0 + p) * ld + c];
+        want.push_back(s);
+      }
+    expect_close(got, want, 1e-4, 1e-5, "gemm on views at an offset");
+  });
 }
 
 TEST(GemmKernel, LaunchErrorsNameTheArgument) {

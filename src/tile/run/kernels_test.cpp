@@ -2,8 +2,9 @@
 // references in double: element-wise unary and binary (with broadcasting through stride-0 views),
 // casts, row softmax, layer norm, row sum/max, batched gemm. Shapes include 1, primes and
 // non-multiples of every tile size. Tolerances: 2e-6 absolute + 1e-5 relative for f32 results
-// (a few ulp of the targets' math libraries, accumulation over a few thousand terms); casts must
-// match the test's own round-to-nearest-even exactly.
+// (a few ulp of the targets' math libraries, accumulation over a few thousand terms); for bf16 and
+// f16 results (inputs rounded by the test, math in f32, one rounding at the store) one unit in the
+// last place, 2^-8 and 2^-10 relative; casts must match the test's own rounding exactly.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -179,6 +180,65 @@ TEST(ReduceKernel, RowSumAndMax) {
         }
         expect_close(y, want, 1e-5, 1e-5, fmt::format("reduce op {} [{}, {}]", op, m, n));
       }
+    });
+  }
+}
+
+// 16-bit tensors: round `v` in place to `type` and return the bit patterns.
+std::vector<uint16_t> round_to(ScalarType type, std::vector<float>& v) {
+  std::vector<uint16_t> bits(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    bits[i] = type == ScalarType::kBF16 ? testing::to_bf16_bits(v[i]) : testing::to_f16_bits(v[i]);
+    v[i] = type == ScalarType::kBF16 ? testing::from_bf16_bits(bits[i]) : testing::from_f16_bits(bits[i]);
+  }
+  return bits;
+}
+
+std::vector<float> from_bits(ScalarType type, const std::vector<uint16_t>& bits) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i)
+    v[i] = type == ScalarType::kBF16 ? testing::from_bf16_bits(bits[i]) : testing::from_f16_bits(bits[i]);
+  return v;
+}
+
+TEST(SixteenBitKernels, SoftmaxAndLayerNormInBf16AndF16) {
+  for (ScalarType type : {ScalarType::kBF16, ScalarType::kF16}) {
+    const char* name = scalar_type_name(type);
+    double ulp = type == ScalarType::kBF16 ? 1.0 / 256 : 1.0 / 1024;
+    on_every_backend("softmax.tile", "softmax", {{"T", name}}, [&](const Launcher& launch) {
+      int64_t m = 5, n = 300;
+      std::vector<float> x = random_floats(m * n, 71, -4.0f, 4.0f);
+      std::vector<uint16_t> xb = round_to(type, x), yb(m * n);
+      ASSERT_TRUE(launch({TensorArg{xb.data(), type, {m, n}, {}}, TensorArg{yb.data(), type, {m, n}, {}}}).ok());
+      std::vector<double> want(m * n);
+      for (int64_t r = 0; r < m; ++r) {
+        double mx = -INFINITY, sum = 0;
+        for (int64_t c = 0; c < n; ++c) mx = std::max(mx, double(x[r * n + c]));
+        for (int64_t c = 0; c < n; ++c) sum += std::exp(x[r * n + c] - mx);
+        for (int64_t c = 0; c < n; ++c) want[r * n + c] = std::exp(x[r * n + c] - mx) / sum;
+      }
+      expect_close(from_bits(type, yb), want, 1e-7, ulp, fmt::format("softmax {}", name));
+    });
+    on_every_backend("layernorm.tile", "layernorm", {{"T", name}}, [&](const Launcher& launch) {
+      int64_t m = 3, n = 257;
+      std::vector<float> x = random_floats(m * n, 72, -2.0f, 2.0f), g = random_floats(n, 73, 0.5f, 1.5f);
+      std::vector<float> b = random_floats(n, 74);
+      std::vector<uint16_t> xb = round_to(type, x), gb = round_to(type, g), bb = round_to(type, b), yb(m * n);
+      ASSERT_TRUE(launch({TensorArg{xb.data(), type, {m, n}, {}}, TensorArg{gb.data(), type, {n}, {}},
+                          TensorArg{bb.data(), type, {n}, {}}, TensorArg{yb.data(), type, {m, n}, {}}, 1e-5})
+                      .ok());
+      std::vector<double> want(m * n);
+      for (int64_t r = 0; r < m; ++r) {
+        double mean = 0, var = 0;
+        for (int64_t c = 0; c < n; ++c) mean += x[r * n + c];
+        mean /= n;
+        for (int64_t c = 0; c < n; ++c) var += (x[r * n + c] - mean) * (x[r * n + c] - mean);
+        var /= n;
+        for (int64_t c = 0; c < n; ++c) want[r * n + c] = (x[r * n + c] - mean) / std::sqrt(var + 1e-5) * g[c] + b[c];
+      }
+      // Values near zero: the rounding of the sum before the scale can cost an ulp of the larger
+      // terms, so the absolute part is an ulp of the typical magnitude (~2).
+      expect_close(from_bits(type, yb), want, 2 * ulp, ulp, fmt::format("layernorm {}", name));
     });
   }
 }

@@ -57,7 +57,7 @@ inline Expected<Launcher> opencl_launcher(std::shared_ptr<OpenClDevice> dev, con
     for (LaunchArg& a : device_args) {
       TensorArg* t = std::get_if<TensorArg>(&a);
       if (!t || !t->data) continue;
-      size_t bytes = std::max<size_t>(1, span(*t) * DType(t->dtype).bytes());
+      size_t bytes = std::max<size_t>(1, (static_cast<size_t>(t->offset) + span(*t)) * DType(t->dtype).bytes());
       cl_int err = CL_SUCCESS;
       cl_mem mem = cl->clCreateBuffer(dev->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, t->data, &err);
       if (err != CL_SUCCESS) {

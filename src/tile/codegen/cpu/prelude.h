@@ -14,11 +14,7 @@
 
 #include "tile/codegen/cpu/abi.h"
 
-#if __has_include("tile/codegen/cpu/templates/tile_gemm.h")
 #include "tile/codegen/cpu/templates/tile_gemm.h"
-#else
-#include "tile/codegen/cpu/fallback_gemm.h"
-#endif
 
 namespace tessel_cpu {
 // Inside the templates' ISA namespace, so variants compiled into one library never share code.

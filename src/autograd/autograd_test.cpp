@@ -1,0 +1,358 @@
+// The tape: gradients of composed ops against central finite differences of the composed
+// plain-C++ references (in double), on every backend present; accumulation across backward
+// calls; a variable used twice; no_grad; that a node keeps only what its backward reads; that a
+// freed graph cannot be walked twice; that graphs are freed. Gradient tolerance: 2e-4 absolute +
+// 2e-3 relative (f32 kernels against differences exact to ~1e-8).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "autograd/functional.h"
+#include "autograd/variable.h"
+#include "support/log.h"
+
+namespace tessel::autograd {
+namespace {
+
+using ops::Attrs;
+using ops::RefTensor;
+
+std::vector<Device*> test_devices() {
+  std::vector<Device*> devices;
+  for (Device* d : available_devices())
+    if (d->kind() != DeviceKind::kCuda) devices.push_back(d);
+  return devices;
+}
+
+RefTensor random_ref(Shape shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  RefTensor t{shape, std::vector<double>(shape_numel(shape))};
+  for (double& v : t.values)
+    v = std::uniform_real_distribution<float>(lo, hi)(rng);
+  return t;
+}
+
+Tensor device_tensor(const RefTensor& r, Device* device) {
+  std::vector<float> v(r.values.begin(), r.values.end());
+  return Tensor::from_vector(v, r.shape, device).value();
+}
+
+RefTensor ref(const std::string& op, const std::vector<RefTensor>& in, const Attrs& attrs = {}) {
+  return ops::find_op(op).value()->reference(in, attrs);
+}
+
+void expect_close(const Tensor& got, const std::vector<double>& want, const std::string& what) {
+  std::vector<float> g = got.to_vector<float>().value();
+  ASSERT_EQ(g.size(), want.size()) << what;
+  int misses = 0;
+  for (size_t i = 0; i < g.size(); ++i)
+    if (!(std::fabs(g[i] - want[i]) <= 2e-4 + 2e-3 * std::fabs(want[i])) && ++misses <= 4)
+      ADD_FAILURE() << what << ": element " << i << " is " << g[i] << ", want " << want[i];
+}
+
+// d loss / d params[i] by central differences of `loss` (double, step 1e-4).
+std::vector<double> numeric_grad(const std::function<double(std::vector<RefTensor>&)>& loss,
+                                 std::vector<RefTensor> params, size_t which) {
+  std::vector<double> g(params[which].values.size());
+  for (size_t j = 0; j < g.size(); ++j) {
+    const double h = 1e-4, x = params[which].values[j];
+    params[which].values[j] = x + h;
+    double up = loss(params);
+    params[which].values[j] = x - h;
+    double down = loss(params);
+    params[which].values[j] = x;
+    g[j] = (up - down) / (2 * h);
+  }
+  return g;
+}
+
+// A two-layer MLP with a label-smoothed cross-entropy, through the tape.
+TEST(Autograd, MlpGradientsMatchFiniteDifferences) {
+  std::vector<RefTensor> p = {random_ref({5, 4}, 1), random_ref({7, 4}, 2), random_ref({7}, 3),
+                              random_ref({3, 7}, 4), random_ref({3}, 5)};
+  RefTensor targets{{5}, {0, 2, 1, 1, 2}};
+  const Attrs ce =
+      Attrs().set("ignore_index", -100).set("label_smoothing", 0.1).set("reduction", 0);
+  auto reference_loss = [&](std::vector<RefTensor>& q) {
+    RefTensor h = ref("gelu", {ref("linear", {q[0], q[1], q[2]})});
+    return ref("cross_entropy", {ref("linear", {h, q[3], q[4]}), targets}, ce).values[0];
+  };
+  for (Device* device : test_devices()) {
+    SCOPED_TRACE(device->id());
+    std::vector<Variable> v;
+    for (size_t i = 0; i < p.size(); ++i)
+      v.emplace_back(device_tensor(p[i], device), i > 0);
+    Variable t(Tensor::from_vector<int64_t>({0, 2, 1, 1, 2}, {5}, device).value());
+    Variable h = gelu(linear(v[0], v[1], v[2]).value()).value();
+    Variable loss = cross_entropy(linear(h, v[3], v[4]).value(), t, -100, 0.1).value();
+    EXPECT_NEAR(loss.data().to_vector<float>().value()[0], reference_loss(p), 1e-5);
+    ASSERT_TRUE(loss.backward().ok());
+    EXPECT_FALSE(v[0].grad().defined()) << "x does not require gradients";
+    for (size_t i = 1; i < p.size(); ++i)
+      expect_close(v[i].grad(), numeric_grad(reference_loss, p, i), "param " + std::to_string(i));
+  }
+}
+
+// Embedding, layer norm, a single-head causal-free attention core (q k^T, softmax, @ v) with
+// reshape/permute/slice views, and a mean: the shape ops of a transformer block.
+TEST(Autograd, TransformerPiecesGradientsMatchFiniteDifferences) {
+  std::vector<RefTensor> p = {random_ref({6, 4}, 11), random_ref({4}, 12, 0.5f, 1.5f),
+                              random_ref({4}, 13), random_ref({12, 4}, 14)};
+  RefTensor ids{{2, 3}, {1, 5, 0, 3, 3, 2}};
+  auto reference_loss = [&](std::vector<RefTensor>& q) {
+    RefTensor x = ref("layer_norm", {ref("embedding", {q[0], ids}), q[1], q[2]});  // [2, 3, 4]
+    RefTensor qkv =
+        ref("matmul", {x, ref("permute", {q[3]}, Attrs().set("order", {1, 0}))});  // [2, 3, 12]
+    RefTensor qs = ref("slice", {qkv}, Attrs().set("dim", 2).set("start", 0).set("end", 4));
+    RefTensor ks = ref("slice", {qkv}, Attrs().set("dim", 2).set("start", 4).set("end", 8));
+    RefTensor vs = ref("slice", {qkv}, Attrs().set("dim", 2).set("start", 8).set("end", 12));
+    RefTensor att = ref(
+        "softmax",
+        {ref("scale", {ref("matmul", {qs, ref("permute", {ks}, Attrs().set("order", {0, 2, 1}))})},
+             Attrs().set("factor", 0.5))});
+    RefTensor y = ref("reshape", {ref("matmul", {att, vs})}, Attrs().set("shape", {6, 4}));
+    return ref("mean", {ref("tanh", {y})}).values[0];
+  };
+  for (Device* device : test_devices()) {
+    SCOPED_TRACE(device->id());
+    std::vector<Variable> v;
+    for (const RefTensor& r : p)
+      v.emplace_back(device_tensor(r, device), true);
+    Variable id(Tensor::from_vector<int64_t>({1, 5, 0, 3, 3, 2}, {2, 3}, device).value());
+    Variable x = layer_norm(embedding(v[0], id).value(), v[1], v[2]).value();
+    Variable qkv = matmul(x, permute(v[3], {1, 0}).value()).value();
+    Variable q = slice(qkv, 2, 0, 4).value(), k = slice(qkv, 2, 4, 8).value(),
+             val = slice(qkv, 2, 8, 12).value();
+    Variable att =
+        softmax(scale(matmul(q, permute(k, {0, 2, 1}).value()).value(), 0.5).value()).value();
+    Variable y = reshape(matmul(att, val).value(), {6, 4}).value();
+    Variable loss = mean(tanh(y).value()).value();
+    EXPECT_NEAR(loss.data().to_vector<float>().value()[0], reference_loss(p), 1e-5);
+    ASSERT_TRUE(loss.backward().ok());
+    for (size_t i = 0; i < p.size(); ++i)
+      expect_close(v[i].grad(), numeric_grad(reference_loss, p, i), "param " + std::to_string(i));
+  }
+}
+
+// Training-mode batch norm over N, H, W, written out in plain C++.
+RefTensor batch_norm_reference(const RefTensor& x, const RefTensor& w, const RefTensor& b,
+                               double eps) {
+  const int64_t n = x.shape[0], c = x.shape[1], hw = x.shape[2] * x.shape[3];
+  RefTensor y = x;
+  for (int64_t ch = 0; ch < c; ++ch) {
+    double mean = 0, var = 0;
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p)
+        mean += x.values[(i * c + ch) * hw + p] / (n * hw);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p)
+        var += std::pow(x.values[(i * c + ch) * hw + p] - mean, 2) / (n * hw);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t p = 0; p < hw; ++p) {
+        double& v = y.values[(i * c + ch) * hw + p];
+        v = (v - mean) / std::sqrt(var + eps) * w.values[ch] + b.values[ch];
+      }
+  }
+  return y;
+}
+
+// The cnn workload's layers, small: conv 3x3 pad 1, batch norm, relu, max-pool 2, linear, loss.
+TEST(Autograd, CnnGradientsMatchFiniteDifferences) {
+  std::vector<RefTensor> p = {random_ref({2, 2, 4, 5}, 21), random_ref({3, 2, 3, 3}, 22),
+                              random_ref({3}, 23),          random_ref({3}, 24, 0.5f, 1.5f),
+                              random_ref({3}, 25),          random_ref({4, 12}, 26),
+                              random_ref({4}, 27)};
+  RefTensor targets{{2}, {3, 1}};
+  auto reference_loss = [&](std::vector<RefTensor>& q) {
+    RefTensor h = ref("conv2d", {q[0], q[1], q[2]}, Attrs().set("padding", {1, 1}));
+    h = ref("relu", {batch_norm_reference(h, q[3], q[4], 1e-5)});
+    h = ref("max_pool2d", {h}, Attrs().set("window", {2, 2}));  // [2, 3, 2, 2]
+    h.shape = {2, 12};
+    return ref("cross_entropy", {ref("linear", {h, q[5], q[6]}), targets}).values[0];
+  };
+  for (Device* device : test_devices()) {
+    SCOPED_TRACE(device->id());
+    std::vector<Variable> v;
+    for (size_t i = 0; i < p.size(); ++i)
+      v.emplace_back(device_tensor(p[i], device), true);
+    Variable t(Tensor::from_vector<int64_t>({3, 1}, {2}, device).value());
+    BatchNormState bn{Tensor::zeros({3}, DType::kF32, device).value(),
+                      Tensor::full({3}, 1.0, DType::kF32, device).value()};
+    Variable h = conv2d(v[0], v[1], v[2], {1, 1}, {1, 1}).value();
+    h = relu(batch_norm(h, v[3], v[4], bn, /*training=*/true).value()).value();
+    h = reshape(max_pool2d(h, {2, 2}).value(), {2, 12}).value();
+    Variable loss = cross_entropy(linear(h, v[5], v[6]).value(), t).value();
+    EXPECT_NEAR(loss.data().to_vector<float>().value()[0], reference_loss(p), 1e-5);
+    ASSERT_TRUE(loss.backward().ok());
+    for (size_t i = 0; i < p.size(); ++i)
+      expect_close(v[i].grad(), numeric_grad(reference_loss, p, i), "param " + std::to_string(i));
+  }
+}
+
+TEST(Autograd, BatchNormRunningStatisticsAndEvaluation) {
+  RefTensor x = random_ref({3, 2, 2, 2}, 31, -1.0f, 3.0f);
+  Variable xv(device_tensor(x, cpu_device()));
+  Variable w(Tensor::from_vector<float>({1, 1}, {2}).value()),
+      b(Tensor::from_vector<float>({0, 0}, {2}).value());
+  BatchNormState bn{Tensor::zeros({2}, DType::kF32).value(),
+                    Tensor::full({2}, 1.0, DType::kF32).value()};
+  ASSERT_TRUE(batch_norm(xv, w, b, bn, true, 0.1).ok());
+  std::vector<float> rm = bn.running_mean.to_vector<float>().value(),
+                     rv = bn.running_var.to_vector<float>().value();
+  for (int ch = 0; ch < 2; ++ch) {
+    double mean = 0, var = 0;
+    std::vector<double> vals;
+    for (int i = 0; i < 3; ++i)
+      for (int p = 0; p < 4; ++p)
+        vals.push_back(x.values[(i * 2 + ch) * 4 + p]);
+    for (double v : vals)
+      mean += v / 12;
+    for (double v : vals)
+      var += (v - mean) * (v - mean) / 11;  // unbiased
+    EXPECT_NEAR(rm[ch], 0.1 * mean, 1e-6);
+    EXPECT_NEAR(rv[ch], 0.9 + 0.1 * var, 1e-6);
+  }
+  // Evaluation normalises with the running statistics: (x - rm) / sqrt(rv + eps).
+  Variable y = batch_norm(xv, w, b, bn, false).value();
+  std::vector<float> got = y.data().to_vector<float>().value();
+  for (size_t i = 0; i < got.size(); ++i) {
+    int ch = static_cast<int>(i / 4 % 2);
+    EXPECT_NEAR(got[i], (x.values[i] - rm[ch]) / std::sqrt(rv[ch] + 1e-5), 1e-5);
+  }
+}
+
+TEST(Autograd, CausalSelfAttentionMatchesReferenceAndFiniteDifferences) {
+  std::vector<RefTensor> p = {random_ref({2, 5, 3}, 41), random_ref({2, 5, 3}, 42),
+                              random_ref({2, 5, 3}, 43)};
+  // Plain attention: row t attends to keys 0..t.
+  auto attention = [](const std::vector<RefTensor>& q) {
+    RefTensor out{{2, 5, 3}, std::vector<double>(30, 0.0)};
+    for (int b = 0; b < 2; ++b)
+      for (int t = 0; t < 5; ++t) {
+        std::vector<double> s(t + 1);
+        double mx = -INFINITY, z = 0;
+        for (int u = 0; u <= t; ++u) {
+          for (int d = 0; d < 3; ++d)
+            s[u] += q[0].values[(b * 5 + t) * 3 + d] * q[1].values[(b * 5 + u) * 3 + d];
+          s[u] /= std::sqrt(3.0);
+          mx = std::max(mx, s[u]);
+        }
+        for (double& x : s)
+          z += (x = std::exp(x - mx));
+        for (int u = 0; u <= t; ++u)
+          for (int d = 0; d < 3; ++d)
+            out.values[(b * 5 + t) * 3 + d] += s[u] / z * q[2].values[(b * 5 + u) * 3 + d];
+      }
+    return out;
+  };
+  RefTensor w = random_ref({2, 5, 3}, 44);
+  auto reference_loss = [&](std::vector<RefTensor>& q) {
+    RefTensor y = attention(q);
+    double s = 0;
+    for (size_t i = 0; i < y.values.size(); ++i)
+      s += y.values[i] * w.values[i];
+    return s;
+  };
+  for (Device* device : test_devices()) {
+    SCOPED_TRACE(device->id());
+    std::vector<Variable> v;
+    for (const RefTensor& r : p)
+      v.emplace_back(device_tensor(r, device), true);
+    Variable y = causal_self_attention(v[0], v[1], v[2]).value();
+    expect_close(y.data(), attention(p).values, "forward");
+    ASSERT_TRUE(y.backward(device_tensor(w, device)).ok());
+    for (size_t i = 0; i < p.size(); ++i)
+      expect_close(v[i].grad(), numeric_grad(reference_loss, p, i), "input " + std::to_string(i));
+  }
+}
+
+TEST(Autograd, GradientsAccumulateUntilZeroed) {
+  Variable x(Tensor::from_vector<float>({1, -2, 3}, {3}).value(), true);
+  for (int round = 0; round < 2; ++round) {
+    Variable y = sum(mul(x, x).value()).value();  // dy/dx = 2x
+    ASSERT_TRUE(y.backward().ok());
+  }
+  EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{4, -8, 12}));
+  x.zero_grad();
+  Variable y = sum(x).value();
+  ASSERT_TRUE(y.backward().ok());
+  EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{1, 1, 1}));
+}
+
+TEST(Autograd, VariableUsedTwiceGetsBothContributions) {
+  // y = x * x + x: dy/dx = 2x + 1. Also the seed is a caller's tensor that must not alias x.grad.
+  Variable x(Tensor::from_vector<float>({0.5f, -1.5f}, {2}).value(), true);
+  Variable y = add(mul(x, x).value(), x).value();
+  Tensor seed = Tensor::from_vector<float>({1, 1}, {2}).value();
+  ASSERT_TRUE(y.backward(seed).ok());
+  EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{2, -2}));
+  ASSERT_TRUE(seed.fill(5.0).ok());
+  EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{2, -2}))
+      << "grad aliases the seed";
+}
+
+TEST(Autograd, NoGradRecordsNothing) {
+  const int64_t before = live_nodes();
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}).value(), true);
+  {
+    NoGrad no_grad;
+    Variable y = relu(x).value();
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_TRUE(y.is_leaf());
+    EXPECT_EQ(live_nodes(), before);
+  }
+  Variable z = relu(x).value();
+  EXPECT_TRUE(z.requires_grad());
+  EXPECT_EQ(live_nodes(), before + 1);
+}
+
+TEST(Autograd, NodesKeepOnlyWhatBackwardReads) {
+  Variable w(Tensor::from_vector<float>({1, 2}, {2}).value(), true);
+  Variable c(Tensor::from_vector<float>({3, 4}, {2}).value());
+  // add's backward reads nothing: the intermediate's memory is freed with the variable.
+  Variable a = scale(w, 2.0).value();
+  std::weak_ptr<Storage> a_memory = a.data().storage();
+  Variable b = add(a, c).value();
+  a = Variable();
+  EXPECT_TRUE(a_memory.expired()) << "add kept its input";
+  // mul's backward reads both inputs: they stay alive until backward has run.
+  Variable m = scale(w, 2.0).value();
+  std::weak_ptr<Storage> m_memory = m.data().storage();
+  Variable p = mul(m, c).value();
+  m = Variable();
+  EXPECT_FALSE(m_memory.expired()) << "mul must keep its inputs for backward";
+  ASSERT_TRUE(sum(p).value().backward().ok());
+  EXPECT_TRUE(m_memory.expired()) << "backward frees what it saved";
+}
+
+TEST(Autograd, SecondBackwardThroughAFreedGraphIsAnError) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}).value(), true);
+  Variable y = sum(mul(x, x).value()).value();
+  ASSERT_TRUE(y.backward().ok());
+  Status again = y.backward();
+  EXPECT_EQ(again.code(), Code::kFailedPrecondition);
+  EXPECT_NE(again.message().find("second time"), std::string::npos) << again.message();
+}
+
+TEST(Autograd, BackwardOfANonScalarNeedsAGradient) {
+  Variable x(Tensor::from_vector<float>({1, 2}, {2}).value(), true);
+  Variable y = relu(x).value();
+  Status s = y.backward();
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find(shape_string({2})), std::string::npos) << s.message();
+}
+
+TEST(Autograd, GraphsAreFreedWithTheirOutputs) {
+  const int64_t before = live_nodes();
+  {
+    Variable x(Tensor::from_vector<float>({1, 2, 3}, {3}).value(), true);
+    Variable y = sum(tanh(mul(x, x).value()).value()).value();
+    EXPECT_EQ(live_nodes(), before + 3);
+  }
+  EXPECT_EQ(live_nodes(), before);
+}
+
+}  // namespace
+}  // namespace tessel::autograd

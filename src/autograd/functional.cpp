@@ -1,0 +1,197 @@
+// Recorded ops on Variables (see functional.h).
+#include "autograd/functional.h"
+
+#include <cmath>
+
+#include "ops/ops.h"
+
+namespace tessel::autograd {
+
+using ops::Attrs;
+
+Expected<Variable> add(const Variable& a, const Variable& b) {
+  return apply("add", {a, b});
+}
+Expected<Variable> sub(const Variable& a, const Variable& b) {
+  return apply("sub", {a, b});
+}
+Expected<Variable> mul(const Variable& a, const Variable& b) {
+  return apply("mul", {a, b});
+}
+Expected<Variable> div(const Variable& a, const Variable& b) {
+  return apply("div", {a, b});
+}
+Expected<Variable> relu(const Variable& x) {
+  return apply("relu", {x});
+}
+Expected<Variable> gelu(const Variable& x) {
+  return apply("gelu", {x});
+}
+Expected<Variable> tanh(const Variable& x) {
+  return apply("tanh", {x});
+}
+Expected<Variable> sigmoid(const Variable& x) {
+  return apply("sigmoid", {x});
+}
+Expected<Variable> silu(const Variable& x) {
+  return apply("silu", {x});
+}
+Expected<Variable> gelu_erf(const Variable& x) {
+  return apply("gelu_erf", {x});
+}
+Expected<Variable> rsqrt(const Variable& x) {
+  return apply("rsqrt", {x});
+}
+Expected<Variable> scale(const Variable& x, double factor) {
+  return apply("scale", {x}, Attrs().set("factor", factor));
+}
+Expected<Variable> matmul(const Variable& a, const Variable& b) {
+  return apply("matmul", {a, b});
+}
+Expected<Variable> linear(const Variable& x, const Variable& weight, const Variable& bias) {
+  return apply("linear", {x, weight, bias});
+}
+Expected<Variable> sum(const Variable& x, std::vector<int64_t> axes, bool keepdim) {
+  return apply("sum", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
+}
+Expected<Variable> mean(const Variable& x, std::vector<int64_t> axes, bool keepdim) {
+  return apply("mean", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
+}
+Expected<Variable> max(const Variable& x, std::vector<int64_t> axes, bool keepdim) {
+  return apply("max", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
+}
+Expected<Variable> concat(const Variable& a, const Variable& b, int64_t dim) {
+  return apply("concat", {a, b}, Attrs().set("dim", dim));
+}
+Expected<Variable> softmax(const Variable& x) {
+  return apply("softmax", {x});
+}
+Expected<Variable> log_softmax(const Variable& x) {
+  return apply("log_softmax", {x});
+}
+Expected<Variable> cross_entropy(const Variable& logits, const Variable& target,
+                                 int64_t ignore_index, double label_smoothing, int reduction) {
+  return apply("cross_entropy", {logits, target},
+               Attrs()
+                   .set("ignore_index", ignore_index)
+                   .set("label_smoothing", label_smoothing)
+                   .set("reduction", reduction));
+}
+Expected<Variable> layer_norm(const Variable& x, const Variable& weight, const Variable& bias,
+                              double eps) {
+  return apply("layer_norm", {x, weight, bias}, Attrs().set("eps", eps));
+}
+Expected<Variable> embedding(const Variable& weight, const Variable& ids) {
+  return apply("embedding", {weight, ids});
+}
+Expected<Variable> causal_mask(const Variable& scores) {
+  return apply("causal_mask", {scores});
+}
+Expected<Variable> dropout(const Variable& x, double p, int64_t seed) {
+  return apply("dropout", {x}, Attrs().set("p", p).set("seed", seed));
+}
+Expected<Variable> conv2d(const Variable& x, const Variable& weight, const Variable& bias,
+                          std::vector<int64_t> stride, std::vector<int64_t> padding,
+                          std::vector<int64_t> dilation) {
+  return apply("conv2d", {x, weight, bias},
+               Attrs()
+                   .set("stride", std::move(stride))
+                   .set("padding", std::move(padding))
+                   .set("dilation", std::move(dilation)));
+}
+namespace {
+Attrs pool_attrs(std::vector<int64_t> window, std::vector<int64_t> stride,
+                 std::vector<int64_t> padding) {
+  Attrs a = Attrs().set("window", std::move(window)).set("padding", std::move(padding));
+  if (!stride.empty()) a.set("stride", std::move(stride));
+  return a;
+}
+}  // namespace
+Expected<Variable> max_pool2d(const Variable& x, std::vector<int64_t> window,
+                              std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  return apply("max_pool2d", {x},
+               pool_attrs(std::move(window), std::move(stride), std::move(padding)));
+}
+Expected<Variable> avg_pool2d(const Variable& x, std::vector<int64_t> window,
+                              std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  return apply("avg_pool2d", {x},
+               pool_attrs(std::move(window), std::move(stride), std::move(padding)));
+}
+Expected<Variable> reshape(const Variable& x, const Shape& shape) {
+  return apply("reshape", {x}, Attrs().set("shape", shape));
+}
+Expected<Variable> permute(const Variable& x, const std::vector<int64_t>& order) {
+  return apply("permute", {x}, Attrs().set("order", order));
+}
+Expected<Variable> slice(const Variable& x, int64_t dim, int64_t start, int64_t end, int64_t step) {
+  return apply("slice", {x},
+               Attrs().set("dim", dim).set("start", start).set("end", end).set("step", step));
+}
+
+Expected<Variable> batch_norm(const Variable& x, const Variable& weight, const Variable& bias,
+                              BatchNormState& state, bool training, double momentum, double eps) {
+  const int64_t rank = x.data().rank();
+  if ((rank != 2 && rank != 4) || weight.shape() != Shape{x.shape()[1]} ||
+      bias.shape() != weight.shape())
+    return invalid_argument(
+        "batch_norm: needs x [N, C] or [N, C, H, W] with weight and bias [C], got {}, {}, {}",
+        shape_string(x.shape()), shape_string(weight.shape()), shape_string(bias.shape()));
+  const int64_t c = x.shape()[1];
+  Shape per_channel(rank, 1);
+  per_channel[1] = c;
+  std::vector<int64_t> axes = rank == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0};
+  Device* device = x.data().device();
+  TESSEL_ASSIGN_OR_RETURN(Tensor eps_t, Tensor::full({1}, eps, DType::kF32, device));
+  Variable centered, var;
+  if (training) {
+    TESSEL_ASSIGN_OR_RETURN(Variable mu, mean(x, axes, true));
+    TESSEL_ASSIGN_OR_RETURN(centered, sub(x, mu));
+    TESSEL_ASSIGN_OR_RETURN(Variable sq, mul(centered, centered));
+    TESSEL_ASSIGN_OR_RETURN(var, mean(sq, axes, true));
+    // Running statistics, outside the graph.
+    NoGrad no_grad;
+    const int64_t n = x.data().numel() / c;
+    const double unbias = n > 1 ? static_cast<double>(n) / static_cast<double>(n - 1) : 1.0;
+    TESSEL_ASSIGN_OR_RETURN(Tensor batch_mean, ops::reshape(mu.data(), {c}));
+    TESSEL_ASSIGN_OR_RETURN(Tensor batch_var, ops::reshape(var.data(), {c}));
+    TESSEL_ASSIGN_OR_RETURN(Tensor old_mean, ops::scale(state.running_mean, 1.0 - momentum));
+    TESSEL_ASSIGN_OR_RETURN(Tensor new_mean, ops::scale(batch_mean, momentum));
+    TESSEL_ASSIGN_OR_RETURN(state.running_mean, ops::add(old_mean, new_mean));
+    TESSEL_ASSIGN_OR_RETURN(Tensor old_var, ops::scale(state.running_var, 1.0 - momentum));
+    TESSEL_ASSIGN_OR_RETURN(Tensor new_var, ops::scale(batch_var, momentum * unbias));
+    TESSEL_ASSIGN_OR_RETURN(state.running_var, ops::add(old_var, new_var));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(Tensor rm, ops::reshape(state.running_mean, per_channel));
+    TESSEL_ASSIGN_OR_RETURN(Tensor rv, ops::reshape(state.running_var, per_channel));
+    TESSEL_ASSIGN_OR_RETURN(centered, sub(x, Variable(rm)));
+    var = Variable(rv);
+  }
+  TESSEL_ASSIGN_OR_RETURN(Variable shifted, add(var, Variable(eps_t)));
+  TESSEL_ASSIGN_OR_RETURN(Variable inv_std, rsqrt(shifted));
+  TESSEL_ASSIGN_OR_RETURN(Variable normal, mul(centered, inv_std));
+  TESSEL_ASSIGN_OR_RETURN(Variable w, reshape(weight, per_channel));
+  TESSEL_ASSIGN_OR_RETURN(Variable b, reshape(bias, per_channel));
+  TESSEL_ASSIGN_OR_RETURN(Variable scaled, mul(normal, w));
+  return add(scaled, b);
+}
+
+Expected<Variable> causal_self_attention(const Variable& q, const Variable& k, const Variable& v) {
+  const int64_t rank = static_cast<int64_t>(q.shape().size());
+  if (rank < 2 || k.shape() != q.shape() || v.shape() != q.shape())
+    return invalid_argument(
+        "causal_self_attention: needs q, k, v of one shape [..., T, D], got {}, {}, {}",
+        shape_string(q.shape()), shape_string(k.shape()), shape_string(v.shape()));
+  std::vector<int64_t> order(rank);
+  for (int64_t d = 0; d < rank; ++d)
+    order[d] = d;
+  std::swap(order[rank - 1], order[rank - 2]);
+  TESSEL_ASSIGN_OR_RETURN(Variable kt, permute(k, order));
+  TESSEL_ASSIGN_OR_RETURN(Variable scores, matmul(q, kt));
+  TESSEL_ASSIGN_OR_RETURN(Variable scaled,
+                          scale(scores, 1.0 / std::sqrt(static_cast<double>(q.shape().back()))));
+  TESSEL_ASSIGN_OR_RETURN(Variable masked, causal_mask(scaled));
+  TESSEL_ASSIGN_OR_RETURN(Variable weights, softmax(masked));
+  return matmul(weights, v);
+}
+
+}  // namespace tessel::autograd

@@ -1,0 +1,74 @@
+// The ops of ops/ops.h on Variables, recorded for backward. Each is apply() with the op's name
+// and attributes; see ops/ops.h for what each computes.
+//
+//   TESSEL_ASSIGN_OR_RETURN(Variable h, linear(x, w1, b1));
+//   TESSEL_ASSIGN_OR_RETURN(h, relu(h));
+//
+// The composites at the end (batch_norm, causal_self_attention) are made of recorded ops, so
+// their gradients come from those ops' rules.
+#pragma once
+
+#include "autograd/variable.h"
+
+namespace tessel::autograd {
+
+Expected<Variable> add(const Variable& a, const Variable& b);
+Expected<Variable> sub(const Variable& a, const Variable& b);
+Expected<Variable> mul(const Variable& a, const Variable& b);
+Expected<Variable> div(const Variable& a, const Variable& b);
+Expected<Variable> relu(const Variable& x);
+Expected<Variable> gelu(const Variable& x);
+Expected<Variable> tanh(const Variable& x);
+Expected<Variable> sigmoid(const Variable& x);
+Expected<Variable> silu(const Variable& x);
+Expected<Variable> gelu_erf(const Variable& x);
+Expected<Variable> rsqrt(const Variable& x);
+Expected<Variable> scale(const Variable& x, double factor);
+Expected<Variable> matmul(const Variable& a, const Variable& b);
+Expected<Variable> linear(const Variable& x, const Variable& weight, const Variable& bias);
+Expected<Variable> sum(const Variable& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Variable> mean(const Variable& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Variable> max(const Variable& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Variable> concat(const Variable& a, const Variable& b, int64_t dim);
+Expected<Variable> softmax(const Variable& x);
+Expected<Variable> log_softmax(const Variable& x);
+Expected<Variable> cross_entropy(const Variable& logits, const Variable& target,
+                                 int64_t ignore_index = -100, double label_smoothing = 0.0,
+                                 int reduction = 0);
+Expected<Variable> layer_norm(const Variable& x, const Variable& weight, const Variable& bias,
+                              double eps = 1e-5);
+Expected<Variable> embedding(const Variable& weight, const Variable& ids);
+Expected<Variable> causal_mask(const Variable& scores);
+Expected<Variable> dropout(const Variable& x, double p, int64_t seed);
+Expected<Variable> conv2d(const Variable& x, const Variable& weight, const Variable& bias,
+                          std::vector<int64_t> stride = {1, 1},
+                          std::vector<int64_t> padding = {0, 0},
+                          std::vector<int64_t> dilation = {1, 1});
+Expected<Variable> max_pool2d(const Variable& x, std::vector<int64_t> window,
+                              std::vector<int64_t> stride = {},
+                              std::vector<int64_t> padding = {0, 0});
+Expected<Variable> avg_pool2d(const Variable& x, std::vector<int64_t> window,
+                              std::vector<int64_t> stride = {},
+                              std::vector<int64_t> padding = {0, 0});
+Expected<Variable> reshape(const Variable& x, const Shape& shape);
+Expected<Variable> permute(const Variable& x, const std::vector<int64_t>& order);
+Expected<Variable> slice(const Variable& x, int64_t dim, int64_t start, int64_t end,
+                         int64_t step = 1);
+
+// ---- Composites ----
+
+// Batch norm over N, H, W of x [N, C, H, W] (or N of [N, C]) with weight and bias [C]. Training:
+// normalises with the batch's statistics and moves the running ones towards them by `momentum`
+// (the running variance is the unbiased one, as in PyTorch); evaluation: uses the running ones.
+struct BatchNormState {
+  Tensor running_mean;  // [C]
+  Tensor running_var;   // [C]
+};
+Expected<Variable> batch_norm(const Variable& x, const Variable& weight, const Variable& bias,
+                              BatchNormState& state, bool training, double momentum = 0.1,
+                              double eps = 1e-5);
+
+// softmax(q k^T / sqrt(D), causally masked) v for q, k, v [..., T, D].
+Expected<Variable> causal_self_attention(const Variable& q, const Variable& k, const Variable& v);
+
+}  // namespace tessel::autograd

@@ -1,0 +1,204 @@
+// The tape and the backward pass (see variable.h).
+#include "autograd/variable.h"
+
+#include <atomic>
+#include <unordered_map>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+
+namespace tessel::autograd {
+
+namespace {
+thread_local bool g_grad_enabled = true;
+std::atomic<int64_t> g_live_nodes{0};
+}  // namespace
+
+// Where an input's gradient goes: the node that made it, or the leaf itself.
+struct Edge {
+  std::shared_ptr<Node> node;
+  std::shared_ptr<VariableState> leaf;
+};
+
+struct Node {
+  const ops::OpDef* op = nullptr;
+  ops::Attrs attrs;
+  std::vector<Tensor> saved_inputs;  // defined where the op's backward reads them
+  Tensor saved_output;
+  std::vector<ops::TensorMeta> input_meta;
+  std::vector<Edge> edges;  // per input; empty edge: no gradient wanted
+  bool released = false;    // saved tensors freed by a backward pass
+
+  Node() { ++g_live_nodes; }
+  ~Node() { --g_live_nodes; }
+};
+
+int64_t live_nodes() {
+  return g_live_nodes.load();
+}
+
+NoGrad::NoGrad() : previous_(g_grad_enabled) {
+  g_grad_enabled = false;
+}
+NoGrad::~NoGrad() {
+  g_grad_enabled = previous_;
+}
+bool grad_enabled() {
+  return g_grad_enabled;
+}
+
+Variable::Variable(Tensor data, bool requires_grad) : state_(std::make_shared<VariableState>()) {
+  state_->data = std::move(data);
+  state_->requires_grad = requires_grad;
+}
+
+Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inputs,
+                         const ops::Attrs& attrs) {
+  std::vector<Tensor> values;
+  values.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].defined())
+      return invalid_argument("{}: input {} is an undefined variable", op.name, i);
+    values.push_back(inputs[i].data());
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor out, ops::run(op, values, attrs));
+  bool record = false;
+  if (g_grad_enabled && op.backward)
+    for (size_t i = 0; i < inputs.size(); ++i)
+      record = record || (inputs[i].requires_grad() && op.differentiable[i]);
+  Variable result(std::move(out), record);
+  if (!record) return result;
+
+  auto node = std::make_shared<Node>();
+  node->op = &op;
+  node->attrs = attrs;
+  node->saved_inputs.resize(inputs.size());
+  node->edges.resize(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    node->input_meta.push_back({values[i].shape(), values[i].dtype()});
+    if (op.save_inputs[i]) node->saved_inputs[i] = values[i];
+    if (!inputs[i].requires_grad() || !op.differentiable[i]) continue;
+    const auto& state = inputs[i].state();
+    if (state->grad_fn)
+      node->edges[i].node = state->grad_fn;
+    else
+      node->edges[i].leaf = state;
+  }
+  if (op.save_output) node->saved_output = result.data();
+  result.state()->grad_fn = std::move(node);
+  return result;
+}
+
+Expected<Variable> apply(std::string_view name, const std::vector<Variable>& inputs,
+                         const ops::Attrs& attrs) {
+  TESSEL_ASSIGN_OR_RETURN(const ops::OpDef* op, ops::find_op(name));
+  return apply(*op, inputs, attrs);
+}
+
+namespace {
+
+// a + b, where a may be undefined (the first contribution).
+Expected<Tensor> accumulate(const Tensor& a, Tensor b) {
+  if (!a.defined()) return b;
+  return ops::add(a, b);
+}
+
+// A leaf's gradient is owned by the leaf: a tensor that something else may still hold (the same
+// gradient handed to both inputs of an add, the caller's seed) is copied first.
+Expected<Tensor> owned(Tensor t) {
+  if (t.is_contiguous() && t.storage().use_count() == 1) return t;
+  return ops::copy_on_device(t);
+}
+
+// Adds g to a leaf's gradient. A gradient that is already there is updated in place, so a leaf
+// whose gradient is a view into a flat buffer (nn::FlatParameters) keeps accumulating into it.
+Status accumulate_into_leaf(VariableState& leaf, Tensor g) {
+  if (!leaf.grad.defined()) {
+    TESSEL_ASSIGN_OR_RETURN(leaf.grad, owned(std::move(g)));
+    return ok_status();
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor sum, ops::add(leaf.grad, g));
+  return leaf.grad.copy_from(sum);
+}
+
+}  // namespace
+
+Status Variable::backward(const Tensor& grad_output) const {
+  if (!requires_grad())
+    return failed_precondition("backward() of a variable that does not require gradients");
+  Tensor seed = grad_output;
+  if (!seed.defined()) {
+    if (data().numel() != 1)
+      return invalid_argument(
+          "backward() without a gradient needs a one-element output, got shape {}",
+          shape_string(shape()));
+    TESSEL_ASSIGN_OR_RETURN(seed, Tensor::full(shape(), 1.0, data().dtype(), data().device()));
+  } else if (seed.shape() != shape() || seed.dtype() != data().dtype() ||
+             seed.device() != data().device()) {
+    return invalid_argument("backward(): gradient {} {} on {} for a variable {} {} on {}",
+                            shape_string(seed.shape()), dtype_name(seed.dtype()),
+                            seed.device()->id(), shape_string(shape()), dtype_name(data().dtype()),
+                            data().device()->id());
+  }
+  NoGrad no_grad;
+  if (is_leaf()) {
+    return accumulate_into_leaf(*state_, seed);
+  }
+
+  // Count, for each node, how many edges from nodes reachable from the root point at it; a node
+  // runs once all of them have delivered their gradient.
+  std::unordered_map<Node*, int> pending;
+  std::vector<Node*> stack{state_->grad_fn.get()};
+  pending[state_->grad_fn.get()] = 0;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    for (const Edge& e : n->edges) {
+      if (!e.node) continue;
+      if (pending.emplace(e.node.get(), 0).second) stack.push_back(e.node.get());
+      pending[e.node.get()] += 1;
+    }
+  }
+
+  std::unordered_map<Node*, Tensor> grads;
+  grads[state_->grad_fn.get()] = seed;
+  std::vector<Node*> ready{state_->grad_fn.get()};
+  while (!ready.empty()) {
+    Node* n = ready.back();
+    ready.pop_back();
+    if (n->released)
+      return failed_precondition(
+          "backward through '{}' a second time: its saved tensors were freed by the first",
+          n->op->name);
+    ops::BackwardArgs args{n->saved_inputs, n->saved_output, n->input_meta, n->attrs, grads[n], {}};
+    for (const Edge& e : n->edges)
+      args.needs_grad.push_back(e.node || e.leaf);
+    grads.erase(n);
+    Expected<std::vector<Tensor>> input_grads = n->op->backward(args);
+    if (!input_grads.ok())
+      return input_grads.status().with_context("backward of '{}'", n->op->name);
+    n->saved_inputs.clear();
+    n->saved_output = Tensor();
+    n->released = true;
+    for (size_t i = 0; i < n->edges.size(); ++i) {
+      const Edge& e = n->edges[i];
+      if (!e.node && !e.leaf) continue;
+      Tensor& g = (*input_grads)[i];
+      if (!g.defined())
+        return internal_error("backward of '{}' gave no gradient for input {}", n->op->name, i);
+      if (g.shape() != n->input_meta[i].shape)
+        return internal_error("backward of '{}' gave a gradient {} for input {} of shape {}",
+                              n->op->name, shape_string(g.shape()), i,
+                              shape_string(n->input_meta[i].shape));
+      if (e.leaf) {
+        TESSEL_TRY(accumulate_into_leaf(*e.leaf, std::move(g)));
+      } else {
+        TESSEL_ASSIGN_OR_RETURN(grads[e.node.get()], accumulate(grads[e.node.get()], std::move(g)));
+        if (--pending[e.node.get()] == 0) ready.push_back(e.node.get());
+      }
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace tessel::autograd

@@ -1,0 +1,87 @@
+// Reverse-mode automatic differentiation: Variables record the ops run on them on a tape, and
+// backward() walks it in reverse, calling each op's backward rule (ops/op.h).
+//
+//   Variable w(weight, /*requires_grad=*/true), x(input);
+//   TESSEL_ASSIGN_OR_RETURN(Variable y, apply("matmul", {x, w}));
+//   TESSEL_ASSIGN_OR_RETURN(Variable loss, apply("sum", {y}));
+//   TESSEL_TRY(loss.backward());        // w.grad() is now d loss / d w
+//
+// The tape is the graph itself: a Variable made by an op points at its Node, and a Node at the
+// Nodes (or leaf Variables) of its inputs. A Node keeps only the tensors its op's backward reads
+// (OpDef::save_inputs / save_output) and the inputs' shapes, so intermediate activations that no
+// backward rule needs are freed as soon as nothing else holds them. backward() frees the saved
+// tensors as it goes; a second backward through the same graph is an error that says so.
+// Gradients of leaves accumulate (+=) across backward calls until zero_grad(). Inside a NoGrad
+// scope nothing is recorded.
+#pragma once
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "ops/op.h"
+#include "runtime/tensor.h"
+
+namespace tessel::autograd {
+
+struct Node;
+
+// What a Variable is: its value, whether gradients flow to it, its gradient (leaves only), and
+// the node that made it (null for leaves).
+struct VariableState {
+  Tensor data;
+  Tensor grad;
+  bool requires_grad = false;
+  std::shared_ptr<Node> grad_fn;
+};
+
+class Variable {
+ public:
+  Variable() = default;
+  explicit Variable(Tensor data, bool requires_grad = false);
+
+  bool defined() const { return state_ != nullptr; }
+  const Tensor& data() const { return state_->data; }
+  const Shape& shape() const { return state_->data.shape(); }
+  bool requires_grad() const { return state_ && state_->requires_grad; }
+  bool is_leaf() const { return state_->grad_fn == nullptr; }
+  // The accumulated gradient of a leaf; undefined before any backward reached it.
+  const Tensor& grad() const { return state_->grad; }
+  void zero_grad() { state_->grad = Tensor(); }
+  // Replaces the value of a leaf (an optimizer step), keeping its gradient.
+  void set_data(Tensor data) { state_->data = std::move(data); }
+
+  // Back-propagates from this variable. `grad_output` has its shape; omitted, the variable must
+  // have one element and the seed is 1.
+  Status backward(const Tensor& grad_output = Tensor()) const;
+
+  const std::shared_ptr<VariableState>& state() const { return state_; }
+
+ private:
+  std::shared_ptr<VariableState> state_;
+};
+
+// Runs op `name` on the inputs' values and records it when gradients are enabled and any
+// differentiable input requires them.
+Expected<Variable> apply(std::string_view name, const std::vector<Variable>& inputs,
+                         const ops::Attrs& attrs = {});
+Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inputs,
+                         const ops::Attrs& attrs = {});
+
+// While one exists on a thread, ops on that thread record nothing (evaluation, optimizer steps).
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+
+ private:
+  bool previous_;
+};
+bool grad_enabled();
+
+// How many tape nodes are alive in the process (tests check that graphs are freed).
+int64_t live_nodes();
+
+}  // namespace tessel::autograd

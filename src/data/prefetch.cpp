@@ -1,0 +1,88 @@
+// Background prefetch thread over a bounded queue.
+#include "data/prefetch.h"
+
+namespace tessel {
+
+Prefetcher::Prefetcher(std::unique_ptr<BatchSource> source, size_t depth)
+    : source_(std::move(source)), depth_(depth < 1 ? 1 : depth) {
+  TESSEL_CHECK(source_ != nullptr, "Prefetcher without a source");
+  consumed_ = source_->position();
+  start();
+}
+
+Prefetcher::~Prefetcher() {
+  stop();
+}
+
+void Prefetcher::start() {
+  stopping_ = false;
+  failure_.reset();
+  queue_.clear();
+  thread_ = std::thread([this] { produce(); });
+}
+
+void Prefetcher::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  space_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Prefetcher::produce() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      space_.wait(lock, [this] { return stopping_ || queue_.size() < depth_; });
+      if (stopping_) return;
+    }
+    // The source is used only by this thread while it runs, so no lock is held while it works.
+    Expected<Batch> batch = source_->next();
+    const bool failed = !batch.ok();
+    Ready ready{std::move(batch), source_->position()};
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(ready));
+    }
+    ready_.notify_one();
+    if (failed) return;
+  }
+}
+
+Expected<Batch> Prefetcher::next() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_.wait(lock, [this] { return !queue_.empty() || failure_.has_value(); });
+  if (queue_.empty()) return *failure_;
+  Ready ready = std::move(queue_.front());
+  queue_.pop_front();
+  if (ready.batch.ok()) {
+    consumed_ = ready.after;
+  } else {
+    failure_ = ready.batch.status();
+  }
+  lock.unlock();
+  space_.notify_one();
+  return std::move(ready.batch);
+}
+
+DataPosition Prefetcher::position() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return consumed_;
+}
+
+Status Prefetcher::restore(const DataPosition& position) {
+  stop();
+  Status status = source_->restore(position);
+  if (status.ok()) {
+    consumed_ = position;
+  } else {
+    // Carry on from what was consumed; the thread had read ahead of it.
+    const Status back = source_->restore(consumed_);
+    TESSEL_CHECK(back.ok(), "a source refused its own position: {}", back.to_string());
+  }
+  start();
+  return status;
+}
+
+}  // namespace tessel

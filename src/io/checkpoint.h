@@ -1,0 +1,48 @@
+// Training checkpoints: everything a resumed run needs, in one safetensors file (safetensors.h)
+// written atomically, so a crash mid-save leaves the previous checkpoint whole.
+//
+//   Checkpoint ckpt;
+//   ckpt.model = {{"fc.weight", w}, {"fc.bias", b}};                 // PyTorch state_dict names
+//   ckpt.optimizer = {{"state.fc.weight.exp_avg", m}, ...};           // stored "optimizer.<name>"
+//   ckpt.metadata = {{"step", "1200"}, {"rng.dropout", rng.state_string()},
+//                    {"data.train", batches.position().to_string()}, {"config.hash", hash}};
+//   TESSEL_TRY(save_checkpoint("run/ckpt.safetensors", ckpt));
+//   TESSEL_ASSIGN_OR_RETURN(Checkpoint back, load_checkpoint("run/ckpt.safetensors"));
+//   TESSEL_ASSIGN_OR_RETURN(int64_t step, back.get_int("step"));
+//
+// In the file, model tensors keep their names (so `safetensors.torch.load_file` gives a state
+// dict that PyTorch's load_state_dict takes, once the "optimizer." entries are left out),
+// optimizer tensors are prefixed "optimizer.", and the metadata goes into "__metadata__" with
+// "format" = "tessel.checkpoint.v1". The API is maps of name -> tensor and a map of strings;
+// what the names and keys mean is the trainer's business.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "io/safetensors.h"
+
+namespace tessel {
+
+inline constexpr const char* kCheckpointFormat = "tessel.checkpoint.v1";
+inline constexpr const char* kOptimizerPrefix = "optimizer.";
+
+struct Checkpoint {
+  NamedTensors model;
+  NamedTensors optimizer;
+  StringMap metadata;
+  std::string path;  // set by load_checkpoint, for messages
+
+  // A metadata value; a missing key is an error naming the key, the file and the keys present.
+  Expected<std::string> get(const std::string& key) const;
+  Expected<int64_t> get_int(const std::string& key) const;
+};
+
+// A model tensor named "optimizer.*", or a metadata key "format", is an error (they would be
+// read back as something else).
+Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// A safetensors file without "format" = kCheckpointFormat is an error that says so.
+Expected<Checkpoint> load_checkpoint(const std::string& path);
+
+}  // namespace tessel

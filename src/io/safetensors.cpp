@@ -1,0 +1,282 @@
+// safetensors writer and validating reader.
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "support/atomic_file.h"
+
+namespace tessel {
+namespace {
+
+// The reference implementation refuses headers above 100 MB; so does this reader.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct DTypeName {
+  DType dtype;
+  const char* name;
+};
+constexpr DTypeName kDTypeNames[] = {
+    {DType::kF64, "F64"},   {DType::kF32, "F32"}, {DType::kF16, "F16"},
+    {DType::kBF16, "BF16"}, {DType::kI64, "I64"}, {DType::kI32, "I32"},
+    {DType::kI8, "I8"},     {DType::kU8, "U8"},   {DType::kBool, "BOOL"},
+};
+// Types of the format that tessel has no dtype for.
+constexpr const char* kUnsupported[] = {
+    "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
+
+class ReadFile {
+ public:
+  explicit ReadFile(int fd) : fd_(fd) {}
+  ~ReadFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ReadFile(const ReadFile&) = delete;
+  ReadFile& operator=(const ReadFile&) = delete;
+  int fd() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+Status read_at(int fd, const std::string& path, void* data, size_t size, uint64_t offset) {
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t got = ::pread(fd, static_cast<char*>(data) + done, size - done,
+                                static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return errno_error(fmt::format("read {} at byte offset {}", path, offset + done));
+    }
+    if (got == 0) {
+      return io_error("{}: byte offset {}: the file ended while reading {} bytes (did it shrink?)",
+                      path, offset + done, size);
+    }
+    done += static_cast<size_t>(got);
+  }
+  return ok_status();
+}
+
+struct Entry {
+  std::string name;
+  DType dtype;
+  Shape shape;
+  uint64_t begin, end;  // in the data buffer
+};
+
+Expected<Entry> parse_entry(const std::string& path, const std::string& name,
+                            const nlohmann::json& info) {
+  const auto bad = [&](const std::string& what) {
+    return invalid_argument("{}: header (byte offset 8), tensor '{}': {}", path, name, what);
+  };
+  if (!info.is_object()) return bad("expected an object with dtype, shape and data_offsets");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!info.contains(key)) return bad(fmt::format("expected a '{}' entry", key));
+  if (!info["dtype"].is_string()) return bad("expected 'dtype' to be a string");
+  const std::string dtype = info["dtype"].get<std::string>();
+  Entry entry{name, DType::kF32, {}, 0, 0};
+  bool known = false;
+  for (const DTypeName& d : kDTypeNames) {
+    if (dtype == d.name) {
+      entry.dtype = d.dtype;
+      known = true;
+    }
+  }
+  if (!known) {
+    for (const char* other : kUnsupported) {
+      if (dtype == other) {
+        return unimplemented("{}: tensor '{}' has dtype {}, which tessel does not support", path,
+                             name, dtype);
+      }
+    }
+    return bad(
+        fmt::format("unknown dtype '{}' (expected F64, F32, F16, BF16, I64, I32, I8, U8 or "
+                    "BOOL)",
+                    dtype));
+  }
+  const nlohmann::json& shape = info["shape"];
+  if (!shape.is_array()) return bad("expected 'shape' to be an array of sizes");
+  for (const nlohmann::json& size : shape) {
+    if (!size.is_number_unsigned()) return bad("expected 'shape' to hold non-negative integers");
+    entry.shape.push_back(static_cast<int64_t>(size.get<uint64_t>()));
+  }
+  if (Status s = check_shape(entry.shape, dtype_size(entry.dtype)); !s.ok())
+    return bad(s.message());
+  const nlohmann::json& offsets = info["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    return bad("expected 'data_offsets' to be [begin, end], two non-negative integers");
+  entry.begin = offsets[0].get<uint64_t>();
+  entry.end = offsets[1].get<uint64_t>();
+  if (entry.end < entry.begin)
+    return bad(fmt::format("data_offsets [{}, {}] end before they begin", entry.begin, entry.end));
+  const uint64_t expected =
+      static_cast<uint64_t>(shape_numel(entry.shape)) * dtype_size(entry.dtype);
+  if (entry.end - entry.begin != expected) {
+    return bad(fmt::format("data_offsets [{}, {}] span {} bytes, but {} {} needs {}", entry.begin,
+                           entry.end, entry.end - entry.begin, dtype, shape_string(entry.shape),
+                           expected));
+  }
+  return entry;
+}
+
+}  // namespace
+
+const char* safetensors_dtype_name(DType dtype) {
+  for (const DTypeName& d : kDTypeNames)
+    if (d.dtype == dtype) return d.name;
+  TESSEL_CHECK(false, "dtype {} has no safetensors name", dtype_name(dtype));
+  return "";
+}
+
+Status save_safetensors(const std::string& path, const NamedTensors& tensors,
+                        const StringMap& metadata) {
+  struct Item {
+    const std::string* name;
+    Tensor host;  // contiguous, on the CPU
+  };
+  std::vector<Item> items;
+  for (const auto& [name, tensor] : tensors) {
+    if (name.empty() || name == "__metadata__")
+      return invalid_argument("save {}: '{}' cannot name a tensor", path, name);
+    if (!tensor.defined()) return invalid_argument("save {}: tensor '{}' is undefined", path, name);
+    Expected<Tensor> host = tensor.to(cpu_device());
+    if (host.ok()) host = host->contiguous();
+    if (!host.ok()) return host.status().with_context("save {}: tensor '{}'", path, name);
+    items.push_back({&name, std::move(*host)});
+  }
+  // Largest elements first: with an 8-aligned data buffer every tensor starts aligned.
+  std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) {
+    return a.host.element_size() > b.host.element_size();
+  });
+
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : metadata)
+      meta[key] = value;
+    header["__metadata__"] = std::move(meta);
+  }
+  uint64_t offset = 0;
+  for (const Item& item : items) {
+    const uint64_t size = item.host.nbytes();
+    header[*item.name] = {{"dtype", safetensors_dtype_name(item.host.dtype())},
+                          {"shape", item.host.shape()},
+                          {"data_offsets", {offset, offset + size}}};
+    offset += size;
+  }
+  std::string text;
+  try {
+    text = header.dump();
+  } catch (const nlohmann::json::exception& e) {  // a name or value that is not UTF-8
+    return invalid_argument("save {}: a tensor name or metadata string is not valid UTF-8 ({})",
+                            path, e.what());
+  }
+  text.append((8 - text.size() % 8) % 8, ' ');
+  unsigned char length[8];
+  for (int i = 0; i < 8; ++i)
+    length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
+
+  TESSEL_ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::open(path));
+  TESSEL_TRY(out.write(length, 8));
+  TESSEL_TRY(out.write(text));
+  for (const Item& item : items) {
+    const auto* bytes = static_cast<const unsigned char*>(item.host.storage()->host_address()) +
+                        item.host.offset_bytes();
+    TESSEL_TRY(out.write(bytes, item.host.nbytes()));
+  }
+  return out.commit();
+}
+
+Expected<SafetensorsFile> load_safetensors(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno_error("open safetensors file " + path);
+  ReadFile file(fd);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return errno_error("stat " + path);
+  const auto file_size = static_cast<uint64_t>(st.st_size);
+  if (file_size < 8) {
+    return invalid_argument(
+        "{}: byte offset 0: expected an 8-byte header length, but the file "
+        "has {} bytes",
+        path, file_size);
+  }
+  unsigned char length_bytes[8];
+  TESSEL_TRY(read_at(fd, path, length_bytes, 8, 0));
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i)
+    header_size = (header_size << 8) | length_bytes[i];
+  if (header_size > file_size - 8 || header_size > kMaxHeaderBytes) {
+    return invalid_argument(
+        "{}: byte offset 0: the header length {} does not fit the file ({} "
+        "bytes; at most {} allowed)",
+        path, header_size, file_size, kMaxHeaderBytes);
+  }
+  std::string text(header_size, '\0');
+  TESSEL_TRY(read_at(fd, path, text.data(), text.size(), 8));
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return invalid_argument("{}: byte offset {}: the header is not valid JSON: {}", path,
+                            8 + (e.byte > 0 ? e.byte - 1 : 0), e.what());
+  }
+  if (!header.is_object())
+    return invalid_argument("{}: byte offset 8: expected the header to be a JSON object", path);
+
+  SafetensorsFile result;
+  std::vector<Entry> entries;
+  for (const auto& [name, info] : header.items()) {
+    if (name == "__metadata__") {
+      if (!info.is_object())
+        return invalid_argument("{}: header (byte offset 8): '__metadata__' must be an object",
+                                path);
+      for (const auto& [key, value] : info.items()) {
+        if (!value.is_string()) {
+          return invalid_argument(
+              "{}: header (byte offset 8): '__metadata__' entry '{}' must be a string", path, key);
+        }
+        result.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    TESSEL_ASSIGN_OR_RETURN(Entry entry, parse_entry(path, name, info));
+    entries.push_back(std::move(entry));
+  }
+  const uint64_t data_start = 8 + header_size;
+  const uint64_t data_size = file_size - data_start;
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    if (e.end > data_size) {
+      return out_of_range(
+          "{}: tensor '{}': data_offsets [{}, {}] (file bytes {}..{}) run past the end of the file "
+          "at byte offset {}",
+          path, e.name, e.begin, e.end, data_start + e.begin, data_start + e.end, file_size);
+    }
+    if (i > 0 && entries[i - 1].end > e.begin) {
+      const Entry& p = entries[i - 1];
+      return invalid_argument(
+          "{}: tensors '{}' (file bytes {}..{}) and '{}' (file bytes {}..{}) overlap at byte "
+          "offset {}",
+          path, p.name, data_start + p.begin, data_start + p.end, e.name, data_start + e.begin,
+          data_start + e.end, data_start + e.begin);
+    }
+  }
+  for (const Entry& e : entries) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(e.shape, e.dtype));
+    if (e.end > e.begin)
+      TESSEL_TRY(
+          read_at(fd, path, t.storage()->host_address(), e.end - e.begin, data_start + e.begin));
+    result.tensors.emplace(e.name, std::move(t));
+  }
+  return result;
+}
+
+}  // namespace tessel

@@ -1,0 +1,133 @@
+// The Module tree: layers that own parameters and sub-modules under the names PyTorch would give
+// them, and FlatParameters, which puts every parameter (and its gradient) of a tree into one
+// buffer per dtype.
+//
+//   auto model = std::make_unique<Sequential>();
+//   model->append(std::make_unique<Linear>(784, 512));      // "0.weight", "0.bias"
+//   model->append(std::make_unique<ReLU>());
+//   Pcg32 rng(seed);
+//   TESSEL_ASSIGN_OR_RETURN(FlatParameters params, FlatParameters::create(*model, device, rng));
+//   TESSEL_ASSIGN_OR_RETURN(Variable logits, model->forward(x));
+//   ... loss.backward(); optimizer.step(); TESSEL_TRY(params.zero_grad());   // one fill
+//
+// A module declares its parameters (name, shape, dtype, default initialiser) in its constructor;
+// they get memory only when FlatParameters::create() lays the whole tree out, so that each
+// parameter's value and gradient are views into two flat buffers (see FlatParameters). Forward
+// before create() is an error that says so.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "autograd/variable.h"
+#include "support/random.h"
+#include "runtime/tensor.h"
+#include "support/status.h"
+
+namespace tessel::nn {
+
+using autograd::Variable;
+
+// How a parameter is filled when it gets memory (init.h's functions fit).
+using Initializer = std::function<Status(Tensor&, Pcg32&)>;
+
+struct Parameter {
+  Shape shape;
+  DType dtype = DType::kF32;
+  Initializer init;
+  // Undefined until FlatParameters::create(); then data() and grad() are views of the flat
+  // buffers. The gradient view is installed as the leaf's gradient, and autograd accumulates
+  // into it in place.
+  Variable variable;
+  Tensor grad;  // the same view as variable.grad() after create(); kept here across zero_grad
+};
+
+class Module {
+ public:
+  Module() = default;
+  virtual ~Module() = default;
+  Module(const Module&) = delete;
+  Module& operator=(const Module&) = delete;
+
+  // Most modules map one input to one output (a Sequential chains them). Modules with other
+  // signatures add their own functions; this one then says it has none.
+  virtual Expected<Variable> forward(const Variable& input);
+  // The module's type as PyTorch prints it ("Linear"), for messages.
+  virtual std::string type_name() const = 0;
+
+  // Every parameter of the tree, depth first in registration order, named with dots
+  // ("0.weight", "blocks.1.attn.c_attn.bias"), as torch.nn.Module.named_parameters().
+  std::vector<std::pair<std::string, Parameter*>> named_parameters();
+  std::vector<std::pair<std::string, Module*>> named_children() const;
+  int64_t num_parameters();
+
+ protected:
+  Parameter& register_parameter(std::string name, Shape shape, Initializer init,
+                                DType dtype = DType::kF32);
+  template <typename M>
+  M& register_module(std::string name, std::unique_ptr<M> module) {
+    M& ref = *module;
+    children_.emplace_back(std::move(name), std::move(module));
+    return ref;
+  }
+  // The variable of a parameter, or an error naming the module when the tree has no memory yet.
+  Expected<Variable> value(const Parameter& p) const;
+
+ private:
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Parameter*>>& out);
+  std::vector<std::pair<std::string, std::unique_ptr<Parameter>>> parameters_;
+  std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+};
+
+// The memory of a module tree's parameters.
+//
+// Layout: one group per dtype (in order of first appearance), on one device. A group has two
+// 1-D buffers of the same length, `values` and `grads`. Its parameters follow each other in
+// named_parameters() order, each starting at an offset that is a multiple of kAlignElements (so
+// each starts on a 64-byte boundary for f32), and the group's length is rounded up to a multiple
+// of kAlignElements too, so it cuts into equal rows for reductions and into equal shards for a
+// world size that divides its rows. The gaps are zeros in both buffers and stay zero under every
+// optimizer here (a zero gradient and a zero value give a zero update). Optimizer state
+// (optim/) uses the same layout, so one element-wise kernel over the flat buffers updates
+// everything, and zeroing the gradients is one fill per group.
+class FlatParameters {
+ public:
+  static constexpr int64_t kAlignElements = 1024;
+
+  struct Entry {
+    std::string name;
+    Parameter* parameter;
+    size_t group;
+    int64_t offset;  // in elements, into the group's buffers
+    int64_t numel;
+  };
+  struct Group {
+    DType dtype;
+    Tensor values;  // [length], contiguous, offset 0 in its own storage
+    Tensor grads;   // [length]
+  };
+
+  // Lays out, allocates on `device`, initialises each parameter with its initializer (drawing from
+  // rng in named_parameters() order) and zeroes the gradients. The module must outlive this
+  // object's use of its parameters.
+  static Expected<FlatParameters> create(Module& root, Device* device, Pcg32& rng);
+
+  const std::vector<Entry>& entries() const { return entries_; }
+  const std::vector<Group>& groups() const { return groups_; }
+  Device* device() const { return device_; }
+  // Sets every gradient to zero (one fill per group) and re-installs the views as the leaves'
+  // gradients.
+  Status zero_grad();
+  // Name -> value view, for checkpoints.
+  std::vector<std::pair<std::string, Tensor>> named_tensors() const;
+
+ private:
+  Device* device_ = nullptr;
+  std::vector<Entry> entries_;
+  std::vector<Group> groups_;
+};
+
+}  // namespace tessel::nn

@@ -1,0 +1,299 @@
+// Element-wise ops: add, sub, mul, div (broadcasting), relu, gelu, gelu_erf, silu, tanh, sigmoid,
+// rsqrt, scale. Forward runs the `unary` / `binary` kernels of kernels/elementwise.tile, or
+// `activation` (kernels/activation.tile) for what unary lacks, on [D0, D1, D2] views; activation
+// gradients run `unary_grad` (kernels/activation.tile).
+#include <cmath>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+#include "ops/reference_util.h"
+
+namespace tessel::ops {
+namespace {
+
+enum BinaryKind { kAdd = 0, kSub = 1, kMul = 2, kDiv = 3 };
+// The OP numbers of the `unary` kernel.
+// The OP numbers of the `unary` kernel, continued by `activation` (12, 13).
+enum UnaryKind {
+  kIdentity = 0,
+  kRelu = 1,
+  kGelu = 2,
+  kSigmoid = 3,
+  kTanh = 4,
+  kRsqrt = 8,
+  kSilu = 12,
+  kGeluErf = 13
+};
+
+// Launches an element-wise kernel over tensors of one shape (inputs already expanded), merging
+// dimensions to the kernel's 3; inputs that keep more than 3 are copied contiguous first.
+Status launch_elementwise(const std::string& kernel, const KernelParams& params,
+                          std::vector<Tensor> tensors, const std::vector<KernelArg>& scalars) {
+  auto views = merged_views(tensors, 3);
+  if (!views) {
+    for (size_t i = 0; i + 1 < tensors.size(); ++i) {
+      TESSEL_ASSIGN_OR_RETURN(tensors[i], contiguous_on_device(tensors[i]));
+    }
+    views = merged_views(tensors, 3);
+    TESSEL_CHECK(views.has_value(), "contiguous tensors of one shape always merge");
+  }
+  std::vector<KernelArg> args(views->begin(), views->end());
+  args.insert(args.end(), scalars.begin(), scalars.end());
+  return launch_kernel(kernel, params, args);
+}
+
+Expected<TensorMeta> infer_binary(const std::string& name, const std::vector<TensorMeta>& in) {
+  if (in[0].dtype != in[1].dtype || !is_floating_point(in[0].dtype))
+    return invalid_argument("{}: inputs must share one floating-point dtype, got {}", name,
+                            shapes_string(in));
+  Expected<Shape> shape = broadcast_shapes(in[0].shape, in[1].shape);
+  if (!shape.ok())
+    return invalid_argument("{}: shapes {} do not broadcast", name, shapes_string(in));
+  return TensorMeta{*shape, in[0].dtype};
+}
+
+Expected<Tensor> binary_forward(BinaryKind kind, const std::vector<Tensor>& in,
+                                const TensorMeta& out) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor a, in[0].expand(out.shape));
+  TESSEL_ASSIGN_OR_RETURN(Tensor b, in[1].expand(out.shape));
+  TESSEL_ASSIGN_OR_RETURN(Tensor z, empty_like_device(out.shape, out.dtype, in[0]));
+  TESSEL_TRY(launch_elementwise("binary", {{"OP", std::to_string(kind)}}, {a, b, z}, {}));
+  return z;
+}
+
+RefTensor binary_reference(BinaryKind kind, const std::vector<RefTensor>& in) {
+  RefTensor out{reference::broadcast(in[0].shape, in[1].shape), {}};
+  out.values.resize(reference::numel(out.shape));
+  for (int64_t i = 0; i < static_cast<int64_t>(out.values.size()); ++i) {
+    auto index = reference::unravel(i, out.shape);
+    double a = in[0].values[reference::broadcast_source(index, in[0].shape)];
+    double b = in[1].values[reference::broadcast_source(index, in[1].shape)];
+    out.values[i] = kind == kAdd ? a + b : kind == kSub ? a - b : kind == kMul ? a * b : a / b;
+  }
+  return out;
+}
+
+OpDef binary_op(const std::string& name, BinaryKind kind) {
+  OpDef op;
+  op.name = name;
+  op.arity = 2;
+  op.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) {
+    return infer_binary(name, in);
+  };
+  op.forward = [kind](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
+    return binary_forward(kind, in, out);
+  };
+  op.reference = [kind](const std::vector<RefTensor>& in, const Attrs&) {
+    return binary_reference(kind, in);
+  };
+  op.save_inputs = {kind == kMul || kind == kDiv, kind == kMul || kind == kDiv};
+  op.backward = [kind](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    const Tensor& g = b.grad_output;
+    std::vector<Tensor> grads(2);
+    for (int i = 0; i < 2; ++i) {
+      if (!b.needs_grad[i]) continue;
+      Tensor full = g;
+      if (kind == kSub && i == 1) {
+        TESSEL_ASSIGN_OR_RETURN(full, scale(g, -1.0));
+      } else if (kind == kMul) {
+        TESSEL_ASSIGN_OR_RETURN(full, mul(g, b.inputs[1 - i]));
+      } else if (kind == kDiv) {
+        // d(a/b)/da = 1/b, d(a/b)/db = -a/b^2
+        TESSEL_ASSIGN_OR_RETURN(full, div(g, b.inputs[1]));
+        if (i == 1) {
+          TESSEL_ASSIGN_OR_RETURN(Tensor qa, mul(full, b.inputs[0]));
+          TESSEL_ASSIGN_OR_RETURN(Tensor qab, div(qa, b.inputs[1]));
+          TESSEL_ASSIGN_OR_RETURN(full, scale(qab, -1.0));
+        }
+      }
+      TESSEL_ASSIGN_OR_RETURN(grads[i], sum_to(full, b.input_meta[i].shape));
+    }
+    return grads;
+  };
+  return op;
+}
+
+double unary_reference_value(UnaryKind kind, double x) {
+  switch (kind) {
+    case kRelu:
+      return x > 0 ? x : 0;
+    case kGelu:
+      return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    case kSigmoid:
+      return 1 / (1 + std::exp(-x));
+    case kTanh:
+      return std::tanh(x);
+    case kRsqrt:
+      return 1 / std::sqrt(x);
+    case kSilu:
+      return x / (1 + std::exp(-x));
+    case kGeluErf:
+      return 0.5 * x * (1 + std::erf(x / std::sqrt(2.0)));
+    case kIdentity:
+      return x;
+  }
+  return x;
+}
+
+Expected<TensorMeta> infer_float_unary(const std::string& name, const std::vector<TensorMeta>& in) {
+  if (!is_floating_point(in[0].dtype))
+    return invalid_argument("{}: needs a floating-point input, got {}", name, shapes_string(in));
+  return in[0];
+}
+
+Expected<Tensor> unary_forward(UnaryKind kind, const Tensor& x, double factor) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), x.dtype(), x));
+  if (kind == kSilu || kind == kGeluErf) {
+    TESSEL_TRY(launch_elementwise("activation", {{"OP", std::to_string(kind)}}, {x, y}, {}));
+  } else {
+    TESSEL_TRY(launch_elementwise("unary", {{"OP", std::to_string(kind)}}, {x, y}, {factor}));
+  }
+  return y;
+}
+
+// The activations: the gradient is computed from the input (relu, gelu, silu) or the output
+// (sigmoid, tanh, rsqrt), whichever the derivative needs; only that one is saved.
+OpDef activation_op(const std::string& name, UnaryKind kind) {
+  OpDef op;
+  op.name = name;
+  op.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) {
+    return infer_float_unary(name, in);
+  };
+  op.forward = [kind](const std::vector<Tensor>& in, const Attrs&, const TensorMeta&) {
+    return unary_forward(kind, in[0], 1.0);
+  };
+  op.reference = [kind](const std::vector<RefTensor>& in, const Attrs&) {
+    RefTensor out = in[0];
+    for (double& v : out.values)
+      v = unary_reference_value(kind, v);
+    return out;
+  };
+  const bool from_output = kind == kSigmoid || kind == kTanh || kind == kRsqrt;
+  op.save_inputs = {!from_output};
+  op.save_output = from_output;
+  op.backward = [kind, from_output](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    const Tensor& v = from_output ? b.output : b.inputs[0];
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(v.shape(), v.dtype(), v));
+    TESSEL_TRY(launch_elementwise("unary_grad", {{"OP", std::to_string(kind)}},
+                                  {v, b.grad_output, dx}, {}));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
+OpDef scale_op() {
+  OpDef op;
+  op.name = "scale";
+  op.attrs = {"factor"};
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+    return infer_float_unary("scale", in);
+  };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta&) {
+    return unary_forward(kIdentity, in[0], a.get_double("factor", 1.0));
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    RefTensor out = in[0];
+    for (double& v : out.values)
+      v *= a.get_double("factor", 1.0);
+    return out;
+  };
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, scale(b.grad_output, b.attrs.get_double("factor", 1.0)));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
+// cast among f32, f16 and bf16 (round to nearest even; the `cast` kernel). The gradient is cast
+// back to the input's dtype.
+bool is_castable(DType t) {
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+}
+
+Expected<Tensor> cast_forward(const Tensor& x, DType to) {
+  if (x.dtype() == to) return x;
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), to, x));
+  TESSEL_TRY(launch_elementwise("cast", {{"U", dtype_name(to)}}, {x, y}, {}));
+  return y;
+}
+
+OpDef cast_op() {
+  OpDef op;
+  op.name = "cast";
+  op.attrs = {"dtype"};
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
+    int64_t code = a.get_int("dtype", static_cast<int64_t>(DType::kF32));
+    bool valid = code >= 0 && code < kDTypeCount && is_castable(static_cast<DType>(code));
+    if (!valid || !is_castable(in[0].dtype))
+      return invalid_argument("cast: converts among f32, f16 and bf16; got {} to dtype code {}",
+                              shapes_string(in), code);
+    return TensorMeta{in[0].shape, static_cast<DType>(code)};
+  };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
+    return cast_forward(in[0], out.dtype);
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    DType to = static_cast<DType>(a.get_int("dtype", static_cast<int64_t>(DType::kF32)));
+    RefTensor out = in[0];
+    for (double& v : out.values) {
+      float f = static_cast<float>(v);
+      v = to == DType::kBF16  ? static_cast<float>(BFloat16(f))
+          : to == DType::kF16 ? static_cast<float>(Half(f))
+                              : f;
+    }
+    return out;
+  };
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, cast_forward(b.grad_output, b.input_meta[0].dtype));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
+}  // namespace
+
+void add_elementwise_ops(std::vector<OpDef>& ops) {
+  ops.push_back(cast_op());
+  ops.push_back(binary_op("add", kAdd));
+  ops.push_back(binary_op("sub", kSub));
+  ops.push_back(binary_op("mul", kMul));
+  ops.push_back(binary_op("div", kDiv));
+  ops.push_back(activation_op("relu", kRelu));
+  ops.push_back(activation_op("gelu", kGelu));
+  ops.push_back(activation_op("tanh", kTanh));
+  ops.push_back(activation_op("sigmoid", kSigmoid));
+  ops.push_back(activation_op("silu", kSilu));
+  ops.push_back(activation_op("gelu_erf", kGeluErf));
+  ops.push_back(activation_op("rsqrt", kRsqrt));
+  ops.push_back(scale_op());
+}
+
+Expected<Tensor> add(const Tensor& a, const Tensor& b) {
+  return run("add", {a, b});
+}
+Expected<Tensor> sub(const Tensor& a, const Tensor& b) {
+  return run("sub", {a, b});
+}
+Expected<Tensor> mul(const Tensor& a, const Tensor& b) {
+  return run("mul", {a, b});
+}
+Expected<Tensor> div(const Tensor& a, const Tensor& b) {
+  return run("div", {a, b});
+}
+Expected<Tensor> relu(const Tensor& x) {
+  return run("relu", {x});
+}
+Expected<Tensor> gelu(const Tensor& x) {
+  return run("gelu", {x});
+}
+Expected<Tensor> tanh(const Tensor& x) {
+  return run("tanh", {x});
+}
+Expected<Tensor> sigmoid(const Tensor& x) {
+  return run("sigmoid", {x});
+}
+Expected<Tensor> scale(const Tensor& x, double factor) {
+  return run("scale", {x}, Attrs().set("factor", factor));
+}
+
+}  // namespace tessel::ops

@@ -1,0 +1,246 @@
+// Compiled tile kernels per device (see kernel_cache.h).
+#include "ops/kernel_cache.h"
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "runtime/opencl/opencl_device.h"
+#include "tile/parse/parser.h"
+#include "tile/run/cpu_kernel.h"
+#include "tile/run/opencl_kernel.h"
+
+namespace tessel::ops {
+
+struct EmbeddedKernelFile {
+  const char* name;
+  const char* text;
+};
+extern const EmbeddedKernelFile kEmbeddedKernelFiles[];
+extern const size_t kEmbeddedKernelFileCount;
+
+const std::map<std::string, std::string>& embedded_kernel_files() {
+  static const std::map<std::string, std::string> files = [] {
+    std::map<std::string, std::string> m;
+    for (size_t i = 0; i < kEmbeddedKernelFileCount; ++i)
+      m.emplace(kEmbeddedKernelFiles[i].name, kEmbeddedKernelFiles[i].text);
+    return m;
+  }();
+  return files;
+}
+
+namespace {
+
+using Launch = std::function<Status(const std::vector<tile::LaunchArg>&)>;
+
+// Every kernel of every embedded file, parsed once, by kernel name.
+Expected<const tile::Kernel*> parsed_kernel(const std::string& name) {
+  static const Expected<std::map<std::string, tile::Kernel>> all =
+      []() -> Expected<std::map<std::string, tile::Kernel>> {
+    std::map<std::string, tile::Kernel> m;
+    for (const auto& [file, text] : embedded_kernel_files()) {
+      TESSEL_ASSIGN_OR_RETURN(std::vector<tile::Kernel> kernels,
+                              tile::parse_tile(text, "kernels/" + file));
+      for (tile::Kernel& k : kernels) {
+        std::string kernel_name = k.name;
+        m.emplace(std::move(kernel_name), std::move(k));
+      }
+    }
+    return m;
+  }();
+  if (!all.ok()) return all.status();
+  auto it = all->find(name);
+  if (it == all->end()) return not_found("no tile kernel named '{}' in kernels/*.tile", name);
+  return &it->second;
+}
+
+// The tile runtime's view of a runtime OpenCL device: the same context and queue, not owned.
+std::shared_ptr<tile::OpenClDevice> tile_opencl_device(Device* device) {
+  static std::mutex mutex;
+  static std::map<Device*, std::shared_ptr<tile::OpenClDevice>> devices;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto& d = devices[device];
+  if (!d) {
+    const auto& ctx = static_cast<OpenClDevice*>(device)->context();
+    d = std::make_shared<tile::OpenClDevice>();
+    d->api = &ctx->api();
+    d->context = ctx->context();
+    d->device = ctx->device().device;
+    d->queue = ctx->queue();
+    d->name = device->name();
+    d->owned = false;
+  }
+  return d;
+}
+
+// `ahead_of_time` is set when the CPU kernel came from the build's library (no compiler ran).
+Expected<Launch> compile_for(Device* device, const tile::Kernel& kernel,
+                             const KernelParams& params, bool* ahead_of_time) {
+  switch (device->kind()) {
+    case DeviceKind::kCpu: {
+      TESSEL_ASSIGN_OR_RETURN(tile::CpuKernel k, tile::CpuKernel::compile(kernel, params));
+      *ahead_of_time = k.module().ahead_of_time;
+      auto shared = std::make_shared<tile::CpuKernel>(std::move(k));
+      return Launch([shared](const std::vector<tile::LaunchArg>& a) { return shared->launch(a); });
+    }
+    case DeviceKind::kOpenCL: {
+      TESSEL_ASSIGN_OR_RETURN(
+          tile::OpenClKernel k,
+          tile::OpenClKernel::compile(kernel, tile_opencl_device(device), params));
+      auto shared = std::make_shared<tile::OpenClKernel>(std::move(k));
+      return Launch([shared](const std::vector<tile::LaunchArg>& a) { return shared->launch(a); });
+    }
+    case DeviceKind::kCuda:
+      break;
+  }
+  return unimplemented("kernel '{}': launching on {} is not wired into the op library yet",
+                       kernel.name, device->id());
+}
+
+struct Cache {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<Launch>> kernels;
+  KernelCacheStats stats;
+};
+Cache& cache() {
+  static Cache c;
+  return c;
+}
+
+std::string cache_key(Device* device, const std::string& kernel, const KernelParams& params) {
+  std::string key = device->id() + "|" + kernel;
+  for (const auto& [name, value] : params)
+    key += "|" + name + "=" + value;
+  return key;
+}
+
+Expected<std::shared_ptr<Launch>> find_or_compile(Device* device, const std::string& name,
+                                                  const KernelParams& params) {
+  Cache& c = cache();
+  std::string key = cache_key(device, name, params);
+  // One lock around lookup and compile: a compile happens once per key per process, and two
+  // threads asking for the same kernel must not both compile it.
+  std::lock_guard<std::mutex> lock(c.mutex);
+  auto it = c.kernels.find(key);
+  if (it != c.kernels.end()) return it->second;
+  TESSEL_ASSIGN_OR_RETURN(const tile::Kernel* kernel, parsed_kernel(name));
+  auto start = std::chrono::steady_clock::now();
+  bool ahead_of_time = false;
+  Expected<Launch> compiled = compile_for(device, *kernel, params, &ahead_of_time);
+  if (!compiled.ok())
+    return compiled.status().with_context("compiling kernel '{}' for {}", name, device->id());
+  (ahead_of_time ? c.stats.ahead_of_time : c.stats.compiled) += 1;
+  c.stats.compile_seconds +=
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  auto launch = std::make_shared<Launch>(std::move(*compiled));
+  c.kernels.emplace(key, launch);
+  return launch;
+}
+
+Expected<tile::ScalarType> tile_scalar_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return tile::ScalarType::kF32;
+    case DType::kF64:
+      return tile::ScalarType::kF64;
+    case DType::kF16:
+      return tile::ScalarType::kF16;
+    case DType::kBF16:
+      return tile::ScalarType::kBF16;
+    case DType::kI8:
+      return tile::ScalarType::kI8;
+    case DType::kU8:
+      return tile::ScalarType::kU8;
+    case DType::kI32:
+      return tile::ScalarType::kI32;
+    case DType::kI64:
+      return tile::ScalarType::kI64;
+    case DType::kBool:
+      return tile::ScalarType::kBool;
+  }
+  return invalid_argument("unknown dtype");
+}
+
+// A tensor as a kernel argument. `keep` holds any device copy made for an offset view until the
+// launch is done.
+Expected<tile::TensorArg> tensor_arg(const View& v, std::vector<std::shared_ptr<Storage>>& keep) {
+  const Tensor& t = v.tensor;
+  TESSEL_ASSIGN_OR_RETURN(tile::ScalarType type, tile_scalar_type(t.dtype()));
+  tile::TensorArg arg{nullptr, type, v.shape, v.strides};
+  if (shape_numel(v.shape) == 0) return arg;
+  if (void* host = t.storage()->host_address()) {
+    arg.data = static_cast<char*>(host) + t.offset_bytes();
+    return arg;
+  }
+  if (t.offset_bytes() == 0) {
+    arg.data = t.storage()->buffer().handle;
+    return arg;
+  }
+  // Copy the bytes the view spans to a buffer of its own; the strides stay as they are.
+  int64_t highest = 0;
+  for (size_t d = 0; d < v.shape.size(); ++d)
+    highest += (v.shape[d] - 1) * v.strides[d];
+  size_t bytes = static_cast<size_t>(highest + 1) * t.element_size();
+  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, Storage::allocate(t.device(), bytes));
+  TESSEL_TRY(t.device()->copy_on_device(storage->buffer(), 0, t.storage()->buffer(),
+                                        t.offset_bytes(), bytes));
+  arg.data = storage->buffer().handle;
+  keep.push_back(std::move(storage));
+  return arg;
+}
+
+}  // namespace
+
+Status prepare_kernel(Device* device, const std::string& kernel, KernelParams params) {
+  return find_or_compile(device, kernel, params).status();
+}
+
+Status launch_kernel(const std::string& kernel, KernelParams params,
+                     const std::vector<KernelArg>& args) {
+  Device* device = nullptr;
+  for (const KernelArg& a : args) {
+    const Tensor* t = std::get_if<Tensor>(&a);
+    if (const View* v = std::get_if<View>(&a)) t = &v->tensor;
+    if (!t) continue;
+    if (!t->defined()) return internal_error("kernel '{}': an undefined tensor argument", kernel);
+    if (device == nullptr) {
+      device = t->device();
+      if (!params.count("T")) params["T"] = dtype_name(t->dtype());
+    } else if (t->device() != device) {
+      return invalid_argument("kernel '{}': tensors on {} and {}; move them to one device first",
+                              kernel, device->id(), t->device()->id());
+    }
+  }
+  if (device == nullptr) return internal_error("kernel '{}' launched without tensors", kernel);
+  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<Launch> launch, find_or_compile(device, kernel, params));
+  std::vector<std::shared_ptr<Storage>> keep;
+  std::vector<tile::LaunchArg> launch_args;
+  launch_args.reserve(args.size());
+  for (const KernelArg& a : args) {
+    if (const Tensor* t = std::get_if<Tensor>(&a)) {
+      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg,
+                              tensor_arg(View{*t, t->shape(), t->strides()}, keep));
+      launch_args.push_back(std::move(arg));
+    } else if (const View* v = std::get_if<View>(&a)) {
+      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(*v, keep));
+      launch_args.push_back(std::move(arg));
+    } else if (const double* d = std::get_if<double>(&a)) {
+      launch_args.push_back(*d);
+    } else {
+      launch_args.push_back(std::get<int64_t>(a));
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(cache().mutex);
+    cache().stats.launches += 1;
+  }
+  return (*launch)(launch_args).with_context("kernel '{}' on {}", kernel, device->id());
+}
+
+KernelCacheStats kernel_cache_stats() {
+  std::lock_guard<std::mutex> lock(cache().mutex);
+  return cache().stats;
+}
+
+}  // namespace tessel::ops

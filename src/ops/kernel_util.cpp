@@ -1,0 +1,80 @@
+// Fitting N-d tensors to kernel ranks (see kernel_util.h).
+#include "ops/kernel_util.h"
+
+namespace tessel::ops {
+
+std::optional<std::vector<View>> merged_views(const std::vector<Tensor>& tensors, size_t rank) {
+  const Shape& shape = tensors.at(0).shape();
+  Shape sizes;
+  std::vector<Strides> strides(tensors.size());
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    bool merge = !sizes.empty();
+    for (size_t i = 0; i < tensors.size() && merge; ++i)
+      merge = strides[i].back() == tensors[i].strides()[d] * shape[d];
+    if (merge) {
+      sizes.back() *= shape[d];
+      for (size_t i = 0; i < tensors.size(); ++i)
+        strides[i].back() = tensors[i].strides()[d];
+    } else {
+      sizes.push_back(shape[d]);
+      for (size_t i = 0; i < tensors.size(); ++i)
+        strides[i].push_back(tensors[i].strides()[d]);
+    }
+  }
+  if (sizes.size() > rank) return std::nullopt;
+  while (sizes.size() < rank) {
+    sizes.insert(sizes.begin(), 1);
+    for (Strides& s : strides)
+      s.insert(s.begin(), 0);
+  }
+  std::vector<View> views;
+  for (size_t i = 0; i < tensors.size(); ++i)
+    views.push_back(View{tensors[i], sizes, strides[i]});
+  return views;
+}
+
+Expected<Tensor> empty_like_device(const Shape& shape, DType dtype, const Tensor& like) {
+  return Tensor::empty(shape, dtype, like.device());
+}
+
+Expected<Tensor> contiguous_on_device(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  return copy_on_device(t);
+}
+
+Expected<Tensor> copy_on_device(const Tensor& t) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor out, empty_like_device(t.shape(), t.dtype(), t));
+  if (out.numel() == 0) return out;
+  auto views = merged_views({t, out}, 4);
+  if (!views) {
+    return unimplemented("copying a view of shape {} (strides {}) needs more than 4 dimensions",
+                         shape_string(t.shape()), shape_string(t.strides()));
+  }
+  TESSEL_TRY(launch_kernel("copy4", {}, {(*views)[0], (*views)[1]}));
+  return out;
+}
+
+Expected<View> rows_view(const Tensor& t) {
+  const int64_t n = t.shape().empty() ? 1 : t.shape().back();
+  const int64_t rows = n == 0 ? 0 : t.numel() / n;
+  if (t.rank() >= 1 && (t.strides().back() == 1 || n == 1)) {
+    // The leading dimensions merge into one when each steps exactly over the next non-trivial
+    // one; the row stride is then that of the innermost non-trivial leading dimension.
+    int64_t row_stride = n, inner_span = -1;
+    bool mergeable = true;
+    for (int64_t d = t.rank() - 2; d >= 0; --d) {
+      if (t.shape()[d] == 1) continue;
+      if (inner_span < 0)
+        row_stride = t.strides()[d];
+      else if (t.strides()[d] != inner_span)
+        mergeable = false;
+      inner_span = t.strides()[d] * t.shape()[d];
+    }
+    if (mergeable) return View{t, {rows, n}, {row_stride, 1}};
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor c, contiguous_on_device(t));
+  return View{c, {rows, n}, {n, 1}};
+}
+
+}  // namespace tessel::ops

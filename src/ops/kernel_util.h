@@ -1,0 +1,31 @@
+// Helpers the op definitions share for fitting N-d tensors to the fixed ranks the kernels declare:
+// merging dimensions that are contiguous with each other in every operand, copying a view to a
+// contiguous tensor on its device, and viewing a tensor as a matrix.
+#pragma once
+
+#include <vector>
+
+#include "ops/kernel_cache.h"
+#include "runtime/tensor.h"
+
+namespace tessel::ops {
+
+// Views of tensors of one shape (broadcast operands already expanded) with the fewest
+// dimensions: size-1 dimensions dropped, neighbours merged where every operand allows, then
+// padded with leading 1s to `rank`. nullopt when more than `rank` dimensions remain.
+std::optional<std::vector<View>> merged_views(const std::vector<Tensor>& tensors, size_t rank);
+
+// `t` itself when contiguous, else a contiguous copy made on its device (the copy4 kernel).
+Expected<Tensor> contiguous_on_device(const Tensor& t);
+
+// Always a new contiguous tensor with t's elements, copied on t's device.
+Expected<Tensor> copy_on_device(const Tensor& t);
+
+// `t` ([..., n]) as a [rows, n] view with unit column stride, copying only when the leading
+// dimensions do not merge.
+Expected<View> rows_view(const Tensor& t);
+
+// An uninitialised contiguous tensor on `like`'s device.
+Expected<Tensor> empty_like_device(const Shape& shape, DType dtype, const Tensor& like);
+
+}  // namespace tessel::ops

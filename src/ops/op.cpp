@@ -1,0 +1,123 @@
+// The operator registry and the checks every op call goes through (see op.h).
+#include "ops/op.h"
+
+#include <algorithm>
+
+namespace tessel::ops {
+
+int64_t Attrs::get_int(const std::string& name, int64_t fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  if (const double* d = std::get_if<double>(&it->second)) return static_cast<int64_t>(*d);
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return *i;
+  return fallback;
+}
+
+double Attrs::get_double(const std::string& name, double fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  if (const double* d = std::get_if<double>(&it->second)) return *d;
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return static_cast<double>(*i);
+  return fallback;
+}
+
+std::vector<int64_t> Attrs::get_ints(const std::string& name, std::vector<int64_t> fallback) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return fallback;
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second)) return *v;
+  if (const int64_t* i = std::get_if<int64_t>(&it->second)) return {*i};
+  return fallback;
+}
+
+std::string Attrs::to_string() const {
+  std::string out;
+  for (const auto& [name, value] : values_) {
+    if (!out.empty()) out += ", ";
+    out += name + "=";
+    if (const int64_t* i = std::get_if<int64_t>(&value))
+      out += std::to_string(*i);
+    else if (const double* d = std::get_if<double>(&value))
+      out += fmt::format("{}", *d);
+    else
+      out += shape_string(std::get<std::vector<int64_t>>(value));
+  }
+  return out;
+}
+
+std::string shapes_string(const std::vector<TensorMeta>& inputs) {
+  std::string out;
+  for (const TensorMeta& m : inputs) {
+    if (!out.empty()) out += ", ";
+    out += shape_string(m.shape) + " " + dtype_name(m.dtype);
+  }
+  return out;
+}
+
+const std::vector<OpDef>& all_ops() {
+  static const std::vector<OpDef> ops = [] {
+    std::vector<OpDef> list;
+    add_elementwise_ops(list);
+    add_matmul_ops(list);
+    add_reduce_ops(list);
+    add_nn_ops(list);
+    add_view_ops(list);
+    add_mask_ops(list);
+    add_conv_ops(list);
+    for (OpDef& op : list) {
+      TESSEL_CHECK(op.infer && op.forward && op.reference, "op '{}' is missing a part", op.name);
+      op.save_inputs.resize(op.arity, false);
+      op.differentiable.resize(op.arity, true);
+    }
+    return list;
+  }();
+  return ops;
+}
+
+Expected<const OpDef*> find_op(std::string_view name) {
+  for (const OpDef& op : all_ops())
+    if (op.name == name) return &op;
+  std::string known;
+  for (const OpDef& op : all_ops())
+    known += (known.empty() ? "" : ", ") + op.name;
+  return not_found("no op named '{}' (known: {})", name, known);
+}
+
+Expected<TensorMeta> infer(const OpDef& op, const std::vector<TensorMeta>& inputs,
+                           const Attrs& attrs) {
+  if (static_cast<int>(inputs.size()) != op.arity)
+    return invalid_argument("{}: takes {} inputs, got {}", op.name, op.arity, inputs.size());
+  for (const auto& [name, value] : attrs.values()) {
+    if (std::find(op.attrs.begin(), op.attrs.end(), name) == op.attrs.end()) {
+      std::string allowed;
+      for (const std::string& a : op.attrs)
+        allowed += (allowed.empty() ? "" : ", ") + a;
+      return invalid_argument("{}: unknown attribute '{}' (allowed: {})", op.name, name,
+                              allowed.empty() ? "none" : allowed);
+    }
+  }
+  return op.infer(inputs, attrs);
+}
+
+Expected<Tensor> run(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  std::vector<TensorMeta> metas;
+  metas.reserve(inputs.size());
+  Device* device = nullptr;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& t = inputs[i];
+    if (!t.defined()) return invalid_argument("{}: input {} is undefined", op.name, i);
+    if (device && t.device() != device)
+      return invalid_argument("{}: inputs on {} and {}; move them to one device first", op.name,
+                              device->id(), t.device()->id());
+    device = t.device();
+    metas.push_back(TensorMeta{t.shape(), t.dtype()});
+  }
+  TESSEL_ASSIGN_OR_RETURN(TensorMeta out, infer(op, metas, attrs));
+  return op.forward(inputs, attrs, out);
+}
+
+Expected<Tensor> run(std::string_view name, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  TESSEL_ASSIGN_OR_RETURN(const OpDef* op, find_op(name));
+  return run(*op, inputs, attrs);
+}
+
+}  // namespace tessel::ops

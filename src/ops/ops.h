@@ -1,0 +1,81 @@
+// Typed functions over the op registry, one per op: what backward rules, nn/ and users call.
+// Each checks its inputs (Status naming the op and the shapes) and runs on the inputs' device.
+//
+//   TESSEL_ASSIGN_OR_RETURN(Tensor h, ops::linear(x, w1, b1));
+//   TESSEL_ASSIGN_OR_RETURN(Tensor loss, ops::cross_entropy(ops::relu(h).value(), targets));
+#pragma once
+
+#include "ops/op.h"
+
+namespace tessel::ops {
+
+// Among f32, f16 and bf16, rounding to nearest even.
+Expected<Tensor> cast(const Tensor& x, DType dtype);
+
+// Element-wise, with NumPy broadcasting for the binary ones (any float dtype, one per call).
+Expected<Tensor> add(const Tensor& a, const Tensor& b);
+Expected<Tensor> sub(const Tensor& a, const Tensor& b);
+Expected<Tensor> mul(const Tensor& a, const Tensor& b);
+Expected<Tensor> div(const Tensor& a, const Tensor& b);
+Expected<Tensor> relu(const Tensor& x);
+Expected<Tensor> gelu(const Tensor& x);  // the tanh approximation
+Expected<Tensor> tanh(const Tensor& x);
+Expected<Tensor> sigmoid(const Tensor& x);
+Expected<Tensor> silu(const Tensor& x);      // x sigmoid(x)
+Expected<Tensor> gelu_erf(const Tensor& x);  // the exact gelu, 0.5 x (1 + erf(x / sqrt 2))
+Expected<Tensor> rsqrt(const Tensor& x);
+Expected<Tensor> scale(const Tensor& x, double factor);  // factor * x
+
+// a [..., M, K] @ b [..., K, N] -> [..., M, N], batch dimensions broadcast.
+Expected<Tensor> matmul(const Tensor& a, const Tensor& b);
+// x [..., K], weight [N, K], bias [N] -> x @ weight^T + bias, as torch.nn.functional.linear.
+Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+
+// Over `axes` (empty: all), keeping them as size 1 when keepdim.
+Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Tensor> mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+Expected<Tensor> max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
+// The sum of `grad` over the dimensions that broadcasting to grad's shape added to `shape`.
+Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape);
+
+// Over the last axis.
+Expected<Tensor> softmax(const Tensor& x);
+Expected<Tensor> log_softmax(const Tensor& x);
+// logits [..., C], target [...] (i64 class ids) -> scalar loss; mean over the targets that are
+// not ignore_index (reduction 0) or their sum (reduction 1).
+Expected<Tensor> cross_entropy(const Tensor& logits, const Tensor& target,
+                               int64_t ignore_index = -100, double label_smoothing = 0.0,
+                               int reduction = 0);
+// Over the last axis, with weight and bias of its size.
+Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            double eps = 1e-5);
+// weight [V, C], ids [...] i64 -> [..., C].
+Expected<Tensor> embedding(const Tensor& weight, const Tensor& ids);
+
+// Scores [..., queries, keys] with the keys after each query's position set to -inf.
+Expected<Tensor> causal_mask(const Tensor& scores);
+// x * keep / (1 - p); keep is a hash of (seed, position), so a seed gives the same mask anywhere.
+Expected<Tensor> dropout(const Tensor& x, double p, int64_t seed);
+
+// NCHW. conv2d: x [N, C, H, W], weight [O, C, KH, KW], bias [O]; stride, padding, dilation are
+// {h, w} pairs. Pooling windows are {h, w}; stride defaults to the window.
+Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
+                        std::vector<int64_t> dilation = {1, 1});
+Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride = {},
+                            std::vector<int64_t> padding = {0, 0});
+Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride = {},
+                            std::vector<int64_t> padding = {0, 0});
+
+// Views (no copy where the layout allows).
+Expected<Tensor> reshape(const Tensor& x, const Shape& shape);
+Expected<Tensor> permute(const Tensor& x, const std::vector<int64_t>& order);
+Expected<Tensor> slice(const Tensor& x, int64_t dim, int64_t start, int64_t end, int64_t step = 1);
+// a and b joined along dim (their other sizes equal). Split is slices.
+Expected<Tensor> concat(const Tensor& a, const Tensor& b, int64_t dim);
+// A contiguous copy on the device (the identity for autograd).
+Expected<Tensor> contiguous(const Tensor& x);
+
+}  // namespace tessel::ops

@@ -1,0 +1,446 @@
+// Every op on every backend present (cpu, and opencl where a device opens; cuda devices are
+// skipped: the op library does not launch there yet), in the manner of ggml's
+// test-backend-ops: forward against the op's plain-C++ reference in double, and backward
+// against central finite differences of that reference (in double, step 1e-4), for
+// L = sum(w * op(x)) with random w. Shapes include 1, primes and sizes past the kernels' tiles.
+//
+// Tolerances (|got - want| <= abs + rel * |want|): forward 2e-5 + 2e-5 (f32 kernels, sums over a
+// few hundred terms); gradients 2e-4 + 2e-3 (f32 backward kernels, several f32 steps deep,
+// against finite differences that are exact to ~1e-8).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <set>
+
+#include "ops/kernel_cache.h"
+#include "ops/op.h"
+#include "ops/ops.h"
+#include "support/log.h"
+
+namespace tessel::ops {
+namespace {
+
+// How a test input is made.
+struct Input {
+  enum Kind { kReal, kPositive, kIds } kind = kReal;
+  Shape shape;
+  int64_t classes = 0;         // kIds: values in [0, classes)
+  int64_t ignore = INT64_MIN;  // kIds: this value appears too, at every third position
+  bool transposed = false;     // passed as a transposed view of a contiguous tensor
+  DType dtype = DType::kF32;   // kReal, kPositive: f32, f16 or bf16 (values rounded to it)
+};
+Input real(Shape s) {
+  return {Input::kReal, std::move(s)};
+}
+Input positive(Shape s) {
+  return {Input::kPositive, std::move(s)};
+}
+Input ids(Shape s, int64_t classes, int64_t ignore = INT64_MIN) {
+  return {Input::kIds, std::move(s), classes, ignore};
+}
+Input transposed(Shape s) {
+  Input i = real(std::move(s));
+  i.transposed = true;
+  return i;
+}
+
+struct Case {
+  std::string op;
+  std::vector<Input> inputs;
+  Attrs attrs;
+  // Tolerances are multiplied by this (16-bit outputs are rounded to 8 or 11 significant bits).
+  double tolerance_scale = 1;
+  // The reference is piecewise constant (rounding), so the gradient is checked against the
+  // straight-through one, w itself, instead of finite differences.
+  bool straight_through = false;
+};
+
+std::vector<Case> all_cases() {
+  std::vector<Case> c;
+  for (const char* op : {"add", "sub", "mul", "div"}) {
+    auto second = [&](Shape s) {
+      return std::string(op) == "div" ? positive(std::move(s)) : real(std::move(s));
+    };
+    c.push_back({op, {real({3, 5}), second({5})}, {}});
+    c.push_back({op, {real({1, 7}), second({4, 1})}, {}});
+    c.push_back({op, {real({1}), second({1})}, {}});
+    c.push_back(
+        {op, {real({2, 3, 4, 5}), second({1, 3, 1, 5})}, {}});  // keeps 4 dims: copied first
+    c.push_back({op, {transposed({3, 17}), second({3, 17})}, {}});
+  }
+  c.push_back({"rsqrt", {positive({3, 5})}, {}});
+  c.push_back({"rsqrt", {positive({1})}, {}});
+  for (const char* op : {"relu", "gelu", "tanh", "sigmoid", "silu", "gelu_erf"}) {
+    c.push_back({op, {real({1})}, {}});
+    c.push_back({op, {real({3, 5})}, {}});
+    c.push_back({op, {real({2, 3, 263})}, {}});
+    c.push_back({op, {transposed({5, 3})}, {}});
+  }
+  c.push_back({"scale", {real({4, 3})}, Attrs().set("factor", -0.75)});
+  // 16-bit floats: casts, and element-wise ops computing in f32 and rounding their results
+  // (bf16 keeps 8 significant bits: relative error 2^-9, so tolerances x 200; f16: x 30).
+  auto half = [](Input in, DType t) {
+    in.dtype = t;
+    return in;
+  };
+  c.push_back({"cast", {real({3, 5})}, Attrs().set("dtype", int64_t(DType::kBF16)), 1, true});
+  c.push_back({"cast", {real({2, 257})}, Attrs().set("dtype", int64_t(DType::kF16)), 1, true});
+  c.push_back({"cast",
+               {half(real({4, 3}), DType::kBF16)},
+               Attrs().set("dtype", int64_t(DType::kF32)),
+               1,
+               true});
+  c.push_back({"add", {half(real({3, 5}), DType::kBF16), half(real({5}), DType::kBF16)}, {}, 200});
+  c.push_back({"mul", {half(real({3, 5}), DType::kF16), half(real({3, 1}), DType::kF16)}, {}, 30});
+  c.push_back({"gelu", {half(real({2, 9}), DType::kBF16)}, {}, 200});
+  c.push_back({"matmul", {real({1, 1}), real({1, 1})}, {}});
+  c.push_back({"matmul", {real({3, 5}), real({5, 7})}, {}});
+  c.push_back({"matmul", {real({2, 3, 4}), real({4, 5})}, {}});
+  c.push_back({"matmul", {real({1, 3, 4}), real({2, 4, 2})}, {}});
+  c.push_back({"matmul", {transposed({3, 7}), transposed({7, 2})}, {}});
+  c.push_back({"linear", {real({1, 1}), real({1, 1}), real({1})}, {}});
+  c.push_back({"linear", {real({3, 5}), real({7, 5}), real({7})}, {}});
+  c.push_back({"linear", {real({2, 3, 9}), real({4, 9}), real({4})}, {}});
+  c.push_back({"linear", {transposed({3, 5}), real({2, 5}), real({2})}, {}});
+  c.push_back({"sum", {real({3, 5})}, {}});
+  c.push_back({"sum", {real({3, 5})}, Attrs().set("axes", {0})});
+  c.push_back({"sum", {real({3, 5})}, Attrs().set("axes", {1}).set("keepdim", 1)});
+  c.push_back({"sum", {real({2, 3, 4})}, Attrs().set("axes", {0, 2})});
+  c.push_back({"sum", {real({1, 300})}, Attrs().set("axes", {-1})});
+  c.push_back({"mean", {real({2, 3, 4})}, Attrs().set("axes", {-1})});
+  c.push_back({"mean", {real({5})}, {}});
+  c.push_back({"max", {real({3, 5})}, Attrs().set("axes", {1})});
+  c.push_back({"max", {real({2, 3, 4})}, Attrs().set("axes", {0, 2}).set("keepdim", 1)});
+  c.push_back({"max", {transposed({1, 7})}, {}});
+  c.push_back({"concat", {real({2, 3}), real({2, 4})}, Attrs().set("dim", 1)});
+  c.push_back({"concat", {real({1, 3, 2}), transposed({2, 3, 2})}, Attrs().set("dim", 0)});
+  c.push_back({"concat", {real({2, 1, 3}), real({2, 2, 3})}, Attrs().set("dim", -2)});
+  c.push_back({"mean", {transposed({4, 3})}, Attrs().set("axes", {1}).set("keepdim", 1)});
+  for (const char* op : {"softmax", "log_softmax"}) {
+    c.push_back({op, {real({1, 1})}, {}});
+    c.push_back({op, {real({3, 5})}, {}});
+    c.push_back({op, {real({2, 2, 300})}, {}});
+    c.push_back({op, {transposed({5, 3})}, {}});
+  }
+  c.push_back({"cross_entropy", {real({4, 5}), ids({4}, 5)}, {}});
+  c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7, -100)}, {}});
+  c.push_back({"cross_entropy",
+               {real({6, 7}), ids({6}, 7, 3)},
+               Attrs().set("ignore_index", 3).set("label_smoothing", 0.1)});
+  c.push_back({"cross_entropy", {real({2, 3, 11}), ids({2, 3}, 11)}, Attrs().set("reduction", 1)});
+  c.push_back({"cross_entropy", {real({1, 1}), ids({1}, 1)}, Attrs().set("label_smoothing", 0.2)});
+  c.push_back({"cross_entropy", {real({3, 300}), ids({3}, 300)}, {}});
+  c.push_back({"layer_norm", {real({1, 7}), real({7}), real({7})}, {}});
+  c.push_back({"layer_norm", {real({3, 5}), real({5}), real({5})}, Attrs().set("eps", 1e-3)});
+  c.push_back({"layer_norm", {real({2, 2, 300}), real({300}), real({300})}, {}});
+  c.push_back({"embedding", {real({7, 5}), ids({4}, 7)}, {}});
+  c.push_back({"embedding", {real({5, 3}), ids({2, 3}, 5)}, {}});
+  c.push_back({"embedding", {real({1, 3}), ids({2}, 1)}, {}});
+  c.push_back({"reshape", {real({3, 4})}, Attrs().set("shape", {2, -1})});
+  c.push_back({"reshape", {transposed({3, 4})}, Attrs().set("shape", {12})});
+  c.push_back({"permute", {real({2, 3, 4})}, Attrs().set("order", {2, 0, 1})});
+  c.push_back({"slice",
+               {real({5, 6})},
+               Attrs().set("dim", 1).set("start", 1).set("end", 6).set("step", 2)});
+  c.push_back({"slice", {real({7, 3})}, Attrs().set("dim", 0).set("start", -3)});
+  c.push_back({"slice", {real({2, 5, 3})}, Attrs().set("dim", 1).set("start", 1).set("end", 2)});
+  c.push_back({"contiguous", {transposed({3, 5})}, {}});
+  c.push_back({"causal_mask", {real({3, 3})}, Attrs().set("value", -5.0)});
+  c.push_back(
+      {"causal_mask", {real({2, 3, 5})}, Attrs().set("value", -5.0)});  // 3 queries over 5 keys
+  c.push_back({"dropout", {real({3, 7})}, Attrs().set("p", 0.3).set("seed", 7)});
+  c.push_back({"dropout", {transposed({2, 3, 5})}, Attrs().set("p", 0.5).set("seed", 123456789)});
+  c.push_back({"conv2d", {real({1, 1, 1, 1}), real({1, 1, 1, 1}), real({1})}, {}});
+  c.push_back({"conv2d",
+               {real({2, 3, 5, 6}), real({4, 3, 3, 3}), real({4})},
+               Attrs().set("padding", {1, 1})});
+  c.push_back({"conv2d",
+               {real({1, 2, 7, 5}), real({3, 2, 3, 2}), real({3})},
+               Attrs().set("stride", {2, 1}).set("padding", {1, 0}).set("dilation", {1, 2})});
+  c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
+  c.push_back({"max_pool2d",
+               {real({1, 2, 5, 5})},
+               Attrs().set("window", {3, 3}).set("stride", {2, 2}).set("padding", {1, 1})});
+  c.push_back({"avg_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
+  c.push_back({"avg_pool2d",
+               {real({1, 1, 5, 7})},
+               Attrs().set("window", {3, 2}).set("stride", {1, 2}).set("padding", {1, 1})});
+  c.push_back({"avg_pool2d", {real({2, 3, 1, 1})}, Attrs().set("window", {1})});
+  return c;
+}
+
+std::string describe(const Case& c) {
+  std::string s = c.op + "(";
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    s += (i ? ", " : "") + shape_string(c.inputs[i].shape) + (c.inputs[i].transposed ? "^T" : "");
+  return s + ")" + (c.attrs.values().empty() ? "" : " {" + c.attrs.to_string() + "}");
+}
+
+// Test data: values exactly representable in f32, so the reference sees what the kernels see.
+std::vector<RefTensor> make_inputs(const Case& c, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<RefTensor> out;
+  for (const Input& in : c.inputs) {
+    RefTensor t{in.shape, std::vector<double>(shape_numel(in.shape))};
+    for (size_t i = 0; i < t.values.size(); ++i) {
+      if (in.kind == Input::kIds) {
+        t.values[i] = (in.ignore != INT64_MIN && i % 3 == 1)
+                          ? in.ignore
+                          : std::uniform_int_distribution<int64_t>(0, in.classes - 1)(rng);
+      } else {
+        float lo = in.kind == Input::kPositive ? 0.5f : -2.0f;
+        float f = std::uniform_real_distribution<float>(lo, 2.0f)(rng);
+        t.values[i] = in.dtype == DType::kBF16  ? float(BFloat16(f))
+                      : in.dtype == DType::kF16 ? float(Half(f))
+                                                : f;
+      }
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// f32 values (exact in `dtype`) as a tensor of `dtype`, and back.
+Expected<Tensor> from_floats(const std::vector<float>& v, const Shape& shape, DType dtype,
+                             Device* device) {
+  if (dtype == DType::kBF16)
+    return Tensor::from_vector(std::vector<BFloat16>(v.begin(), v.end()), shape, device);
+  if (dtype == DType::kF16)
+    return Tensor::from_vector(std::vector<Half>(v.begin(), v.end()), shape, device);
+  return Tensor::from_vector(v, shape, device);
+}
+Expected<std::vector<float>> to_floats(const Tensor& t) {
+  if (t.dtype() == DType::kBF16) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<BFloat16> v, t.to_vector<BFloat16>());
+    return std::vector<float>(v.begin(), v.end());
+  }
+  if (t.dtype() == DType::kF16) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Half> v, t.to_vector<Half>());
+    return std::vector<float>(v.begin(), v.end());
+  }
+  return t.to_vector<float>();
+}
+
+Expected<Tensor> to_device(const RefTensor& r, const Input& in, Device* device) {
+  if (in.kind == Input::kIds) {
+    std::vector<int64_t> v(r.values.begin(), r.values.end());
+    return Tensor::from_vector(v, r.shape, device);
+  }
+  std::vector<float> v(r.values.begin(), r.values.end());
+  if (in.dtype != DType::kF32) {
+    TESSEL_CHECK(!in.transposed, "16-bit inputs are contiguous in these tests");
+    return from_floats(v, r.shape, in.dtype, device);
+  }
+  if (!in.transposed) return Tensor::from_vector(v, r.shape, device);
+  // Stored as the transpose of the last two dimensions, then viewed back.
+  Shape stored = r.shape;
+  std::swap(stored[stored.size() - 1], stored[stored.size() - 2]);
+  const int64_t rows = r.shape[r.shape.size() - 2], cols = r.shape.back();
+  std::vector<float> t(v.size());
+  for (int64_t b = 0; b < static_cast<int64_t>(v.size()) / (rows * cols); ++b)
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j)
+        t[b * rows * cols + j * rows + i] = v[b * rows * cols + i * cols + j];
+  TESSEL_ASSIGN_OR_RETURN(Tensor s, Tensor::from_vector(t, stored, device));
+  return s.transpose(-2, -1);
+}
+
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, double abs_tol,
+                  double rel_tol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int misses = 0;
+  double worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    double err = std::fabs(got[i] - want[i]);
+    worst = std::max(worst, err / (abs_tol + rel_tol * std::fabs(want[i])));
+    if (!(err <= abs_tol + rel_tol * std::fabs(want[i])) && ++misses <= 4)
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
+  }
+  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " out of tolerance";
+}
+
+// The test devices: every available device the op library launches on.
+const std::vector<Device*>& test_devices() {
+  static const std::vector<Device*> devices = [] {
+    std::vector<Device*> list;
+    for (Device* d : available_devices()) {
+      if (d->kind() == DeviceKind::kCuda) {
+        log_warn("ops tests: skipping {}: the op library does not launch on CUDA yet", d->id());
+        continue;
+      }
+      list.push_back(d);
+    }
+    if (list.size() == 1) log_warn("ops tests: no OpenCL device here, testing cpu only");
+    return list;
+  }();
+  return devices;
+}
+
+double weighted_sum(const RefTensor& y, const std::vector<double>& w) {
+  double s = 0;
+  for (size_t i = 0; i < w.size(); ++i)
+    s += w[i] * y.values[i];
+  return s;
+}
+
+void check_case(const Case& c, Device* device, int index) {
+  const std::string what = describe(c) + " on " + device->id();
+  SCOPED_TRACE(what);
+  const OpDef& op = *find_op(c.op).value();
+  std::vector<RefTensor> ref_in = make_inputs(c, 1000 + index);
+  std::vector<Tensor> in;
+  for (size_t i = 0; i < ref_in.size(); ++i) {
+    auto t = to_device(ref_in[i], c.inputs[i], device);
+    ASSERT_TRUE(t.ok()) << t.status().to_string();
+    in.push_back(*t);
+  }
+  Expected<Tensor> out = run(op, in, c.attrs);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  RefTensor want = op.reference(ref_in, c.attrs);
+  ASSERT_EQ(out->shape(), want.shape);
+  auto got = to_floats(*out);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  expect_close(*got, want.values, 2e-5 * c.tolerance_scale, 2e-5 * c.tolerance_scale, "forward");
+
+  if (!op.backward) return;
+  std::mt19937 rng(77 + index);
+  std::vector<double> w(want.values.size());
+  std::vector<float> wf(w.size());
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = wf[i] = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+  if (out->dtype() != DType::kF32) {  // w exact in the output's dtype
+    std::vector<float> rounded =
+        to_floats(
+            from_floats(wf, {static_cast<int64_t>(wf.size())}, out->dtype(), cpu_device()).value())
+            .value();
+    for (size_t i = 0; i < w.size(); ++i)
+      w[i] = wf[i] = rounded[i];
+  }
+  auto grad_output = from_floats(wf, out->shape(), out->dtype(), device);
+  ASSERT_TRUE(grad_output.ok());
+  BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}};
+  for (size_t i = 0; i < in.size(); ++i) {
+    args.inputs.push_back(op.save_inputs[i] ? in[i] : Tensor());
+    args.input_meta.push_back({in[i].shape(), in[i].dtype()});
+    args.needs_grad.push_back(op.differentiable[i]);
+  }
+  if (op.save_output) args.output = *out;
+  auto grads = op.backward(args);
+  ASSERT_TRUE(grads.ok()) << grads.status().to_string();
+  ASSERT_EQ(grads->size(), in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!op.differentiable[i]) continue;
+    const Tensor& g = (*grads)[i];
+    ASSERT_TRUE(g.defined()) << "no gradient for input " << i;
+    ASSERT_EQ(g.shape(), in[i].shape()) << "gradient shape of input " << i;
+    std::vector<double> numeric(ref_in[i].values.size());
+    const double h = 1e-4;
+    if (c.straight_through) numeric = w;
+    for (size_t j = 0; j < numeric.size() && !c.straight_through; ++j) {
+      std::vector<RefTensor> x = ref_in;
+      x[i].values[j] += h;
+      double up = weighted_sum(op.reference(x, c.attrs), w);
+      x[i].values[j] -= 2 * h;
+      double down = weighted_sum(op.reference(x, c.attrs), w);
+      numeric[j] = (up - down) / (2 * h);
+    }
+    ASSERT_EQ(g.dtype(), in[i].dtype()) << "gradient dtype of input " << i;
+    auto got_grad = to_floats(g);
+    ASSERT_TRUE(got_grad.ok()) << got_grad.status().to_string();
+    expect_close(*got_grad, numeric, 2e-4 * c.tolerance_scale, 2e-3 * c.tolerance_scale,
+                 "gradient of input " + std::to_string(i));
+  }
+}
+
+TEST(BackendOps, EveryOpForwardAndGradientOnEveryBackend) {
+  auto start = std::chrono::steady_clock::now();
+  std::vector<Case> cases = all_cases();
+  std::set<std::string> covered;
+  for (Device* device : test_devices()) {
+    int index = 0;
+    for (const Case& c : cases) {
+      check_case(c, device, index++);
+      covered.insert(c.op);
+    }
+  }
+  // Every registered op has at least one case.
+  for (const OpDef& op : all_ops())
+    EXPECT_TRUE(covered.count(op.name)) << "no test case for op " << op.name;
+  KernelCacheStats stats = kernel_cache_stats();
+  log_info(
+      "ops tests: {} cases per backend, {} kernels compiled or loaded in {:.1f} s, {} launches, "
+      "{:.1f} s in all",
+      cases.size(), stats.compiled, stats.compile_seconds, stats.launches,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+}
+
+// The dropout mask: the kept fraction is 1 - p within 4 standard deviations, a seed gives the
+// same mask on every backend, and another seed another mask.
+TEST(BackendOps, DropoutMaskIsSeededAndHasTheRightRate) {
+  const int64_t n = 20000;
+  std::vector<float> ones(n, 1.0f);
+  std::vector<std::vector<float>> masks;
+  for (Device* device : test_devices()) {
+    Tensor x = Tensor::from_vector(ones, {n}, device).value();
+    for (int64_t seed : {1, 2})
+      masks.push_back(dropout(x, 0.25, seed).value().to_vector<float>().value());
+  }
+  int64_t kept = 0;
+  for (float v : masks[0]) {
+    ASSERT_TRUE(v == 0.0f || std::fabs(v - 1 / 0.75f) < 1e-6) << v;
+    kept += v != 0.0f;
+  }
+  const double sigma = std::sqrt(n * 0.25 * 0.75);
+  EXPECT_NEAR(static_cast<double>(kept), 0.75 * n, 4 * sigma);
+  EXPECT_NE(masks[0], masks[1]) << "two seeds, one mask";
+  for (size_t i = 2; i < masks.size(); ++i)
+    EXPECT_EQ(masks[i], masks[i % 2]) << "a seed's mask differs between backends";
+}
+
+TEST(BackendOps, ShapeErrorsNameTheOpAndTheShapes) {
+  auto a = Tensor::zeros({2, 3}, DType::kF32).value();
+  auto b = Tensor::zeros({4, 5}, DType::kF32).value();
+  Expected<Tensor> r = matmul(a, b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("matmul"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find(shape_string({2, 3})), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find(shape_string({4, 5})), std::string::npos)
+      << r.status().message();
+
+  Expected<Tensor> s = add(a, b);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find("add"), std::string::npos) << s.status().message();
+
+  Expected<Tensor> t = run("sum", {a}, Attrs().set("axis", 1));
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("unknown attribute 'axis'"), std::string::npos)
+      << t.status().message();
+  EXPECT_NE(t.status().message().find("axes, keepdim"), std::string::npos) << t.status().message();
+
+  Expected<Tensor> u = run("no_such_op", {a});
+  EXPECT_EQ(u.status().code(), Code::kNotFound);
+
+  auto ids = Tensor::from_vector<int64_t>({0, 9}, {2}).value();
+  Expected<Tensor> e = embedding(a, ids);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), Code::kOutOfRange);
+  EXPECT_NE(e.status().message().find("id 9 at position 1"), std::string::npos)
+      << e.status().message();
+}
+
+TEST(BackendOps, InputsOnTwoDevicesAreAnError) {
+  const std::vector<Device*>& devices = test_devices();
+  if (devices.size() < 2) GTEST_SKIP() << "one device here";
+  auto a = Tensor::zeros({2, 3}, DType::kF32, devices[0]).value();
+  auto b = Tensor::zeros({2, 3}, DType::kF32, devices[1]).value();
+  Expected<Tensor> r = add(a, b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(devices[1]->id()), std::string::npos) << r.status().message();
+}
+
+}  // namespace
+}  // namespace tessel::ops

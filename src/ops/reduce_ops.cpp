@@ -1,0 +1,234 @@
+// sum, mean and max over axes, on the reduce_rows kernel (kernels/reduce.tile): the reduced axes
+// are moved last (a permuted view), the kept and the reduced axes are each merged into one where
+// the strides allow (else the view is copied contiguous), and each row of the [kept, reduced]
+// matrix is summed. The gradient broadcasts back (the copy4 kernel over a stride-0 view).
+#include <algorithm>
+#include <cmath>
+
+#include "ops/kernel_util.h"
+#include "ops/ops.h"
+#include "ops/reference_util.h"
+
+namespace tessel::ops {
+namespace {
+
+// Normalised, sorted, distinct axes; empty means all.
+Expected<std::vector<int64_t>> reduced_axes(const std::string& op, const Shape& shape,
+                                            std::vector<int64_t> axes) {
+  if (axes.empty())
+    for (size_t d = 0; d < shape.size(); ++d)
+      axes.push_back(static_cast<int64_t>(d));
+  for (int64_t& a : axes) {
+    int64_t rank = static_cast<int64_t>(shape.size());
+    if (a < -rank || a >= rank)
+      return invalid_argument("{}: axis {} is out of range for shape {}", op, a,
+                              shape_string(shape));
+    if (a < 0) a += rank;
+  }
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    return invalid_argument("{}: axes {} repeat an axis", op, shape_string(axes));
+  return axes;
+}
+
+Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdim) {
+  Shape out;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    bool reduced = std::binary_search(axes.begin(), axes.end(), static_cast<int64_t>(d));
+    if (!reduced)
+      out.push_back(shape[d]);
+    else if (keepdim)
+      out.push_back(1);
+  }
+  return out;
+}
+
+// One merged (size, stride) for a group of dimensions of `t`, or nullopt if they do not merge.
+std::optional<std::pair<int64_t, int64_t>> merge_group(const Tensor& t,
+                                                       const std::vector<int64_t>& dims) {
+  int64_t size = 1, stride = 1, span = -1;
+  for (size_t i = dims.size(); i-- > 0;) {
+    int64_t d = dims[i];
+    if (t.shape()[d] == 1) continue;
+    if (span < 0)
+      stride = t.strides()[d];
+    else if (t.strides()[d] != span)
+      return std::nullopt;
+    span = t.strides()[d] * t.shape()[d];
+    size *= t.shape()[d];
+  }
+  return std::make_pair(size, stride);
+}
+
+// OP of reduce_rows: 0 sum, 1 max.
+Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const TensorMeta& out,
+                                int kind) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
+                          reduced_axes("sum", x.shape(), attrs.get_ints("axes")));
+  std::vector<int64_t> kept, reduced = axes;
+  for (int64_t d = 0; d < x.rank(); ++d)
+    if (!std::binary_search(axes.begin(), axes.end(), d)) kept.push_back(d);
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  if (y.numel() == 0) return y;
+  auto rows = merge_group(x, kept);
+  auto cols = merge_group(x, reduced);
+  View xv;
+  if (rows && cols) {
+    xv = View{x, {rows->first, cols->first}, {rows->second, cols->second}};
+  } else {
+    std::vector<int64_t> order = kept;
+    order.insert(order.end(), reduced.begin(), reduced.end());
+    TESSEL_ASSIGN_OR_RETURN(Tensor p, x.permute(order));
+    TESSEL_ASSIGN_OR_RETURN(Tensor c, contiguous_on_device(p));
+    int64_t m = y.numel(), n = x.numel() / std::max<int64_t>(m, 1);
+    xv = View{c, {m, n}, {n, 1}};
+  }
+  View yv{y, {y.numel()}, {1}};
+  TESSEL_TRY(launch_kernel("reduce_rows", {{"OP", std::to_string(kind)}}, {xv, yv}));
+  return y;
+}
+
+Expected<TensorMeta> infer_reduce(const std::string& op, const std::vector<TensorMeta>& in,
+                                  const Attrs& a) {
+  if (!is_floating_point(in[0].dtype))
+    return invalid_argument("{}: needs a floating-point input, got {}", op, shapes_string(in));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
+                          reduced_axes(op, in[0].shape, a.get_ints("axes")));
+  return TensorMeta{reduced_shape(in[0].shape, axes, a.get_int("keepdim", 0) != 0), in[0].dtype};
+}
+
+RefTensor reduce_reference(const RefTensor& x, const Attrs& a, bool mean) {
+  std::vector<int64_t> axes = reduced_axes("sum", x.shape, a.get_ints("axes")).value();
+  Shape kept = reduced_shape(x.shape, axes, true);
+  RefTensor out{reduced_shape(x.shape, axes, a.get_int("keepdim", 0) != 0),
+                std::vector<double>(reference::numel(kept), 0.0)};
+  for (int64_t i = 0; i < reference::numel(x.shape); ++i)
+    out.values[reference::broadcast_source(reference::unravel(i, x.shape), kept)] += x.values[i];
+  if (mean) {
+    double n = static_cast<double>(reference::numel(x.shape)) /
+               std::max<int64_t>(1, reference::numel(kept));
+    for (double& v : out.values)
+      v /= n;
+  }
+  return out;
+}
+
+// The output gradient broadcast back to the input's shape, times `factor`.
+Expected<Tensor> broadcast_back(const BackwardArgs& b, double factor) {
+  const Shape& in = b.input_meta[0].shape;
+  std::vector<int64_t> axes = reduced_axes("sum", in, b.attrs.get_ints("axes")).value();
+  TESSEL_ASSIGN_OR_RETURN(Tensor g, reshape(b.grad_output, reduced_shape(in, axes, true)));
+  TESSEL_ASSIGN_OR_RETURN(Tensor e, g.expand(in));
+  TESSEL_ASSIGN_OR_RETURN(Tensor full, contiguous_on_device(e));
+  if (factor == 1.0) return full;
+  return scale(full, factor);
+}
+
+OpDef reduce_op(const std::string& name, bool mean) {
+  OpDef op;
+  op.name = name;
+  op.attrs = {"axes", "keepdim"};
+  op.infer = [name](const std::vector<TensorMeta>& in, const Attrs& a) {
+    return infer_reduce(name, in, a);
+  };
+  op.forward = [mean](const std::vector<Tensor>& in, const Attrs& a,
+                      const TensorMeta& out) -> Expected<Tensor> {
+    TESSEL_ASSIGN_OR_RETURN(Tensor s, reduce_forward(in[0], a, out, 0));
+    if (!mean || out.shape == in[0].shape()) return s;
+    return scale(s, static_cast<double>(s.numel()) /
+                        static_cast<double>(std::max<int64_t>(1, in[0].numel())));
+  };
+  op.reference = [mean](const std::vector<RefTensor>& in, const Attrs& a) {
+    return reduce_reference(in[0], a, mean);
+  };
+  op.backward = [mean](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    double factor = 1.0;
+    if (mean) {
+      int64_t n = shape_numel(b.input_meta[0].shape), m = b.grad_output.numel();
+      factor = static_cast<double>(m) / static_cast<double>(std::max<int64_t>(1, n));
+    }
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, broadcast_back(b, factor));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
+// The gradient goes to the elements equal to their maximum (kernels/mask.tile, select_equal).
+OpDef max_op() {
+  OpDef op;
+  op.name = "max";
+  op.attrs = {"axes", "keepdim"};
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    return infer_reduce("max", in, a);
+  };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+    return reduce_forward(in[0], a, out, 1);
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    std::vector<int64_t> axes = reduced_axes("max", in[0].shape, a.get_ints("axes")).value();
+    Shape kept = reduced_shape(in[0].shape, axes, true);
+    RefTensor out{reduced_shape(in[0].shape, axes, a.get_int("keepdim", 0) != 0),
+                  std::vector<double>(reference::numel(kept), -INFINITY)};
+    for (int64_t i = 0; i < reference::numel(in[0].shape); ++i) {
+      double& m = out.values[reference::broadcast_source(reference::unravel(i, in[0].shape), kept)];
+      m = std::max(m, in[0].values[i]);
+    }
+    return out;
+  };
+  op.save_inputs = {true};
+  op.save_output = true;
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    const Shape& in = b.input_meta[0].shape;
+    std::vector<int64_t> axes = reduced_axes("max", in, b.attrs.get_ints("axes")).value();
+    Shape kept = reduced_shape(in, axes, true);
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, reshape(b.output, kept));
+    TESSEL_ASSIGN_OR_RETURN(Tensor g, reshape(b.grad_output, kept));
+    TESSEL_ASSIGN_OR_RETURN(Tensor ye, y.expand(in));
+    TESSEL_ASSIGN_OR_RETURN(Tensor ge, g.expand(in));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(in, b.inputs[0].dtype(), b.inputs[0]));
+    Tensor x = b.inputs[0];
+    auto views = merged_views({x, ye, ge, dx}, 3);
+    if (!views) {
+      TESSEL_ASSIGN_OR_RETURN(x, contiguous_on_device(x));
+      TESSEL_ASSIGN_OR_RETURN(ye, contiguous_on_device(ye));
+      TESSEL_ASSIGN_OR_RETURN(ge, contiguous_on_device(ge));
+      views = merged_views({x, ye, ge, dx}, 3);
+    }
+    TESSEL_TRY(
+        launch_kernel("select_equal", {}, {(*views)[0], (*views)[1], (*views)[2], (*views)[3]}));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
+}  // namespace
+
+void add_reduce_ops(std::vector<OpDef>& ops) {
+  ops.push_back(reduce_op("sum", false));
+  ops.push_back(reduce_op("mean", true));
+  ops.push_back(max_op());
+}
+
+Expected<Tensor> max(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
+  return run("max", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
+}
+
+Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
+  return run("sum", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
+}
+Expected<Tensor> mean(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
+  return run("mean", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
+}
+
+Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape) {
+  if (grad.shape() == shape) return grad;
+  const int64_t lead = grad.rank() - static_cast<int64_t>(shape.size());
+  std::vector<int64_t> axes;
+  for (int64_t d = 0; d < grad.rank(); ++d)
+    if (d < lead || (shape[d - lead] == 1 && grad.shape()[d] != 1)) axes.push_back(d);
+  if (axes.empty()) return reshape(grad, shape);
+  TESSEL_ASSIGN_OR_RETURN(Tensor s, sum(grad, axes, true));
+  return reshape(s, shape);
+}
+
+}  // namespace tessel::ops

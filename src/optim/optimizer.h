@@ -1,0 +1,87 @@
+// Optimizers over a model's flat parameter buffers (nn::FlatParameters): SGD and AdamW with
+// exactly PyTorch's update equations, each step one tile kernel launch per dtype group
+// (kernels/sgd.tile, kernels/adamw.tile) over the whole flat buffer.
+//
+//   TESSEL_ASSIGN_OR_RETURN(auto opt, AdamW::create(params, {.lr = 1e-3, .weight_decay = 0.01}));
+//   loss.backward();  opt->set_lr(schedule.lr_at(step));  TESSEL_TRY(opt->step());
+//   TESSEL_TRY(params.zero_grad());
+//
+// State (momentum buffers, exp_avg, exp_avg_sq) is f32 and flat, laid out like the parameters
+// (same offsets, same padding), so sharding it (ZeRO) cuts the same ranges as the gradients.
+// named_state() exposes per-parameter views as "<param>.momentum_buffer", "<param>.exp_avg",
+// "<param>.exp_avg_sq" (PyTorch's state keys), and step_count() is the step for bias correction;
+// a checkpoint saves both and restores them with copy_from / set_step_count.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "nn/module.h"
+
+namespace tessel::optim {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // Applies one update from the current gradients.
+  virtual Status step() = 0;
+  std::vector<std::pair<std::string, Tensor>> named_state() const;
+
+  double lr() const { return lr_; }
+  void set_lr(double lr) { lr_ = lr; }
+  int64_t step_count() const { return step_count_; }
+  void set_step_count(int64_t step) { step_count_ = step; }
+
+ protected:
+  explicit Optimizer(nn::FlatParameters* params, double lr) : params_(params), lr_(lr) {}
+  // A zeroed f32 buffer per group, registered under ".<suffix>".
+  Status add_state(const std::string& suffix);
+  // state_[s][g]: state s of group g.
+  nn::FlatParameters* params_;
+  double lr_;
+  int64_t step_count_ = 0;
+  std::vector<std::string> state_names_;
+  std::vector<std::vector<Tensor>> state_;
+};
+
+struct SgdOptions {
+  double lr = 0.01;
+  double momentum = 0.0;
+  double dampening = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+class Sgd : public Optimizer {
+ public:
+  // Errors for what PyTorch rejects: negative values, nesterov without momentum or with
+  // dampening.
+  static Expected<std::unique_ptr<Sgd>> create(nn::FlatParameters& params, const SgdOptions& o);
+  Status step() override;
+
+ private:
+  Sgd(nn::FlatParameters* params, const SgdOptions& o) : Optimizer(params, o.lr), options_(o) {}
+  SgdOptions options_;
+};
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 1e-2;
+};
+
+class AdamW : public Optimizer {
+ public:
+  static Expected<std::unique_ptr<AdamW>> create(nn::FlatParameters& params, const AdamWOptions& o);
+  Status step() override;
+
+ private:
+  AdamW(nn::FlatParameters* params, const AdamWOptions& o) : Optimizer(params, o.lr), options_(o) {}
+  AdamWOptions options_;
+};
+
+}  // namespace tessel::optim

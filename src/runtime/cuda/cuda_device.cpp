@@ -1,0 +1,56 @@
+// CUDA device: cuMemAlloc under the caching allocator, stream copies, and registration of the
+// "cuda" backend with the device registry.
+#include "runtime/cuda/cuda_device.h"
+
+namespace tessel {
+namespace {
+
+RawAllocator raw_cuda_allocator(std::shared_ptr<CudaContext> context) {
+  return RawAllocator{
+      [context](size_t bytes) -> Expected<DeviceBuffer> {
+        TESSEL_ASSIGN_OR_RETURN(cuda::CUdeviceptr ptr, context->allocate(bytes));
+        return DeviceBuffer{reinterpret_cast<void*>(static_cast<std::uintptr_t>(ptr)), bytes};
+      },
+      [context](DeviceBuffer buffer) { context->release(cuda_address(buffer)); }};
+}
+
+[[maybe_unused]] const bool kRegistered =
+    register_backend(DeviceKind::kCuda, enumerate_cuda_devices);
+
+}  // namespace
+
+CudaDevice::CudaDevice(int index, std::shared_ptr<CudaContext> context)
+    : CudaDevice(index, context, static_cast<size_t>(context->info().total_mem_bytes / 4)) {}
+
+CudaDevice::CudaDevice(int index, std::shared_ptr<CudaContext> context, size_t max_cached_bytes)
+    : Device(DeviceKind::kCuda, index, context->info().name),
+      context_(context),
+      allocator_(fmt::format("cuda:{}", index), raw_cuda_allocator(context), max_cached_bytes) {}
+
+Status CudaDevice::do_copy_from_host(DeviceBuffer dst, size_t dst_offset, const void* src,
+                                     size_t bytes) {
+  return context_->write(cuda_address(dst, dst_offset), src, bytes).with_context("{}", id());
+}
+
+Status CudaDevice::do_copy_to_host(void* dst, DeviceBuffer src, size_t src_offset, size_t bytes) {
+  return context_->read(dst, cuda_address(src, src_offset), bytes).with_context("{}", id());
+}
+
+Status CudaDevice::do_copy_on_device(DeviceBuffer dst, size_t dst_offset, DeviceBuffer src,
+                                     size_t src_offset, size_t bytes) {
+  return context_->copy(cuda_address(dst, dst_offset), cuda_address(src, src_offset), bytes)
+      .with_context("{}", id());
+}
+
+Expected<std::vector<std::unique_ptr<Device>>> enumerate_cuda_devices() {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<CudaDeviceInfo> infos, list_cuda_devices());
+  std::vector<std::unique_ptr<Device>> devices;
+  for (const CudaDeviceInfo& info : infos) {
+    TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<CudaContext> context,
+                            CudaContext::create(info.ordinal));
+    devices.push_back(std::make_unique<CudaDevice>(info.ordinal, std::move(context)));
+  }
+  return devices;
+}
+
+}  // namespace tessel

@@ -1,0 +1,48 @@
+// A CUDA GPU as a tessel Device (runtime/device.h): memory is cuMemAlloc'd device memory from the
+// device's caching allocator, copies run on the context's stream. Registered as "cuda:N" in the
+// driver's device order; where there is no driver or no GPU the registry answers
+// "no CUDA device: ..." (why, and what was looked for).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "runtime/cuda/cuda_context.h"
+#include "runtime/device.h"
+
+namespace tessel {
+
+class CudaDevice final : public Device {
+ public:
+  // Released blocks are kept up to max_cached_bytes; by default a quarter of the device memory.
+  CudaDevice(int index, std::shared_ptr<CudaContext> context);
+  CudaDevice(int index, std::shared_ptr<CudaContext> context, size_t max_cached_bytes);
+
+  CachingAllocator& allocator() override { return allocator_; }
+  void* host_address(DeviceBuffer) const override { return nullptr; }
+  Status synchronize() override { return context_->synchronize(); }
+
+  // For loading modules and launching kernels on this device's stream (cuda_context.h).
+  const std::shared_ptr<CudaContext>& context() const { return context_; }
+
+ protected:
+  Status do_copy_from_host(DeviceBuffer dst, size_t dst_offset, const void* src,
+                           size_t bytes) override;
+  Status do_copy_to_host(void* dst, DeviceBuffer src, size_t src_offset, size_t bytes) override;
+  Status do_copy_on_device(DeviceBuffer dst, size_t dst_offset, DeviceBuffer src, size_t src_offset,
+                           size_t bytes) override;
+
+ private:
+  std::shared_ptr<CudaContext> context_;  // declared first: the allocator frees through it
+  CachingAllocator allocator_;
+};
+
+// The device address of `offset` bytes into a buffer of a CudaDevice, for kernel arguments.
+inline cuda::CUdeviceptr cuda_address(DeviceBuffer buffer, size_t offset = 0) {
+  return static_cast<cuda::CUdeviceptr>(reinterpret_cast<std::uintptr_t>(buffer.handle)) + offset;
+}
+
+// One CudaDevice per GPU; unavailable ("no CUDA device: ...") without a driver or a GPU.
+Expected<std::vector<std::unique_ptr<Device>>> enumerate_cuda_devices();
+
+}  // namespace tessel
