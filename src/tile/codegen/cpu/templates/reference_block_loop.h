@@ -5,7 +5,8 @@
 // operand may be transposed.
 //
 //   BlockLoopWorkspace<TPack> ws;                  // keep it: its memory is reused across calls
-//   reference_block_loop<float, float>(args, /*threads=*/2, ws);
+//   reference_block_loop<float, float>(args, /*threads=*/2, ws);             // std::threads
+//   reference_block_loop<float, float>(args, 2, ws, runner);  // runner(threads, body): a pool
 #pragma once
 
 #include <atomic>

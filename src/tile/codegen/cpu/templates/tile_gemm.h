@@ -58,6 +58,10 @@
 //
 // Default tile sizes for the cpu target (chosen by measurement, docs/DESIGN.md "CPU gemm
 // templates"): tessel_cpu::DefaultTiles<TPack>::kBM, kBN, kBK. Micro-tiles: MicroTile<TPack>.
+//
+// Speed: with one block packing its own tiles, as above, packing costs about 30% at 2048^3. The
+// extension in tile_gemm_schedule.h (each tile packed once per gemm and shared by all blocks, and
+// the order blocks run in) is what brings the generated gemm level with vendor BLAS; emit that.
 #pragma once
 
 #include <cstdint>
