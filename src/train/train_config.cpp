@@ -119,11 +119,11 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
   out.seed = static_cast<uint64_t>(seed);
   TESSEL_ASSIGN_OR_RETURN(out.device, cfg.get_or<std::string>("device", "auto"));
-  TESSEL_TRY(resolve_device_name(out.device, out.source).status());
+  TESSEL_TRY(resolve_device_name(out.device, out.source));
 
   if (!cfg.has("model")) return invalid_argument("{}: missing table [model]", out.source);
   TESSEL_ASSIGN_OR_RETURN(out.model, cfg.table("model"));
-  TESSEL_TRY(out.model->get<std::string>("name").status());
+  TESSEL_TRY(out.model->get<std::string>("name"));
 
   if (!cfg.has("data")) return invalid_argument("{}: missing table [data]", out.source);
   TESSEL_ASSIGN_OR_RETURN(Config data, cfg.table("data"));

@@ -266,7 +266,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       summary.losses.push_back(loss_value);
       window_loss += loss_value;
     }
-    if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm).status());
+    if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
     optimizer_->set_lr(lr);
     TESSEL_TRY(optimizer_->step());
     TESSEL_TRY(params_->zero_grad());
@@ -289,7 +289,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       window_loss = 0.0;
     }
     if (c.eval_interval > 0 && step_ % c.eval_interval == 0 && step_ < end) {
-      TESSEL_TRY(run_eval().status());
+      TESSEL_TRY(run_eval());
       window_start = Clock::now();  // throughput counts training only
     }
     if (!c.checkpoint_path.empty() && c.checkpoint_interval > 0 &&

@@ -89,9 +89,9 @@ TEST(Trainer, AResumedRunContinuesTheSameLossSequence) {
 
 TEST(Trainer, ResumingAnotherModelsCheckpointNamesTheMissingTensor) {
   const std::string folder = temp_folder("other");
-  auto mlp = Trainer::create(tiny_config(folder, 1), {.progress = nullptr}).value();
+  auto mlp = Trainer::create(tiny_config(folder, 3), {.progress = nullptr}).value();
   ASSERT_TRUE(mlp->save_checkpoint(folder + "/mlp.safetensors").ok());
-  TrainConfig cnn_config = tiny_config(folder, 1);
+  TrainConfig cnn_config = tiny_config(folder, 3);
   cnn_config.model = Config::parse("name = \"cnn\"", "tiny.toml").value();
   auto cnn = Trainer::create(cnn_config, {.progress = nullptr}).value();
   Status s = cnn->resume(folder + "/mlp.safetensors");
