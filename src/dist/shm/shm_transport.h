@@ -86,7 +86,8 @@ class ShmTransport final : public Transport {
   uint64_t seq_ = 0;   // collectives run so far
   uint64_t step_ = 0;  // pipeline steps run so far
   uint64_t last_beat_ns_ = 0;
-  int pin_cpu_ = -1;  // the CPU for the progress thread, or -1
+  int pin_cpu_ = -1;    // the CPU for the progress thread, or -1
+  uint32_t spins_ = 0;  // polls a wait spins before it yields
   std::atomic<bool> cancelled_{false};
   std::mutex cancel_mu_;
   Status cancel_status_;
