@@ -214,52 +214,82 @@ using AccumulatorOf = std::conditional_t<
     std::is_integral_v<S> && kAverage, uint64_t,
     std::conditional_t<kCompares<Op> && std::is_integral_v<S>, S, typename Acc<S>::type>>;
 
+// Writes a block of results to `out` (around the cache if `stream`) and to `out2`.
+template <typename S>
+inline void emit_block(S* out, S* out2, const S* block, size_t len, bool stream) {
+  if (stream) {
+    copy_streaming(out, block, len * sizeof(S));
+  } else {
+    std::memcpy(out, block, len * sizeof(S));
+  }
+  if (out2) std::memcpy(out2, block, len * sizeof(S));
+}
+
+// Where storage and accumulator types agree (f32, f64 and integer sum, prod, max, min), inputs
+// are combined element by element straight from memory: the first two in one pass, the rest
+// into that block while it is in L1.
+template <typename S, template <typename> class Op>
+void reduce_direct(S* out, S* out2, const void* const* inputs_v, int n, size_t count,
+                   bool stream) {
+  const Op<S> op;
+  alignas(64) S acc[kBlock];
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t len = std::min(kBlock, count - base);
+    const S* a = static_cast<const S*>(inputs_v[0]) + base;
+    if (n == 1) {
+      for (size_t j = 0; j < len; ++j) acc[j] = a[j];
+    } else {
+      const S* b = static_cast<const S*>(inputs_v[1]) + base;
+      for (size_t j = 0; j < len; ++j) acc[j] = op(a[j], b[j]);
+      for (int k = 2; k < n; ++k) {
+        const S* in = static_cast<const S*>(inputs_v[k]) + base;
+        for (size_t j = 0; j < len; ++j) acc[j] = op(acc[j], in[j]);
+      }
+    }
+    emit_block(out + base, out2 ? out2 + base : nullptr, acc, len, stream);
+  }
+}
+
 template <typename S, template <typename> class Op, bool kAverage = false>
 void reduce_loop(void* out_v, void* out2_v, const void* const* inputs_v, int n, size_t count,
                  int avg_divisor, bool stream_out) {
   using A = AccumulatorOf<S, Op, kAverage>;
-  const Op<A> op;
   S* out = static_cast<S*>(out_v);
   S* out2 = static_cast<S*>(out2_v);
-  alignas(64) A acc[kBlock];
-  alignas(64) A tmp[kBlock];
-  for (size_t base = 0; base < count; base += kBlock) {
-    const size_t len = std::min(kBlock, count - base);
-    load_block<S, A>(acc, static_cast<const S*>(inputs_v[0]) + base, len);
-    for (int k = 1; k < n; ++k) {
-      const S* in = static_cast<const S*>(inputs_v[k]) + base;
-      if constexpr (std::is_arithmetic_v<S>) {
-        for (size_t j = 0; j < len; ++j)
-          acc[j] = op(acc[j], static_cast<A>(in[j]));
-      } else {
-        load_block<S, A>(tmp, in, len);
-        for (size_t j = 0; j < len; ++j)
-          acc[j] = op(acc[j], tmp[j]);
+  if constexpr (std::is_same_v<S, A> && !kAverage) {
+    return reduce_direct<S, Op>(out, out2, inputs_v, n, count, stream_out);
+  } else {
+    const Op<A> op;
+    alignas(64) A acc[kBlock];
+    alignas(64) A tmp[kBlock];
+    alignas(64) S result[kBlock];
+    for (size_t base = 0; base < count; base += kBlock) {
+      const size_t len = std::min(kBlock, count - base);
+      load_block<S, A>(acc, static_cast<const S*>(inputs_v[0]) + base, len);
+      for (int k = 1; k < n; ++k) {
+        const S* in = static_cast<const S*>(inputs_v[k]) + base;
+        if constexpr (std::is_arithmetic_v<S>) {
+          for (size_t j = 0; j < len; ++j) acc[j] = op(acc[j], static_cast<A>(in[j]));
+        } else {
+          load_block<S, A>(tmp, in, len);
+          for (size_t j = 0; j < len; ++j) acc[j] = op(acc[j], tmp[j]);
+        }
       }
-    }
-    if constexpr (kAverage) {
-      if constexpr (std::is_floating_point_v<A>) {
-        const A divisor = static_cast<A>(avg_divisor);
-        for (size_t j = 0; j < len; ++j)
-          acc[j] = acc[j] / divisor;
-      } else if constexpr (std::is_signed_v<S>) {
-        const int64_t divisor = avg_divisor;
-        for (size_t j = 0; j < len; ++j)
-          acc[j] = static_cast<uint64_t>(static_cast<int64_t>(acc[j]) / divisor);
-      } else {
-        const uint64_t divisor = static_cast<uint64_t>(avg_divisor);
-        for (size_t j = 0; j < len; ++j)
-          acc[j] = acc[j] / divisor;
+      if constexpr (kAverage) {
+        if constexpr (std::is_floating_point_v<A>) {
+          const A divisor = static_cast<A>(avg_divisor);
+          for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
+        } else if constexpr (std::is_signed_v<S>) {
+          const int64_t divisor = avg_divisor;
+          for (size_t j = 0; j < len; ++j)
+            acc[j] = static_cast<uint64_t>(static_cast<int64_t>(acc[j]) / divisor);
+        } else {
+          const uint64_t divisor = static_cast<uint64_t>(avg_divisor);
+          for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
+        }
       }
-    }
-    if (stream_out) {
-      alignas(64) S staged[kBlock];
-      store_block<S, A>(staged, acc, len);
-      copy_streaming(out + base, staged, len * sizeof(S));
-      if (out2) std::memcpy(out2 + base, staged, len * sizeof(S));
-    } else {
-      store_block<S, A>(out + base, acc, len);
-      if (out2) store_block<S, A>(out2 + base, acc, len);
+      store_block<S, A>(result, acc, len);
+      emit_block(out + base, out2 ? out2 + base : nullptr, result, len, stream_out);
     }
   }
 }
