@@ -6,11 +6,11 @@
 // OpenCL buffers are written before timing and read back after it, so its figure is the kernel.
 //
 // The implementations take turns inside every repetition, so a slowdown from a neighbour on a
-// shared machine hits all of them alike. A turn is: one untimed call for short problems (it wakes
-// the library's sleeping threads, as back-to-back calls would find them), the timed call, then a
-// wait until the library's threads stop spinning (OpenBLAS's spin for 0.1 s and would otherwise
-// hold a core during the next implementation's call). Each figure is the median of the timed
-// calls. Every result is checked against the first peer's (tessel-cpu's when no peer loads).
+// shared machine hits all of them alike. A turn is: untimed calls for 10 ms for short problems
+// (they wake the library's sleeping threads, as back-to-back calls would find them), the timed
+// call, then a wait until the library's threads stop spinning (OpenBLAS's spin for 0.1 s and would
+// otherwise hold a core during the next implementation's call). Each figure is the median of the
+// timed calls. Every result is checked against the first peer's (tessel-cpu's when no peer loads).
 // `--reference-loop` adds the CPU gemm templates run by the hand-written block loop
 // (templates/reference_gemm.h), for tuning the templates apart from the compiler.
 #include <algorithm>
@@ -124,9 +124,13 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Calls shorter than this get an untimed call first in their turn: waking a library's sleeping
-// threads costs tens of microseconds, which is noise for long calls and not for short ones.
+// Calls shorter than this get untimed calls first in their turn, for at least kWakeUpSeconds:
+// on this VM a thread that slept for a while sits on a halted virtual CPU, which takes
+// milliseconds to come back, and one untimed call was not enough (a pool whose workers sleep
+// again after a short spin then ran the timed call on one thread: 225 instead of 470 GFLOP/s at
+// 2048x384x384). Back-to-back calls, as in a training step, find the threads awake.
 constexpr double kWakeUpBelowSeconds = 0.05;
+constexpr double kWakeUpSeconds = 0.01;
 
 void settle(double seconds) {
   if (seconds > 0) std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
@@ -147,7 +151,9 @@ std::vector<tile::LaunchArg> gemm_args(const Workload& w, GemmInput dtype, void*
   return {tile::TensorArg{a, scalar_type(dtype), {w.m, w.k}, {}, 0},
           tile::TensorArg{b, scalar_type(dtype), {w.k, w.n}, {}, 0},
           tile::TensorArg{c, tile::ScalarType::kF32, {w.m, w.n}, {}, 0},
-          tile::TensorArg{nullptr, tile::ScalarType::kF32, {w.n}, {}, 0}, 1.0, 0.0};
+          tile::TensorArg{nullptr, tile::ScalarType::kF32, {w.n}, {}, 0},
+          1.0,
+          0.0};
 }
 
 std::map<std::string, std::string> gemm_params(GemmInput dtype, const std::string& tiles) {
@@ -175,9 +181,9 @@ Expected<std::unique_ptr<ClBuffer>> opencl_buffer(const tile::OpenClDevice& dev,
   auto buffer = std::make_unique<ClBuffer>();
   buffer->api = dev.api;
   cl_int err = CL_SUCCESS;
-  buffer->mem = dev.api->clCreateBuffer(dev.context,
-                                        CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0),
-                                        bytes, const_cast<void*>(init), &err);
+  buffer->mem =
+      dev.api->clCreateBuffer(dev.context, CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0),
+                              bytes, const_cast<void*>(init), &err);
   TESSEL_TRY(opencl_check(err, "clCreateBuffer"));
   return buffer;
 }
@@ -209,9 +215,9 @@ Status run_bench(const Options& options) {
   std::vector<std::unique_ptr<GemmPeer>> peers = load_gemm_peers(threads, &notes);
 
   // Every kernel is compiled before anything is timed.
-  TESSEL_ASSIGN_OR_RETURN(tile::Kernel gemm_tile,
-                          tile::parse_kernel(ops::embedded_kernel_files().at("gemm.tile"),
-                                             "kernels/gemm.tile"));
+  TESSEL_ASSIGN_OR_RETURN(
+      tile::Kernel gemm_tile,
+      tile::parse_kernel(ops::embedded_kernel_files().at("gemm.tile"), "kernels/gemm.tile"));
   std::map<GemmInput, std::shared_ptr<tile::CpuKernel>> cpu_kernels;
   std::map<GemmInput, std::shared_ptr<tile::OpenClKernel>> opencl_kernels;
   std::shared_ptr<tile::OpenClDevice> opencl;
@@ -223,12 +229,14 @@ Status run_bench(const Options& options) {
       notes.push_back("tessel-opencl: " + dev.status().to_string());
   }
   for (GemmInput dtype : dtypes) {
-    TESSEL_ASSIGN_OR_RETURN(tile::CpuKernel k,
-                            tile::CpuKernel::compile(gemm_tile, gemm_params(dtype, options.tiles), jit));
+    TESSEL_ASSIGN_OR_RETURN(
+        tile::CpuKernel k,
+        tile::CpuKernel::compile(gemm_tile, gemm_params(dtype, options.tiles), jit));
     cpu_kernels[dtype] = std::make_shared<tile::CpuKernel>(std::move(k));
     if (opencl) {
-      TESSEL_ASSIGN_OR_RETURN(tile::OpenClKernel k2,
-                              tile::OpenClKernel::compile(gemm_tile, opencl, gemm_params(dtype, "")));
+      TESSEL_ASSIGN_OR_RETURN(
+          tile::OpenClKernel k2,
+          tile::OpenClKernel::compile(gemm_tile, opencl, gemm_params(dtype, "")));
       opencl_kernels[dtype] = std::make_shared<tile::OpenClKernel>(std::move(k2));
     }
   }
@@ -246,8 +254,9 @@ Status run_bench(const Options& options) {
           "%lld (--opencl-max), '-' elsewhere\n",
           opencl->name.c_str(), (long long)options.opencl_max);
     if (reference_loop)
-      std::printf("  tessel-ref-loop: the CPU gemm templates (%s) via the hand-written block loop\n",
-                  reference_loop->isa());
+      std::printf(
+          "  tessel-ref-loop: the CPU gemm templates (%s) via the hand-written block loop\n",
+          reference_loop->isa());
     for (const auto& peer : peers)
       std::printf("  %s: %s\n", peer->name(), peer->describe().c_str());
     for (const std::string& note : notes)
@@ -301,13 +310,11 @@ Status run_bench(const Options& options) {
       const size_t peer_count = contenders.size();
       tile::CpuKernel* cpu = cpu_kernels.at(dtype).get();
       contenders.emplace_back(
-          "tessel-cpu",
-          [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); },
+          "tessel-cpu", [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); },
           /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
       contenders.back().is_tessel = true;
       std::unique_ptr<ClBuffer> a_cl, b_cl, c_cl;
-      const bool run_opencl =
-          opencl && std::max({w.m, w.n, w.k}) <= options.opencl_max;
+      const bool run_opencl = opencl && std::max({w.m, w.n, w.k}) <= options.opencl_max;
       if (run_opencl) {
         TESSEL_ASSIGN_OR_RETURN(a_cl, opencl_buffer(*opencl, size_t(w.m * w.k) * in_bytes, a));
         TESSEL_ASSIGN_OR_RETURN(b_cl, opencl_buffer(*opencl, size_t(w.k * w.n) * in_bytes, b));
@@ -321,10 +328,10 @@ Status run_bench(const Options& options) {
         contenders.back().is_tessel = true;
         std::shared_ptr<tile::OpenClDevice> dev = opencl;
         contenders.back().fetch = [=, &w](float* c) {
-          return opencl_check(dev->api->clEnqueueReadBuffer(dev->queue, cm, CL_TRUE, 0,
-                                                            size_t(w.m * w.n) * 4, c, 0, nullptr,
-                                                            nullptr),
-                              "clEnqueueReadBuffer");
+          return opencl_check(
+              dev->api->clEnqueueReadBuffer(dev->queue, cm, CL_TRUE, 0, size_t(w.m * w.n) * 4, c, 0,
+                                            nullptr, nullptr),
+              "clEnqueueReadBuffer");
         };
       }
       if (reference_loop) {
@@ -368,7 +375,12 @@ Status run_bench(const Options& options) {
       const bool wake_first = slowest < kWakeUpBelowSeconds;
       for (int r = 0; r < reps; ++r)
         for (Contender& x : contenders) {
-          if (wake_first) TESSEL_TRY(x.run(x.c.data()));
+          if (wake_first) {
+            const double wake_start = now_seconds();
+            do {
+              TESSEL_TRY(x.run(x.c.data()));
+            } while (now_seconds() - wake_start < kWakeUpSeconds);
+          }
           const double start = now_seconds();
           TESSEL_TRY(x.run(x.c.data()));
           x.seconds.push_back(now_seconds() - start);
@@ -398,10 +410,14 @@ Status run_bench(const Options& options) {
       if (options.json) {
         for (size_t x = 0; x < contenders.size(); ++x) {
           const Contender& c = contenders[x];
-          nlohmann::json row = {{"impl", c.impl},     {"dtype", tile::gemm_input_name(dtype)},
-                                {"m", w.m},           {"n", w.n},
-                                {"k", w.k},           {"gflops", std::round(c.gflops * 10) / 10},
-                                {"threads", threads}, {"reps", reps},
+          nlohmann::json row = {{"impl", c.impl},
+                                {"dtype", tile::gemm_input_name(dtype)},
+                                {"m", w.m},
+                                {"n", w.n},
+                                {"k", w.k},
+                                {"gflops", std::round(c.gflops * 10) / 10},
+                                {"threads", threads},
+                                {"reps", reps},
                                 {"agrees", bool(agrees[x])}};
           if (c.is_tessel && best_peer > 0) row["ratio"] = std::round(ratio(c) * 1000) / 1000;
           if (c.impl == "tessel-cpu") row["isa"] = jit.isa.name;

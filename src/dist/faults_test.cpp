@@ -4,8 +4,6 @@
 // long it took, that the next call fails too, and that nothing is left in /dev/shm.
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -14,20 +12,11 @@
 #include <vector>
 
 #include "dist/launcher.h"
+#include "dist/testing/shm_leaks.h"
 #include "dist/tessel_comm.h"
 
 namespace tessel::dist {
 namespace {
-
-std::vector<std::string> shm_entries() {
-  std::vector<std::string> names;
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* e = readdir(dir))
-      if (std::strncmp(e->d_name, "tessel-", 7) == 0) names.push_back(e->d_name);
-    closedir(dir);
-  }
-  return names;
-}
 
 // What a surviving rank printed (rank_helper.cpp's RESULT and MESSAGE lines).
 struct Report {
@@ -85,8 +74,11 @@ LaunchResult run_ranks(int nranks, std::vector<std::string> args, double timeout
 
 class Faults : public ::testing::Test {
  protected:
-  void SetUp() override { before_ = shm_entries(); }
-  void TearDown() override { EXPECT_EQ(shm_entries(), before_) << "shared memory left behind"; }
+  void SetUp() override { before_ = testing::tessel_shm_entries(); }
+  void TearDown() override {
+    EXPECT_EQ(testing::leaked_shm_entries(before_), std::vector<std::string>{})
+        << "shared memory left behind";
+  }
   std::vector<std::string> before_;
 };
 
