@@ -52,15 +52,23 @@ Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::strin
   dist::LaunchOptions launch;
   launch.nranks = nranks;
   launch.backend = impl == "tessel-shm" ? dist::Backend::kShm : dist::Backend::kMpi;
-  launch.command = {worker_path(),  "--impl",      impl,
-                    "--op",         o.op,          "--type",
-                    o.type,         "--min-bytes", std::to_string(o.min_bytes),
-                    "--max-bytes",  std::to_string(o.max_bytes)};
+  launch.command = {worker_path(),
+                    "--impl",
+                    impl,
+                    "--op",
+                    o.op,
+                    "--type",
+                    o.type,
+                    "--min-bytes",
+                    std::to_string(o.min_bytes),
+                    "--max-bytes",
+                    std::to_string(o.max_bytes)};
   launch.capture = true;
   TESSEL_ASSIGN_OR_RETURN(dist::LaunchResult result, dist::launch(launch));
   if (!result.first_failure.empty()) {
     std::string output;
-    for (auto& r : result.ranks) output += r.output;
+    for (auto& r : result.ranks)
+      output += r.output;
     return internal_error("{} on {} ranks failed: {}\n{}", impl, nranks, result.first_failure,
                           output);
   }
@@ -87,7 +95,8 @@ double combine(std::vector<double> v, const std::string& stat) {
 std::string size_text(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB"};
   int u = 0;
-  while (bytes >= 1024 && u < 3) bytes /= 1024, ++u;
+  while (bytes >= 1024 && u < 3)
+    bytes /= 1024, ++u;
   return fmt::format("{:g} {}", bytes, units[u]);
 }
 
@@ -125,21 +134,28 @@ int run(const Options& o) {
         for (auto& [bytes, list] : times[impl]) {
           double t = combine(list, o.stat);
           double algbw = bytes / t / 1e3;
-          nlohmann::json row = {{"impl", impl},         {"op", o.op},
-                                {"ranks", nranks},      {"bytes", bytes},
-                                {"count", shape[bytes]["count"]}, {"type", o.type},
-                                {"redop", "sum"},       {"time_us", t},
-                                {"algbw", algbw},       {"busbw", algbw * factor},
-                                {"jobs", list.size()},  {"stat", o.stat}};
+          nlohmann::json row = {{"impl", impl},
+                                {"op", o.op},
+                                {"ranks", nranks},
+                                {"bytes", bytes},
+                                {"count", shape[bytes]["count"]},
+                                {"type", o.type},
+                                {"redop", "sum"},
+                                {"time_us", t},
+                                {"algbw", algbw},
+                                {"busbw", algbw * factor},
+                                {"jobs", list.size()},
+                                {"stat", o.stat}};
           if (impl == "openmpi") row["library"] = library;
           std::printf("%s\n", row.dump().c_str());
         }
       continue;
     }
-    std::printf("# tessel bench comm: %s, %s, sum, %d ranks on this machine; %s of %d jobs "
-                "per implementation, taking turns%s%s\n",
-                o.op.c_str(), o.type.c_str(), nranks, o.stat.c_str(), o.reps,
-                library.empty() ? "" : "; openmpi = ", library.c_str());
+    std::printf(
+        "# tessel bench comm: %s, %s, sum, %d ranks on this machine; %s of %d jobs "
+        "per implementation, taking turns%s%s\n",
+        o.op.c_str(), o.type.c_str(), nranks, o.stat.c_str(), o.reps,
+        library.empty() ? "" : "; openmpi = ", library.c_str());
     std::printf("# busbw = algbw * %s; GB/s = 1e9 bytes/s\n",
                 o.op == "all_reduce" ? "2(n-1)/n" : (factor == 1.0 ? "1" : "(n-1)/n"));
     std::string head = fmt::format("{:>10} {:>10} {:>5} {:>5}", "size", "count", "type", "redop");
@@ -155,8 +171,9 @@ int run(const Options& o) {
     }
     std::printf("%s\n%s\n", head.c_str(), head2.c_str());
     for (auto& [bytes, row] : shape) {
-      std::string line = fmt::format("{:>10} {:>10} {:>5} {:>5}", size_text(static_cast<double>(bytes)),
-                                     row["count"].get<size_t>(), o.type, "sum");
+      std::string line =
+          fmt::format("{:>10} {:>10} {:>5} {:>5}", size_text(static_cast<double>(bytes)),
+                      row["count"].get<size_t>(), o.type, "sum");
       for (const std::string& impl : o.impls) {
         auto it = times[impl].find(bytes);
         if (it == times[impl].end()) {
@@ -192,7 +209,8 @@ void add_bench_comm_command(CLI::App& bench) {
                   "implementations: tessel-shm, tessel-mpi, openmpi (default: all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"tessel-shm", "tessel-mpi", "openmpi"}));
-  cmd->add_option("--op", options->op, "all_reduce (default), all_gather, reduce_scatter, broadcast")
+  cmd->add_option("--op", options->op,
+                  "all_reduce (default), all_gather, reduce_scatter, broadcast")
       ->check(CLI::IsMember({"all_reduce", "all_gather", "reduce_scatter", "broadcast"}));
   cmd->add_option("--type", options->type, "element type: f32 (default), f64, f16, bf16")
       ->check(CLI::IsMember({"f32", "f64", "f16", "bf16"}));

@@ -4,6 +4,7 @@
 //   tessel compile kernels/gemm.tile --dump-ir      # the IR after every pass, then the result
 //   tessel compile kernels/gemm.tile --emit binary  # cpu: builds the shared object, prints its path;
 //                                                   # cuda: prints the PTX from NVRTC
+//   tessel compile kernels/gemm.tile --config run.toml  # target and options from its [target]
 #include <cstdio>
 #include <map>
 #include <string>
@@ -18,6 +19,7 @@
 #include "tile/pipeline.h"
 #include "tile/run/cpu_jit.h"
 #include "tile/run/cuda_kernel.h"
+#include "tile/target_config.h"
 
 namespace tessel::cli {
 
@@ -27,6 +29,7 @@ struct CompileArgs {
   std::string file;
   std::string kernel;
   std::string target = "cpu";
+  std::string config;  // a TOML file whose [target] table chooses the target instead of --target
   std::string emit = "source";
   bool dump_ir = false;
   std::vector<std::string> defines;
@@ -55,10 +58,22 @@ int run_compile(const CompileArgs& a) {
     return fail(a.kernel.empty() ? invalid_argument("{} defines kernels {}; pick one with --kernel", a.file, names)
                                  : not_found("{} has no kernel '{}' (it has {})", a.file, a.kernel, names));
   }
-  auto target = tile::target_from_name(a.target);
-  if (!target) return fail(target.status());
   tile::CompileOptions o;
-  o.target = *target;
+  std::string target_name = a.target;
+  tile::CpuJitOptions jit;
+  if (!a.config.empty()) {
+    auto config = Config::load(a.config);
+    if (!config) return fail(config.status());
+    auto choice = tile::target_from_config(*config);
+    if (!choice) return fail(choice.status());
+    o.target = choice->target;
+    target_name = choice->target.name();
+    if (!choice->cpu_isa.empty()) jit.isa = *tile::cpu_isa_named(choice->cpu_isa);
+  } else {
+    auto target = tile::target_from_name(a.target);
+    if (!target) return fail(target.status());
+    o.target = *target;
+  }
   o.params = params;
   if (a.dump_ir)
     o.dump = [](const std::string& pass, const tile::Kernel& ir) {
@@ -70,17 +85,17 @@ int run_compile(const CompileArgs& a) {
     if (!a.dump_ir) std::printf("%s", tile::to_string(*ir).c_str());
     return 0;
   }
-  std::string source = a.target == "cpu"      ? tile::render_cpu(*ir)
-                       : a.target == "opencl" ? tile::render_opencl(*ir, o.target)
-                                              : tile::render_cuda(*ir, o.target);
+  std::string source = target_name == "cpu"      ? tile::render_cpu(*ir)
+                       : target_name == "opencl" ? tile::render_opencl(*ir, o.target)
+                                                 : tile::render_cuda(*ir, o.target);
   if (a.emit == "binary") {
-    if (a.target == "cpu") {
-      auto module = tile::jit_compile_cpu(source, tile::entry_name(*ir));
+    if (target_name == "cpu") {
+      auto module = tile::jit_compile_cpu(source, tile::entry_name(*ir), jit);
       if (!module) return fail(module.status());
       std::printf("%s\n", module->library_path.c_str());
       return 0;
     }
-    if (a.target == "cuda") {
+    if (target_name == "cuda") {
       auto ptx = tile::compile_cuda_ptx(source, ir->name);
       if (!ptx) return fail(ptx.status());
       std::printf("%s", ptx->c_str());
@@ -88,7 +103,7 @@ int run_compile(const CompileArgs& a) {
     }
     return fail(unimplemented("--emit binary for opencl: the driver builds OpenCL C at first use; use --emit source"));
   }
-  if (a.dump_ir) std::printf("# ---- %s source\n", a.target.c_str());
+  if (a.dump_ir) std::printf("# ---- %s source\n", target_name.c_str());
   std::printf("%s", source.c_str());
   return 0;
 }
@@ -100,8 +115,12 @@ void add_compile_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("compile", "compile a .tile kernel and print its IR or generated source");
   cmd->add_option("file", args->file, "the .tile file")->required()->check(CLI::ExistingFile);
   cmd->add_option("--kernel", args->kernel, "which kernel, when the file has several");
-  cmd->add_option("--target", args->target, "cpu, opencl or cuda")
-      ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
+  CLI::Option* target = cmd->add_option("--target", args->target, "cpu, opencl or cuda")
+                            ->check(CLI::IsMember({"cpu", "opencl", "cuda"}));
+  cmd->add_option("--config", args->config,
+                  "a TOML file whose [target] table picks the device and its options")
+      ->check(CLI::ExistingFile)
+      ->excludes(target);
   cmd->add_option("--emit", args->emit,
                   "ir (the lowered IR), source (the generated code) or binary (cpu: shared object, cuda: PTX)")
       ->check(CLI::IsMember({"ir", "source", "binary"}));

@@ -17,16 +17,15 @@ void add_launch_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   CLI::App* cmd = app.add_subcommand("launch", "run N ranks of a command on this machine");
-  cmd->add_option("-n,--nranks", args->nranks, "number of ranks")->required()->check(
-      CLI::Range(1, 4096));
+  cmd->add_option("-n,--nranks", args->nranks, "number of ranks")
+      ->required()
+      ->check(CLI::Range(1, 4096));
   cmd->add_option("--backend", args->backend, "shm (default) or mpi (runs mpirun)")
       ->check(CLI::IsMember({"shm", "mpi"}));
   cmd->add_option("--grace", args->grace_s,
                   "seconds between SIGTERM and SIGKILL when stopping the ranks");
-  cmd->add_flag("--keep-going", args->keep_going,
-                "let the other ranks run on when one fails");
-  cmd->add_option("command", args->command, "the program and its arguments (after --)")
-      ->required();
+  cmd->add_flag("--keep-going", args->keep_going, "let the other ranks run on when one fails");
+  cmd->add_option("command", args->command, "the program and its arguments (after --)")->required();
   cmd->callback([args] {
     dist::LaunchOptions options;
     options.nranks = args->nranks;

@@ -13,6 +13,7 @@ void add_info_command(CLI::App& app);  // cmd_info.cpp
 // `tessel launch` (cmd_launch.cpp).
 void add_launch_command(CLI::App& app);
 void add_compile_command(CLI::App& app);  // cmd_compile.cpp
+void add_train_command(CLI::App& app);    // cmd_train.cpp
 
 // `tessel bench` (cmd_bench.cpp) returns the parent that each benchmark adds itself to.
 CLI::App& add_bench_command(CLI::App& app);

@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_info_command(app);
   tessel::cli::add_launch_command(app);
   tessel::cli::add_compile_command(app);
+  tessel::cli::add_train_command(app);
   CLI::App& bench = tessel::cli::add_bench_command(app);
   tessel::cli::add_bench_gemm_command(bench);
   tessel::cli::add_bench_comm_command(bench);

@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "dist/comm_init.h"
+#include "dist/nccl/nccl_library.h"
 #include "dist/rendezvous.h"
 #include "dist/store.h"
 #include "dist/tessel_comm.h"
-#include "dist/nccl/nccl_library.h"
 #include "support/log.h"
 
 using tessel::Code;
@@ -44,15 +44,21 @@ std::atomic<uint64_t> error_order{0};
 
 tesselResult_t to_result(const Status& status) {
   switch (status.code()) {
-    case Code::kOk: return tesselSuccess;
+    case Code::kOk:
+      return tesselSuccess;
     case Code::kInvalidArgument:
-    case Code::kOutOfRange: return tesselInvalidArgument;
+    case Code::kOutOfRange:
+      return tesselInvalidArgument;
     case Code::kFailedPrecondition:
-    case Code::kUnimplemented: return tesselInvalidUsage;
+    case Code::kUnimplemented:
+      return tesselInvalidUsage;
     case Code::kAborted:
-    case Code::kDeadlineExceeded: return tesselRemoteError;
-    case Code::kInternal: return tesselInternalError;
-    default: return tesselSystemError;
+    case Code::kDeadlineExceeded:
+      return tesselRemoteError;
+    case Code::kInternal:
+      return tesselInternalError;
+    default:
+      return tesselSystemError;
   }
 }
 
@@ -89,9 +95,9 @@ struct Group {
 thread_local Group group;
 
 tesselResult_t enqueue(tesselComm* comm, dist::Call call, tesselStream_t stream) {
-  if (comm == nullptr || !comm->impl) return fail(nullptr, tessel::invalid_argument(
-                                                               "{}: the communicator is null",
-                                                               dist::call_kind_name(call.kind)));
+  if (comm == nullptr || !comm->impl)
+    return fail(nullptr, tessel::invalid_argument("{}: the communicator is null",
+                                                  dist::call_kind_name(call.kind)));
   Status valid = dist::validate(call, comm->impl->rank(), comm->impl->size());
   if (!valid.ok()) return fail(comm, valid);
   if (group.depth > 0) {
@@ -113,15 +119,24 @@ extern "C" {
 
 const char* tesselGetErrorString(tesselResult_t result) {
   switch (result) {
-    case tesselSuccess: return "no error";
-    case tesselUnhandledCudaError: return "unhandled cuda error";
-    case tesselSystemError: return "unhandled system error (run with TESSEL_LOG=debug for details)";
-    case tesselInternalError: return "internal error - please report this issue";
-    case tesselInvalidArgument: return "invalid argument";
-    case tesselInvalidUsage: return "invalid usage";
-    case tesselRemoteError: return "remote process exited or there was a network error";
-    case tesselInProgress: return "operation in progress";
-    default: return "unknown result code";
+    case tesselSuccess:
+      return "no error";
+    case tesselUnhandledCudaError:
+      return "unhandled cuda error";
+    case tesselSystemError:
+      return "unhandled system error (run with TESSEL_LOG=debug for details)";
+    case tesselInternalError:
+      return "internal error - please report this issue";
+    case tesselInvalidArgument:
+      return "invalid argument";
+    case tesselInvalidUsage:
+      return "invalid usage";
+    case tesselRemoteError:
+      return "remote process exited or there was a network error";
+    case tesselInProgress:
+      return "operation in progress";
+    default:
+      return "unknown result code";
   }
 }
 
@@ -157,19 +172,27 @@ tessel::Expected<InitSettings> settings_from(const tesselConfig_t* config) {
   tesselConfig_t defaults = TESSEL_CONFIG_INITIALIZER;
   if (!config) config = &defaults;
   if (config->size != sizeof(tesselConfig_t))
-    return tessel::invalid_argument("tesselConfig_t.size is {}, expected {} (start from "
-                                    "TESSEL_CONFIG_INITIALIZER)",
-                                    config->size, sizeof(tesselConfig_t));
+    return tessel::invalid_argument(
+        "tesselConfig_t.size is {}, expected {} (start from "
+        "TESSEL_CONFIG_INITIALIZER)",
+        config->size, sizeof(tesselConfig_t));
   InitSettings settings;
-  TESSEL_ASSIGN_OR_RETURN(settings.options,
-                          dist::resolve_options(config->timeoutSeconds, config->opTimeoutSeconds,
-                                                config->checkCalls));
+  TESSEL_ASSIGN_OR_RETURN(
+      settings.options,
+      dist::resolve_options(config->timeoutSeconds, config->opTimeoutSeconds, config->checkCalls));
   std::optional<dist::Backend> requested;
   switch (config->backend) {
-    case tesselBackendShm: requested = dist::Backend::kShm; break;
-    case tesselBackendMpi: requested = dist::Backend::kMpi; break;
-    case tesselBackendNccl: requested = dist::Backend::kNccl; break;
-    default: break;
+    case tesselBackendShm:
+      requested = dist::Backend::kShm;
+      break;
+    case tesselBackendMpi:
+      requested = dist::Backend::kMpi;
+      break;
+    case tesselBackendNccl:
+      requested = dist::Backend::kNccl;
+      break;
+    default:
+      break;
   }
   TESSEL_ASSIGN_OR_RETURN(settings.backend, dist::resolve_backend(requested));
   return settings;
@@ -192,9 +215,8 @@ tesselResult_t tesselCommInitRankConfig(tesselComm_t* comm, int nranks, tesselUn
   if (!store.ok()) return fail(nullptr, store.status());
   auto impl = dist::init_comm(&*store, id->key, nranks, rank, settings->backend, settings->options);
   if (!impl.ok())
-    return fail(nullptr, impl.status().with_context("rank {} of {} joining a {} communicator",
-                                                    rank, nranks,
-                                                    dist::backend_name(settings->backend)));
+    return fail(nullptr, impl.status().with_context("rank {} of {} joining a {} communicator", rank,
+                                                    nranks, dist::backend_name(settings->backend)));
   *comm = wrap(std::move(*impl));
   return tesselSuccess;
 }
@@ -210,8 +232,7 @@ tesselResult_t tesselCommInitFromEnv(tesselComm_t* comm, const tesselConfig_t* c
   return tesselSuccess;
 }
 
-tesselResult_t tesselCommInitRank(tesselComm_t* comm, int nranks, tesselUniqueId commId,
-                                  int rank) {
+tesselResult_t tesselCommInitRank(tesselComm_t* comm, int nranks, tesselUniqueId commId, int rank) {
   return tesselCommInitRankConfig(comm, nranks, commId, rank, nullptr);
 }
 
@@ -221,7 +242,8 @@ tesselResult_t tesselCommInitAll(tesselComm_t* comms, int nranks, const int* /*d
   if (!options.ok()) return fail(nullptr, options.status());
   auto impls = dist::init_local_comms(nranks, *options);
   if (!impls.ok()) return fail(nullptr, impls.status());
-  for (int r = 0; r < nranks; ++r) comms[r] = wrap(std::move((*impls)[r]));
+  for (int r = 0; r < nranks; ++r)
+    comms[r] = wrap(std::move((*impls)[r]));
   return tesselSuccess;
 }
 
@@ -248,7 +270,8 @@ tesselResult_t tesselCommGetAsyncError(tesselComm_t comm, tesselResult_t* asyncE
 }
 
 tesselResult_t tesselCommCount(const tesselComm_t comm, int* count) {
-  if (!comm || !count) return fail(comm, tessel::invalid_argument("tesselCommCount: null argument"));
+  if (!comm || !count)
+    return fail(comm, tessel::invalid_argument("tesselCommCount: null argument"));
   *count = comm->impl->size();
   return tesselSuccess;
 }
@@ -278,48 +301,58 @@ dist::Call make_call(dist::CallKind kind, const void* send, void* recv, size_t c
 tesselResult_t tesselAllReduce(const void* sendbuff, void* recvbuff, size_t count,
                                tesselDataType_t datatype, tesselRedOp_t op, tesselComm_t comm,
                                tesselStream_t stream) {
-  return enqueue(comm, make_call(dist::CallKind::kAllReduce, sendbuff, recvbuff, count, datatype,
-                                 op, 0), stream);
+  return enqueue(comm,
+                 make_call(dist::CallKind::kAllReduce, sendbuff, recvbuff, count, datatype, op, 0),
+                 stream);
 }
 
 tesselResult_t tesselBroadcast(const void* sendbuff, void* recvbuff, size_t count,
                                tesselDataType_t datatype, int root, tesselComm_t comm,
                                tesselStream_t stream) {
-  return enqueue(comm, make_call(dist::CallKind::kBroadcast, sendbuff, recvbuff, count, datatype,
-                                 tesselSum, root), stream);
+  return enqueue(
+      comm,
+      make_call(dist::CallKind::kBroadcast, sendbuff, recvbuff, count, datatype, tesselSum, root),
+      stream);
 }
 
 tesselResult_t tesselReduce(const void* sendbuff, void* recvbuff, size_t count,
                             tesselDataType_t datatype, tesselRedOp_t op, int root,
                             tesselComm_t comm, tesselStream_t stream) {
-  return enqueue(comm, make_call(dist::CallKind::kReduce, sendbuff, recvbuff, count, datatype, op,
-                                 root), stream);
+  return enqueue(comm,
+                 make_call(dist::CallKind::kReduce, sendbuff, recvbuff, count, datatype, op, root),
+                 stream);
 }
 
 tesselResult_t tesselAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
                                tesselDataType_t datatype, tesselComm_t comm,
                                tesselStream_t stream) {
-  return enqueue(comm, make_call(dist::CallKind::kAllGather, sendbuff, recvbuff, sendcount,
-                                 datatype, tesselSum, 0), stream);
+  return enqueue(
+      comm,
+      make_call(dist::CallKind::kAllGather, sendbuff, recvbuff, sendcount, datatype, tesselSum, 0),
+      stream);
 }
 
 tesselResult_t tesselReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                   tesselDataType_t datatype, tesselRedOp_t op,
-                                   tesselComm_t comm, tesselStream_t stream) {
-  return enqueue(comm, make_call(dist::CallKind::kReduceScatter, sendbuff, recvbuff, recvcount,
-                                 datatype, op, 0), stream);
+                                   tesselDataType_t datatype, tesselRedOp_t op, tesselComm_t comm,
+                                   tesselStream_t stream) {
+  return enqueue(
+      comm,
+      make_call(dist::CallKind::kReduceScatter, sendbuff, recvbuff, recvcount, datatype, op, 0),
+      stream);
 }
 
 tesselResult_t tesselSend(const void* sendbuff, size_t count, tesselDataType_t datatype, int peer,
                           tesselComm_t comm, tesselStream_t stream) {
-  return enqueue(comm, make_call(dist::CallKind::kSend, sendbuff, nullptr, count, datatype,
-                                 tesselSum, peer), stream);
+  return enqueue(
+      comm, make_call(dist::CallKind::kSend, sendbuff, nullptr, count, datatype, tesselSum, peer),
+      stream);
 }
 
 tesselResult_t tesselRecv(void* recvbuff, size_t count, tesselDataType_t datatype, int peer,
                           tesselComm_t comm, tesselStream_t stream) {
-  return enqueue(comm, make_call(dist::CallKind::kRecv, nullptr, recvbuff, count, datatype,
-                                 tesselSum, peer), stream);
+  return enqueue(
+      comm, make_call(dist::CallKind::kRecv, nullptr, recvbuff, count, datatype, tesselSum, peer),
+      stream);
 }
 
 tesselResult_t tesselGroupStart(void) {
@@ -346,11 +379,12 @@ tesselResult_t tesselGroupEnd(void) {
   group.pending.clear();
   // The batches of one group wait for what came before the group, not for each other.
   std::map<dist::Stream*, uint64_t> before;
-  for (auto& [key, calls] : batches) before.emplace(key.second, key.second->last_issued());
+  for (auto& [key, calls] : batches)
+    before.emplace(key.second, key.second->last_issued());
   tesselResult_t result = tesselSuccess;
   for (auto& [key, calls] : batches) {
-    tesselResult_t r = fail(key.first, key.first->impl->submit(calls, key.second,
-                                                               before[key.second]));
+    tesselResult_t r =
+        fail(key.first, key.first->impl->submit(calls, key.second, before[key.second]));
     if (result == tesselSuccess) result = r;
   }
   return result;
@@ -365,8 +399,8 @@ tesselResult_t tesselStreamCreate(tesselStream_t* stream) {
 tesselResult_t tesselStreamCreateFromCuda(void* cudaStream, tesselStream_t* stream) {
   if (!stream)
     return fail(nullptr, tessel::invalid_argument("tesselStreamCreateFromCuda: stream is null"));
-  *stream = new tesselStream{
-      dist::Stream::wrap_cuda(cudaStream, dist::nccl::synchronize_cuda_stream)};
+  *stream =
+      new tesselStream{dist::Stream::wrap_cuda(cudaStream, dist::nccl::synchronize_cuda_stream)};
   return tesselSuccess;
 }
 

@@ -49,7 +49,8 @@ double time_per_call(int iters, Issue issue, Wait wait, Barrier barrier) {
   for (int rep = 0; rep < 3; ++rep) {
     barrier();
     auto start = Clock::now();
-    for (int i = 0; i < iters; ++i) issue();
+    for (int i = 0; i < iters; ++i)
+      issue();
     wait();
     reps.push_back(std::chrono::duration<double>(Clock::now() - start).count() / iters);
   }
@@ -69,11 +70,16 @@ int main(int argc, char** argv) {
   Args args;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string key = argv[i], value = argv[i + 1];
-    if (key == "--impl") args.impl = value;
-    else if (key == "--op") args.op = value;
-    else if (key == "--type") args.type = value;
-    else if (key == "--min-bytes") args.min_bytes = std::strtoull(value.c_str(), nullptr, 10);
-    else if (key == "--max-bytes") args.max_bytes = std::strtoull(value.c_str(), nullptr, 10);
+    if (key == "--impl")
+      args.impl = value;
+    else if (key == "--op")
+      args.op = value;
+    else if (key == "--type")
+      args.type = value;
+    else if (key == "--min-bytes")
+      args.min_bytes = std::strtoull(value.c_str(), nullptr, 10);
+    else if (key == "--max-bytes")
+      args.max_bytes = std::strtoull(value.c_str(), nullptr, 10);
     else {
       std::fprintf(stderr, "tessel_comm_bench: unknown option %s\n", key.c_str());
       return 2;
@@ -164,16 +170,18 @@ int main(int argc, char** argv) {
       }
     };
     const int iters = iterations(bytes);
-    for (int i = 0; i < std::min(iters, 20); ++i) issue();  // warm-up
+    for (int i = 0; i < std::min(iters, 20); ++i)
+      issue();  // warm-up
     wait();
     const double seconds = time_per_call(iters, issue, wait, barrier);
     if (rank == 0) {
       const double algbw = bytes / seconds / 1e9;
-      std::printf("{\"impl\":\"%s\",\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"count\":%zu,"
-                  "\"type\":\"%s\",\"redop\":\"sum\",\"time_us\":%.3f,\"algbw\":%.4f,"
-                  "\"busbw\":%.4f,\"library\":\"%s\"}\n",
-                  args.impl.c_str(), args.op.c_str(), nranks, bytes, count, args.type.c_str(),
-                  seconds * 1e6, algbw, algbw * bus_factor(args.op, nranks), library.c_str());
+      std::printf(
+          "{\"impl\":\"%s\",\"op\":\"%s\",\"ranks\":%d,\"bytes\":%zu,\"count\":%zu,"
+          "\"type\":\"%s\",\"redop\":\"sum\",\"time_us\":%.3f,\"algbw\":%.4f,"
+          "\"busbw\":%.4f,\"library\":\"%s\"}\n",
+          args.impl.c_str(), args.op.c_str(), nranks, bytes, count, args.type.c_str(),
+          seconds * 1e6, algbw, algbw * bus_factor(args.op, nranks), library.c_str());
       std::fflush(stdout);
     }
   }

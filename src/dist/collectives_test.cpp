@@ -5,26 +5,15 @@
 // tessel_dist_rank_helper started by launch().
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "dist/launcher.h"
+#include "dist/testing/shm_leaks.h"
 
 namespace tessel::dist {
 namespace {
-
-std::vector<std::string> shm_entries() {
-  std::vector<std::string> names;
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* e = readdir(dir))
-      if (std::strncmp(e->d_name, "tessel-", 7) == 0) names.push_back(e->d_name);
-    closedir(dir);
-  }
-  return names;
-}
 
 LaunchResult run_ranks(int nranks, std::vector<std::string> args,
                        std::vector<std::pair<std::string, std::string>> env = {}) {
@@ -55,11 +44,12 @@ class CollectivesOnProcesses : public ::testing::TestWithParam<int> {};
 
 TEST_P(CollectivesOnProcesses, EveryCollectiveTypeReductionAndSize) {
   const int nranks = GetParam();
-  auto before = shm_entries();
+  auto before = testing::tessel_shm_entries();
   // Sizes 0, 1, 7 elements and 1 MiB + 3 elements (the latter runs the pipelined algorithm;
   // the others the slot one), 740 cases per rank count, plus send/recv rings.
   expect_all_ok(run_ranks(nranks, {"matrix", "0", "1", "7", "1048576+3"}), nranks);
-  EXPECT_EQ(shm_entries(), before) << "shared memory left in /dev/shm";
+  EXPECT_EQ(testing::leaked_shm_entries(before), std::vector<std::string>{})
+      << "shared memory left in /dev/shm";
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesOnProcesses, ::testing::Values(2, 3, 4, 8));
@@ -70,11 +60,11 @@ INSTANTIATE_TEST_SUITE_P(Ranks, CollectivesOnProcesses, ::testing::Values(2, 3, 
 // whose reduction runs in f32, and each rank count.
 TEST(CollectivesOnProcesses, SixtyFourMebibytesSampled) {
   const std::string mib64 = std::to_string(64u << 20);
-  expect_all_ok(run_ranks(2, {"cases", "all_reduce:f32:sum:16777216",
-                              "all_reduce:bf16:avg:33554432:inplace",
-                              "reduce_scatter:f32:max:8388608", "all_gather:u8:sum:33554432",
-                              "broadcast:f64:sum:8388608", "reduce:i32:prod:16777216"}),
-                2);
+  expect_all_ok(
+      run_ranks(2, {"cases", "all_reduce:f32:sum:16777216", "all_reduce:bf16:avg:33554432:inplace",
+                    "reduce_scatter:f32:max:8388608", "all_gather:u8:sum:33554432",
+                    "broadcast:f64:sum:8388608", "reduce:i32:prod:16777216"}),
+      2);
   expect_all_ok(run_ranks(3, {"cases", "all_reduce:f16:sum:33554432"}), 3);
   expect_all_ok(run_ranks(4, {"cases", "all_reduce:f64:min:8388608",
                               "reduce_scatter:bf16:sum:8388608:inplace"}),

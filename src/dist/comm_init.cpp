@@ -19,9 +19,12 @@ namespace tessel::dist {
 
 const char* backend_name(Backend backend) {
   switch (backend) {
-    case Backend::kShm: return "shm";
-    case Backend::kMpi: return "mpi";
-    case Backend::kNccl: return "nccl";
+    case Backend::kShm:
+      return "shm";
+    case Backend::kMpi:
+      return "mpi";
+    case Backend::kNccl:
+      return "nccl";
   }
   return "?";
 }
@@ -48,7 +51,8 @@ Expected<double> env_seconds(const char* name, double fallback) {
 std::string random_hex(int digits) {
   std::random_device device;
   std::string out;
-  while (static_cast<int>(out.size()) < digits) out += fmt::format("{:08x}", device());
+  while (static_cast<int>(out.size()) < digits)
+    out += fmt::format("{:08x}", device());
   return out.substr(0, digits);
 }
 
@@ -71,14 +75,14 @@ Status missing_ranks_error(StoreClient& store, const std::string& key, int nrank
   }
   if (missing.empty()) return cause;
   std::string list;
-  for (int r : missing) list += (list.empty() ? "" : ", ") + std::to_string(r);
+  for (int r : missing)
+    list += (list.empty() ? "" : ", ") + std::to_string(r);
   return Status(cause.code(), fmt::format("{} of {} ranks never joined (missing: {}): {}",
                                           missing.size(), nranks, list, cause.message()));
 }
 
 Expected<std::unique_ptr<Comm>> init_shm_comm(StoreClient& store, const std::string& key,
-                                              int nranks, int rank,
-                                              const CommOptions& options) {
+                                              int nranks, int rank, const CommOptions& options) {
   if (nranks > kMaxShmRanks)
     return invalid_argument("the shm backend supports up to {} ranks, not {}", kMaxShmRanks,
                             nranks);
@@ -90,9 +94,10 @@ Expected<std::unique_ptr<Comm>> init_shm_comm(StoreClient& store, const std::str
       auto theirs = store.get(fmt::format("{}/rank/{}", key, r), options.timeout_s);
       if (!theirs.ok()) return missing_ranks_error(store, key, nranks, theirs.status());
       if (*theirs != host)
-        return failed_precondition("the shm backend needs every rank on one machine, but rank "
-                                   "{} runs on {} and rank 0 on {}; use the mpi backend",
-                                   r, *theirs, host);
+        return failed_precondition(
+            "the shm backend needs every rank on one machine, but rank "
+            "{} runs on {} and rank 0 on {}; use the mpi backend",
+            r, *theirs, host);
     }
     TESSEL_ASSIGN_OR_RETURN(shm::Params params, shm::params_from_env());
     TESSEL_ASSIGN_OR_RETURN(segment,
@@ -107,8 +112,10 @@ Expected<std::unique_ptr<Comm>> init_shm_comm(StoreClient& store, const std::str
     if (!name.ok()) return missing_ranks_error(store, key, nranks, name.status());
     TESSEL_ASSIGN_OR_RETURN(segment, shm::Segment::open(*name));
     if (segment->layout().nranks != static_cast<uint32_t>(nranks))
-      return invalid_argument("rank {} was told the communicator has {} ranks, rank 0 made it "
-                              "for {}", rank, nranks, segment->layout().nranks);
+      return invalid_argument(
+          "rank {} was told the communicator has {} ranks, rank 0 made it "
+          "for {}",
+          rank, nranks, segment->layout().nranks);
   }
   auto transport = std::make_unique<shm::ShmTransport>(segment, rank, options);
   // Once every rank has mapped the segment its name can go: the memory is freed when the last
@@ -117,8 +124,8 @@ Expected<std::unique_ptr<Comm>> init_shm_comm(StoreClient& store, const std::str
   (void)segment->unlink();
   if (!attached.ok()) {
     transport->leave(/*aborted=*/true);
-    return missing_ranks_error(store, key, nranks, attached).with_context(
-        "setting up the shm communicator");
+    return missing_ranks_error(store, key, nranks, attached)
+        .with_context("setting up the shm communicator");
   }
   return std::unique_ptr<Comm>(new HostComm(rank, nranks, std::move(transport)));
 }
@@ -130,7 +137,8 @@ Expected<CommOptions> resolve_options(double timeout_s, double op_timeout_s, int
   if (timeout_s >= 0) {
     options.timeout_s = timeout_s;
   } else {
-    TESSEL_ASSIGN_OR_RETURN(options.timeout_s, env_seconds("TESSEL_COMM_TIMEOUT", options.timeout_s));
+    TESSEL_ASSIGN_OR_RETURN(options.timeout_s,
+                            env_seconds("TESSEL_COMM_TIMEOUT", options.timeout_s));
   }
   if (options.timeout_s <= 0) return invalid_argument("the communicator timeout must be > 0 s");
   if (op_timeout_s >= 0) {
@@ -185,14 +193,18 @@ Expected<std::unique_ptr<Comm>> init_comm(StoreClient* store, const std::string&
   if (store && rank == 0) TESSEL_TRY(store->set(key + "/nranks", std::to_string(nranks)));
   Expected<std::unique_ptr<Comm>> comm = unavailable("no backend");
   switch (backend) {
-    case Backend::kShm: comm = init_shm_comm(*store, key, nranks, rank, options); break;
+    case Backend::kShm:
+      comm = init_shm_comm(*store, key, nranks, rank, options);
+      break;
     case Backend::kMpi: {
       auto transport = make_mpi_transport(nranks, rank, options);
       if (!transport.ok()) return transport.status();
       comm = std::unique_ptr<Comm>(new HostComm(rank, nranks, std::move(*transport)));
       break;
     }
-    case Backend::kNccl: comm = init_nccl_comm(*store, key, nranks, rank, options); break;
+    case Backend::kNccl:
+      comm = init_nccl_comm(*store, key, nranks, rank, options);
+      break;
   }
   if (store) (void)store->add(key + "/done", 1);
   return comm;
@@ -209,9 +221,10 @@ Expected<std::unique_ptr<Comm>> init_comm_from_env(Backend backend, const CommOp
   if (!found.ok()) return found.status();
   const RankEnv& env = *found;
   if (env.master_port == 0)
-    return invalid_argument("rank {} of {} (from {}) has no rendezvous port: set "
-                            "TESSEL_MASTER_PORT (or MASTER_PORT)",
-                            env.rank, env.world_size, env.source);
+    return invalid_argument(
+        "rank {} of {} (from {}) has no rendezvous port: set "
+        "TESSEL_MASTER_PORT (or MASTER_PORT)",
+        env.rank, env.world_size, env.source);
   // Communicators made from the environment are numbered in the order each process makes them.
   static std::atomic<int> made{0};
   const std::string key = fmt::format("env/comm{}", made.fetch_add(1));
@@ -225,8 +238,8 @@ Expected<std::unique_ptr<Comm>> init_comm_from_env(Backend backend, const CommOp
     std::erase_if(*servers, [](const auto& s) { return s->stopped(); });
     servers->push_back(std::move(server));
   }
-  TESSEL_ASSIGN_OR_RETURN(StoreClient store,
-                          StoreClient::connect(env.master_addr, env.master_port, options.timeout_s));
+  TESSEL_ASSIGN_OR_RETURN(
+      StoreClient store, StoreClient::connect(env.master_addr, env.master_port, options.timeout_s));
   auto comm = init_comm(&store, key, env.world_size, env.rank, backend, options);
   if (!comm.ok())
     return comm.status().with_context("rank {} of {} (from {})", env.rank, env.world_size,

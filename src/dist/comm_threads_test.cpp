@@ -31,8 +31,10 @@ std::vector<std::string> on_threads(int nranks, Body body) {
       failures[r] = body(r, comms[r], stream);
       tesselStreamDestroy(stream);
     });
-  for (auto& t : threads) t.join();
-  for (auto comm : comms) tesselCommDestroy(comm);
+  for (auto& t : threads)
+    t.join();
+  for (auto comm : comms)
+    tesselCommDestroy(comm);
   std::vector<std::string> out;
   for (auto& f : failures)
     if (!f.empty()) out.push_back(f);
@@ -54,6 +56,24 @@ TEST(CommThreads, EveryCollectiveTypeAndReductionOnFourRanks) {
   auto failures = on_threads(4, [&](int, tesselComm_t comm, tesselStream_t stream) {
     return run_all(cases, comm, stream);
   });
+  EXPECT_TRUE(failures.empty()) << failures.front();
+}
+
+// Small slots and chunks put every size on the pipelined path with many steps and wrap-arounds;
+// without the call check the collectives still work.
+TEST(CommThreads, TinyBuffersAndNoCallCheck) {
+  setenv("TESSEL_SHM_LL_BYTES", "64", 1);
+  setenv("TESSEL_SHM_CHUNK_BYTES", "4096", 1);
+  setenv("TESSEL_SHM_DEPTH", "2", 1);
+  setenv("TESSEL_SHM_CHANNEL_BYTES", "4096", 1);
+  setenv("TESSEL_COMM_CHECK_CALLS", "0", 1);
+  auto cases = testing::case_matrix(3, {{0, 1}, {0, 100}, {0, 5000}});
+  auto failures = on_threads(3, [&](int, tesselComm_t comm, tesselStream_t stream) {
+    return run_all(cases, comm, stream) + testing::run_ring(comm, stream, DataType::kFloat64, 3001);
+  });
+  for (const char* name : {"TESSEL_SHM_LL_BYTES", "TESSEL_SHM_CHUNK_BYTES", "TESSEL_SHM_DEPTH",
+                           "TESSEL_SHM_CHANNEL_BYTES", "TESSEL_COMM_CHECK_CALLS"})
+    unsetenv(name);
   EXPECT_TRUE(failures.empty()) << failures.front();
 }
 
@@ -115,7 +135,8 @@ TEST(CommThreads, EventsMarkAPointOnTheStream) {
     tesselAllReduce(a.data(), a.data(), a.size(), tesselFloat32, tesselSum, comm, stream);
     tesselEventRecord(event, stream);
     if (rank == 1)
-      while (!first_done.load()) std::this_thread::yield();
+      while (!first_done.load())
+        std::this_thread::yield();
     tesselAllReduce(b.data(), b.data(), b.size(), tesselFloat32, tesselSum, comm, stream);
     std::string error;
     if (rank == 0) {
@@ -144,10 +165,11 @@ TEST(CommThreads, MismatchedCountsFailOnEveryRankWithBothCalls) {
     tesselResult_t result = tesselStreamSynchronize(stream);
     std::string error = tesselGetLastError(nullptr);
     if (result != tesselInvalidUsage) return "result " + std::to_string(result) + ": " + error;
-    for (const char* part : {"mismatched collective #1",
-                             "rank 0 called all_reduce(count=100, i32, sum)",
-                             "rank 1 called all_reduce(count=99, i32, sum)"})
-      if (error.find(part) == std::string::npos) return "missing '" + std::string(part) + "' in " + error;
+    for (const char* part :
+         {"mismatched collective #1", "rank 0 called all_reduce(count=100, i32, sum)",
+          "rank 1 called all_reduce(count=99, i32, sum)"})
+      if (error.find(part) == std::string::npos)
+        return "missing '" + std::string(part) + "' in " + error;
     // The communicator is broken: the next call fails at once.
     if (tesselAllReduce(data.data(), data.data(), 1, tesselInt32, tesselSum, comm, stream) !=
         tesselInvalidUsage)
@@ -177,13 +199,15 @@ TEST(CommThreads, UniqueIdRendezvous) {
       }
       tesselStream_t stream;
       tesselStreamCreate(&stream);
-      failures[r] = testing::run_case(comm, stream, {CallKind::kAllReduce, DataType::kFloat32,
-                                                     RedOp::kSum, 100000, 0, false});
+      failures[r] = testing::run_case(
+          comm, stream, {CallKind::kAllReduce, DataType::kFloat32, RedOp::kSum, 100000, 0, false});
       tesselStreamDestroy(stream);
       tesselCommDestroy(comm);
     });
-  for (auto& t : threads) t.join();
-  for (auto& f : failures) EXPECT_EQ(f, "");
+  for (auto& t : threads)
+    t.join();
+  for (auto& f : failures)
+    EXPECT_EQ(f, "");
   tesselUniqueId garbage = {};
   tesselComm_t comm;
   EXPECT_EQ(tesselCommInitRank(&comm, 2, garbage, 0), tesselInvalidArgument);
@@ -228,12 +252,11 @@ TEST(CommThreads, ArgumentsAreCheckedBeforeEnqueueing) {
             tesselInvalidArgument);
   EXPECT_NE(std::string(tesselGetLastError(comms[0])).find("send buffer is null"),
             std::string::npos);
-  EXPECT_EQ(tesselBroadcast(&x, &x, 1, tesselFloat32, 2, comms[0], nullptr),
-            tesselInvalidArgument);
+  EXPECT_EQ(tesselBroadcast(&x, &x, 1, tesselFloat32, 2, comms[0], nullptr), tesselInvalidArgument);
   EXPECT_NE(std::string(tesselGetLastError(comms[0])).find("root 2 is outside"), std::string::npos);
-  EXPECT_EQ(tesselAllReduce(&x, &x, 1, static_cast<tesselDataType_t>(11), tesselSum, comms[0],
-                            nullptr),
-            tesselInvalidArgument);
+  EXPECT_EQ(
+      tesselAllReduce(&x, &x, 1, static_cast<tesselDataType_t>(11), tesselSum, comms[0], nullptr),
+      tesselInvalidArgument);
   EXPECT_EQ(tesselSend(&x, 1, tesselFloat32, 2, comms[0], nullptr), tesselInvalidArgument);
   EXPECT_EQ(tesselAllReduce(&x, &x, 1, tesselFloat32, tesselSum, nullptr, nullptr),
             tesselInvalidArgument);
@@ -250,7 +273,8 @@ TEST(CommThreads, ArgumentsAreCheckedBeforeEnqueueing) {
   EXPECT_EQ(tesselCommUserRank(comms[1], &rank), tesselSuccess);
   EXPECT_EQ(count, 2);
   EXPECT_EQ(rank, 1);
-  for (auto comm : comms) EXPECT_EQ(tesselCommDestroy(comm), tesselSuccess);
+  for (auto comm : comms)
+    EXPECT_EQ(tesselCommDestroy(comm), tesselSuccess);
   EXPECT_STREQ(tesselGetErrorString(tesselRemoteError),
                "remote process exited or there was a network error");
 }

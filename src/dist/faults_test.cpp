@@ -4,8 +4,6 @@
 // long it took, that the next call fails too, and that nothing is left in /dev/shm.
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -14,20 +12,11 @@
 #include <vector>
 
 #include "dist/launcher.h"
+#include "dist/testing/shm_leaks.h"
 #include "dist/tessel_comm.h"
 
 namespace tessel::dist {
 namespace {
-
-std::vector<std::string> shm_entries() {
-  std::vector<std::string> names;
-  if (DIR* dir = opendir("/dev/shm")) {
-    while (dirent* e = readdir(dir))
-      if (std::strncmp(e->d_name, "tessel-", 7) == 0) names.push_back(e->d_name);
-    closedir(dir);
-  }
-  return names;
-}
 
 // What a surviving rank printed (rank_helper.cpp's RESULT and MESSAGE lines).
 struct Report {
@@ -85,8 +74,11 @@ LaunchResult run_ranks(int nranks, std::vector<std::string> args, double timeout
 
 class Faults : public ::testing::Test {
  protected:
-  void SetUp() override { before_ = shm_entries(); }
-  void TearDown() override { EXPECT_EQ(shm_entries(), before_) << "shared memory left behind"; }
+  void SetUp() override { before_ = testing::tessel_shm_entries(); }
+  void TearDown() override {
+    EXPECT_EQ(testing::leaked_shm_entries(before_), std::vector<std::string>{})
+        << "shared memory left behind";
+  }
   std::vector<std::string> before_;
 };
 
@@ -94,7 +86,8 @@ TEST_F(Faults, KillNineMidAllReduceFailsEveryOtherRankWithinTheTimeout) {
   // The timeout bounds detection; a dead process is seen within milliseconds.
   constexpr double kTimeout = 10;
   for (auto [nranks, victim] : {std::pair{3, 1}, std::pair{2, 0}, std::pair{4, 3}}) {
-    LaunchResult launched = run_ranks(nranks, {"kill", std::to_string(victim), "4194304"}, kTimeout);
+    LaunchResult launched =
+        run_ranks(nranks, {"kill", std::to_string(victim), "4194304"}, kTimeout);
     ASSERT_FALSE(launched.deadline_passed) << "a rank hung";
     ASSERT_EQ(launched.ranks.size(), static_cast<size_t>(nranks));
     EXPECT_EQ(launched.ranks[victim].signal, 9);
@@ -105,8 +98,8 @@ TEST_F(Faults, KillNineMidAllReduceFailsEveryOtherRankWithinTheTimeout) {
     for (auto& [rank, report] : got) {
       EXPECT_FALSE(launched.ranks[rank].failed()) << launched.ranks[rank].output;
       EXPECT_EQ(report.result, tesselRemoteError) << report.message;
-      const std::string dead = fmt::format("rank {} (pid {}) died", victim,
-                                           launched.ranks[victim].pid);
+      const std::string dead =
+          fmt::format("rank {} (pid {}) died", victim, launched.ranks[victim].pid);
       EXPECT_NE(report.message.find(dead), std::string::npos) << report.message;
       EXPECT_NE(report.message.find("all_reduce(count=4194304, f32, max)"), std::string::npos)
           << report.message;
@@ -136,7 +129,8 @@ TEST_F(Faults, WrongCountOnOneRankIsReportedWithWhatEachRankCalled) {
     EXPECT_LT(report.next_s, 0.5);
   }
   // Detection needs no timeout: every rank compares the calls as soon as all have arrived.
-  for (const RankOutcome& rank : launched.ranks) EXPECT_LT(rank.seconds, 5.0);
+  for (const RankOutcome& rank : launched.ranks)
+    EXPECT_LT(rank.seconds, 5.0);
 }
 
 TEST_F(Faults, StoppedRankIsDeclaredUnresponsiveAfterTheTimeout) {
@@ -166,8 +160,7 @@ TEST_F(Faults, RankThatDestroysOrAbortsItsCommunicatorIsNamed) {
     for (auto& [rank, report] : got) {
       EXPECT_EQ(report.result, tesselRemoteError) << report.message;
       std::string expected = std::string("rank 2 (pid ") + std::to_string(launched.ranks[2].pid) +
-                             ") " + (how[0] == 'l' ? "destroyed" : "aborted") +
-                             " its communicator";
+                             ") " + (how[0] == 'l' ? "destroyed" : "aborted") + " its communicator";
       EXPECT_NE(report.message.find(expected), std::string::npos) << report.message;
     }
   }

@@ -72,6 +72,7 @@ bool HostComm::next_task(Task& task) {
 }
 
 void HostComm::progress_loop() {
+  transport_->on_progress_thread();
   Task task;
   while (next_task(task)) {
     bool my_turn = task.stream->wait_turn(

@@ -35,8 +35,10 @@ class HostComm final : public Comm {
    public:
     Calls() = default;
     explicit Calls(std::span<const Call> calls) {
-      if (calls.size() == 1) one_ = calls[0];
-      else many_.assign(calls.begin(), calls.end());
+      if (calls.size() == 1)
+        one_ = calls[0];
+      else
+        many_.assign(calls.begin(), calls.end());
       size_ = calls.size();
     }
     std::span<const Call> view() const {

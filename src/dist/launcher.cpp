@@ -95,7 +95,8 @@ std::string RankOutcome::describe() const {
 }
 
 Expected<LaunchResult> launch(const LaunchOptions& options) {
-  if (options.nranks < 1) return invalid_argument("launch needs at least one rank, not {}", options.nranks);
+  if (options.nranks < 1)
+    return invalid_argument("launch needs at least one rank, not {}", options.nranks);
   if (options.command.empty()) return invalid_argument("launch needs a command to run");
   const std::string job = random_key().substr(0, 8);
 
@@ -103,20 +104,23 @@ Expected<LaunchResult> launch(const LaunchOptions& options) {
   std::unique_ptr<StoreServer> store;
   std::vector<std::vector<std::string>> argvs, envs;
   std::vector<std::string> base_env;
-  for (char** e = environ; *e; ++e) base_env.emplace_back(*e);
+  for (char** e = environ; *e; ++e)
+    base_env.emplace_back(*e);
   auto with = [](std::vector<std::string> env, const std::string& key, const std::string& value) {
     std::erase_if(env, [&](const std::string& kv) { return kv.rfind(key + "=", 0) == 0; });
     env.push_back(key + "=" + value);
     return env;
   };
-  for (auto& [key, value] : options.env) base_env = with(base_env, key, value);
+  for (auto& [key, value] : options.env)
+    base_env = with(base_env, key, value);
   base_env = with(base_env, "TESSEL_JOB_ID", job);
   base_env = with(base_env, "TESSEL_BACKEND", backend_name(options.backend));
   if (options.backend == Backend::kMpi) {
     std::string mpirun = which("mpirun");
     if (mpirun.empty())
-      return unavailable("the mpi backend starts ranks with mpirun, which is not installed "
-                         "(Debian: openmpi-bin)");
+      return unavailable(
+          "the mpi backend starts ranks with mpirun, which is not installed "
+          "(Debian: openmpi-bin)");
     std::vector<std::string> argv = {mpirun, "-n", std::to_string(options.nranks),
                                      "--oversubscribe", "--tag-output"};
     if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
@@ -163,9 +167,11 @@ Expected<LaunchResult> launch(const LaunchOptions& options) {
       break;
     }
     std::vector<char*> argv, envp;
-    for (auto& a : argvs[i]) argv.push_back(a.data());
+    for (auto& a : argvs[i])
+      argv.push_back(a.data());
     argv.push_back(nullptr);
-    for (auto& e : envs[i]) envp.push_back(e.data());
+    for (auto& e : envs[i])
+      envp.push_back(e.data());
     envp.push_back(nullptr);
     std::string program = which(argvs[i][0]);
     pid_t pid = ::fork();
@@ -258,8 +264,8 @@ Expected<LaunchResult> launch(const LaunchOptions& options) {
   }
 
   size_t running = children.size();
-  while (running > 0 || std::any_of(outputs.begin(), outputs.end(),
-                                     [](const Output& o) { return o.fd >= 0; })) {
+  while (running > 0 ||
+         std::any_of(outputs.begin(), outputs.end(), [](const Output& o) { return o.fd >= 0; })) {
     std::vector<pollfd> fds;
     std::vector<Output*> owners;
     for (Output& out : outputs)
@@ -291,8 +297,10 @@ Expected<LaunchResult> launch(const LaunchOptions& options) {
       c.running = false;
       --running;
       c.outcome.seconds = seconds_since(start);
-      if (WIFSIGNALED(status)) c.outcome.signal = WTERMSIG(status);
-      else c.outcome.exit_code = WEXITSTATUS(status);
+      if (WIFSIGNALED(status))
+        c.outcome.signal = WTERMSIG(status);
+      else
+        c.outcome.exit_code = WEXITSTATUS(status);
       if (c.outcome.failed() && result.first_failure.empty()) {
         result.first_failure = under_mpirun
                                    ? fmt::format("mpirun exited with code {}", c.outcome.exit_code)

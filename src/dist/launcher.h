@@ -20,7 +20,7 @@ namespace tessel::dist {
 struct LaunchOptions {
   int nranks = 1;
   Backend backend = Backend::kShm;
-  std::vector<std::string> command;  // program and arguments
+  std::vector<std::string> command;                      // program and arguments
   std::vector<std::pair<std::string, std::string>> env;  // added to every rank's environment
   bool kill_on_failure = true;
   double kill_grace_s = 3.0;
@@ -36,20 +36,20 @@ struct LaunchOptions {
 struct RankOutcome {
   int rank = 0;
   int pid = 0;
-  int exit_code = 0;  // valid when signal == 0
-  int signal = 0;     // the signal that ended it, or 0
-  double seconds = 0; // from start to exit
-  std::string output; // stdout then stderr, prefixed, when capturing
+  int exit_code = 0;   // valid when signal == 0
+  int signal = 0;      // the signal that ended it, or 0
+  double seconds = 0;  // from start to exit
+  std::string output;  // stdout then stderr, prefixed, when capturing
   bool failed() const { return signal != 0 || exit_code != 0; }
   std::string describe() const;  // "rank 1 (pid 42) was killed by signal 9 (Killed)"
 };
 
 struct LaunchResult {
-  std::vector<RankOutcome> ranks;  // one per rank (one for all of them under mpirun)
-  int exit_code = 0;               // 0, or the first failure's code (128 + signal if killed)
-  std::string first_failure;       // what failed first, or ""
-  bool deadline_passed = false;    // the ranks were killed because deadline_s passed
-  int leaked_segments_removed = 0; // /dev/shm entries of this job removed at the end
+  std::vector<RankOutcome> ranks;   // one per rank (one for all of them under mpirun)
+  int exit_code = 0;                // 0, or the first failure's code (128 + signal if killed)
+  std::string first_failure;        // what failed first, or ""
+  bool deadline_passed = false;     // the ranks were killed because deadline_s passed
+  int leaked_segments_removed = 0;  // /dev/shm entries of this job removed at the end
 };
 
 Expected<LaunchResult> launch(const LaunchOptions& options);

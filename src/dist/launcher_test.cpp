@@ -27,15 +27,18 @@ LaunchResult run_shell(int nranks, const std::string& script, bool kill_on_failu
 }
 
 TEST(Launcher, RanksSeeTheirVariablesAndOutputIsPrefixed) {
-  auto result = run_shell(3, "echo rank=$TESSEL_RANK of $TESSEL_WORLD_SIZE local=$TESSEL_LOCAL_RANK "
-                             "store=$TESSEL_MASTER_ADDR:$TESSEL_MASTER_PORT agent=$TESSEL_USE_AGENT_STORE; "
-                             "echo to-stderr >&2; printf 'no newline'");
+  auto result =
+      run_shell(3,
+                "echo rank=$TESSEL_RANK of $TESSEL_WORLD_SIZE local=$TESSEL_LOCAL_RANK "
+                "store=$TESSEL_MASTER_ADDR:$TESSEL_MASTER_PORT agent=$TESSEL_USE_AGENT_STORE; "
+                "echo to-stderr >&2; printf 'no newline'");
   ASSERT_EQ(result.ranks.size(), 3u);
   EXPECT_EQ(result.exit_code, 0);
   for (int r = 0; r < 3; ++r) {
     const std::string& out = result.ranks[r].output;
     EXPECT_NE(out.find(fmt::format("[rank {}] rank={} of 3 local={} store=127.0.0.1:", r, r, r)),
-              std::string::npos) << out;
+              std::string::npos)
+        << out;
     EXPECT_NE(out.find(fmt::format("[rank {}] to-stderr\n", r)), std::string::npos) << out;
     EXPECT_NE(out.find(fmt::format("[rank {}] no newline\n", r)), std::string::npos) << out;
     EXPECT_NE(out.find("agent=1"), std::string::npos);
@@ -56,10 +59,11 @@ TEST(Launcher, AFailingRankStopsTheOthersAndSetsTheExitCode) {
 
 TEST(Launcher, RanksThatIgnoreSigtermAreKilledAfterTheGracePeriod) {
   // Rank 1 ignores SIGTERM, then tells rank 0 (through a file) to die.
-  auto result = run_shell(2, "ready=/tmp/tessel-launcher-test-$TESSEL_JOB_ID; "
-                             "if [ $TESSEL_RANK = 0 ]; then while [ ! -e $ready ]; do sleep 0.01; "
-                             "done; rm -f $ready; kill -9 $$; fi; trap '' TERM; touch $ready; "
-                             "while true; do sleep 0.05; done");
+  auto result = run_shell(2,
+                          "ready=/tmp/tessel-launcher-test-$TESSEL_JOB_ID; "
+                          "if [ $TESSEL_RANK = 0 ]; then while [ ! -e $ready ]; do sleep 0.01; "
+                          "done; rm -f $ready; kill -9 $$; fi; trap '' TERM; touch $ready; "
+                          "while true; do sleep 0.05; done");
   EXPECT_EQ(result.exit_code, 128 + SIGKILL);
   EXPECT_NE(result.first_failure.find("killed by signal 9"), std::string::npos);
   EXPECT_EQ(result.ranks[1].signal, SIGKILL);
@@ -100,8 +104,8 @@ TEST(Launcher, MissingProgramFailsItsRank) {
 
 TEST(Launcher, MpiBackendGoesThroughMpirun) {
   if (system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun";
-  auto result = run_shell(2, "echo world=$OMPI_COMM_WORLD_SIZE backend=$TESSEL_BACKEND", true,
-                          Backend::kMpi);
+  auto result =
+      run_shell(2, "echo world=$OMPI_COMM_WORLD_SIZE backend=$TESSEL_BACKEND", true, Backend::kMpi);
   ASSERT_EQ(result.ranks.size(), 2u);
   EXPECT_EQ(result.exit_code, 0) << result.first_failure;
   for (int r = 0; r < 2; ++r)

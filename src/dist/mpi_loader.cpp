@@ -44,7 +44,8 @@ Plugin load_plugin() {
       continue;
     }
     auto abi = reinterpret_cast<MpiPluginAbiFn>(::dlsym(handle, "tessel_mpi_plugin_abi"));
-    auto create = reinterpret_cast<MpiPluginCreateFn>(::dlsym(handle, "tessel_mpi_create_transport"));
+    auto create =
+        reinterpret_cast<MpiPluginCreateFn>(::dlsym(handle, "tessel_mpi_create_transport"));
     auto world = reinterpret_cast<MpiPluginWorldFn>(::dlsym(handle, "tessel_mpi_world"));
     if (!abi || !create || !world) {
       errors += fmt::format("\n  {}: not a tessel mpi plug-in", path);
@@ -59,7 +60,8 @@ Plugin load_plugin() {
   }
   return {nullptr, nullptr,
           unavailable("the mpi backend is not available (is Open MPI installed? build tessel "
-                      "with it to get libtessel_mpi.so):{}", errors)};
+                      "with it to get libtessel_mpi.so):{}",
+                      errors)};
 }
 
 const Plugin& loaded_plugin() {

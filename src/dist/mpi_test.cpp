@@ -16,7 +16,9 @@
 namespace tessel::dist {
 namespace {
 
-bool have_mpirun() { return std::system("command -v mpirun > /dev/null 2>&1") == 0; }
+bool have_mpirun() {
+  return std::system("command -v mpirun > /dev/null 2>&1") == 0;
+}
 
 LaunchResult run_mpi(int nranks, std::vector<std::string> args) {
   LaunchOptions options;
@@ -37,8 +39,9 @@ LaunchResult run_mpi(int nranks, std::vector<std::string> args) {
 // operators) at a third of the time.
 TEST(Mpi, EveryCollectiveTypeAndReductionThroughMpirun) {
   if (!have_mpirun()) GTEST_SKIP() << "no mpirun";
-  for (auto [nranks, sizes] : {std::pair<int, std::vector<std::string>>{2, {"0", "1", "7", "1048576+3"}},
-                               {3, {"0", "1", "7", "1000"}}}) {
+  for (auto [nranks, sizes] :
+       {std::pair<int, std::vector<std::string>>{2, {"0", "1", "7", "1048576+3"}},
+        {3, {"0", "1", "7", "1000"}}}) {
     std::vector<std::string> args = {"matrix"};
     args.insert(args.end(), sizes.begin(), sizes.end());
     LaunchResult result = run_mpi(nranks, args);
@@ -79,7 +82,8 @@ TEST(Mpi, LibtesselDoesNotNeedMpi) {
   for (const ElfW(Dyn)* d = map->l_ld; d->d_tag != DT_NULL; ++d)
     if (d->d_tag == DT_NEEDED) needed.push_back(strings + d->d_un.d_val);
   EXPECT_FALSE(needed.empty());
-  for (const std::string& lib : needed) EXPECT_EQ(lib.find("libmpi"), std::string::npos) << lib;
+  for (const std::string& lib : needed)
+    EXPECT_EQ(lib.find("libmpi"), std::string::npos) << lib;
   dlclose(handle);
   EXPECT_EQ(dlopen("libmpi.so.40", RTLD_NOW | RTLD_NOLOAD), nullptr);
 }

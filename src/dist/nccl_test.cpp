@@ -1,8 +1,8 @@
 // The nccl backend without GPUs: NCCL is absent here, and the calls tessel makes are checked
 // against a host-memory stand-in (testing/fake_nccl.cpp) that records its arguments.
 #include <dlfcn.h>
-#include <unistd.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -59,15 +59,17 @@ TEST(Nccl, ReportsUnavailableWithoutNcclOrGpu) {
 TEST(Nccl, TypesAndOperatorsHaveNcclsNumbers) {
   // ncclInt8 = 0, ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclInt64 = 4, ncclUint64 = 5,
   // ncclFloat16 = 6, ncclFloat32 = 7, ncclFloat64 = 8, ncclBfloat16 = 9 (nccl.h).
-  const std::pair<DataType, int> types[] = {
-      {DataType::kInt8, 0},    {DataType::kUint8, 1},   {DataType::kInt32, 2},
-      {DataType::kUint32, 3},  {DataType::kInt64, 4},   {DataType::kUint64, 5},
-      {DataType::kFloat16, 6}, {DataType::kFloat32, 7}, {DataType::kFloat64, 8},
-      {DataType::kBfloat16, 9}};
-  for (auto [type, number] : types) EXPECT_EQ(*nccl::to_nccl(type, 21803), number);
+  const std::pair<DataType, int> types[] = {{DataType::kInt8, 0},    {DataType::kUint8, 1},
+                                            {DataType::kInt32, 2},   {DataType::kUint32, 3},
+                                            {DataType::kInt64, 4},   {DataType::kUint64, 5},
+                                            {DataType::kFloat16, 6}, {DataType::kFloat32, 7},
+                                            {DataType::kFloat64, 8}, {DataType::kBfloat16, 9}};
+  for (auto [type, number] : types)
+    EXPECT_EQ(*nccl::to_nccl(type, 21803), number);
   const std::pair<RedOp, int> ops[] = {
       {RedOp::kSum, 0}, {RedOp::kProd, 1}, {RedOp::kMax, 2}, {RedOp::kMin, 3}, {RedOp::kAvg, 4}};
-  for (auto [op, number] : ops) EXPECT_EQ(*nccl::to_nccl(op, 21803), number);
+  for (auto [op, number] : ops)
+    EXPECT_EQ(*nccl::to_nccl(op, 21803), number);
   // bf16 and avg arrived in NCCL 2.10.
   EXPECT_EQ(nccl::to_nccl(DataType::kBfloat16, 20907).status().code(), Code::kUnimplemented);
   EXPECT_EQ(nccl::to_nccl(RedOp::kAvg, 20907).status().code(), Code::kUnimplemented);
@@ -96,7 +98,8 @@ TEST(Nccl, CallsReachNcclWithTheirArguments) {
       << tesselGetLastError(nullptr);
   EXPECT_EQ(log->init_nranks, 1);
   EXPECT_EQ(log->init_rank, 0);
-  for (int i = 0; i < 128; ++i) ASSERT_EQ(log->init_id[i], static_cast<char>(i * 7 + 1));
+  for (int i = 0; i < 128; ++i)
+    ASSERT_EQ(log->init_id[i], static_cast<char>(i * 7 + 1));
 
   // A host stream is refused: NCCL runs on CUDA streams.
   float a[7] = {1, 2, 3, 4, 5, 6, 7}, b[7] = {};
@@ -155,8 +158,7 @@ TEST(Nccl, CallsReachNcclWithTheirArguments) {
   log->async_error = 6;  // ncclRemoteError
   ASSERT_EQ(tesselCommGetAsyncError(comm, &async), tesselSuccess);
   EXPECT_EQ(async, tesselRemoteError);
-  EXPECT_NE(std::string(tesselGetLastError(comm)).find("remote process exited"),
-            std::string::npos);
+  EXPECT_NE(std::string(tesselGetLastError(comm)).find("remote process exited"), std::string::npos);
   log->async_error = 0;
 
   const int destroyed = log->destroyed;

@@ -11,9 +11,9 @@ ProcessGroup::~ProcessGroup() {
 }
 
 Expected<std::unique_ptr<ProcessGroup>> ProcessGroup::from_env(const ProcessGroupOptions& options) {
-  TESSEL_ASSIGN_OR_RETURN(CommOptions comm_options,
-                          resolve_options(options.timeout_s, options.op_timeout_s,
-                                          options.check_calls));
+  TESSEL_ASSIGN_OR_RETURN(
+      CommOptions comm_options,
+      resolve_options(options.timeout_s, options.op_timeout_s, options.check_calls));
   TESSEL_ASSIGN_OR_RETURN(Backend backend, resolve_backend(options.backend));
   TESSEL_ASSIGN_OR_RETURN(auto comm, init_comm_from_env(backend, comm_options));
   return std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(comm)));
@@ -24,17 +24,19 @@ Expected<std::vector<std::unique_ptr<ProcessGroup>>> ProcessGroup::in_process(
   if (options.backend && *options.backend != Backend::kShm)
     return invalid_argument("ranks as threads of one process use the shm backend, not {}",
                             backend_name(*options.backend));
-  TESSEL_ASSIGN_OR_RETURN(CommOptions comm_options,
-                          resolve_options(options.timeout_s, options.op_timeout_s,
-                                          options.check_calls));
+  TESSEL_ASSIGN_OR_RETURN(
+      CommOptions comm_options,
+      resolve_options(options.timeout_s, options.op_timeout_s, options.check_calls));
   TESSEL_ASSIGN_OR_RETURN(auto comms, init_local_comms(nranks, comm_options));
   std::vector<std::unique_ptr<ProcessGroup>> groups;
-  for (auto& comm : comms) groups.push_back(std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(comm))));
+  for (auto& comm : comms)
+    groups.push_back(std::unique_ptr<ProcessGroup>(new ProcessGroup(std::move(comm))));
   return groups;
 }
 
 Expected<Work> ProcessGroup::group(std::vector<Call> calls) {
-  for (const Call& call : calls) TESSEL_TRY(validate(call, rank(), size()));
+  for (const Call& call : calls)
+    TESSEL_TRY(validate(call, rank(), size()));
   TESSEL_TRY(comm_->submit(calls, stream_.get()));
   return Work(stream_, stream_->last_issued());
 }
@@ -81,9 +83,9 @@ Expected<Work> ProcessGroup::recv(void* data, size_t count, DataType type, int p
 }
 
 Status ProcessGroup::barrier() {
-  TESSEL_ASSIGN_OR_RETURN(Work work,
-                          group({make(CallKind::kBarrier, nullptr, nullptr, 0, DataType::kUint8,
-                                      RedOp::kSum, 0)}));
+  TESSEL_ASSIGN_OR_RETURN(
+      Work work,
+      group({make(CallKind::kBarrier, nullptr, nullptr, 0, DataType::kUint8, RedOp::kSum, 0)}));
   return work.wait();
 }
 
@@ -95,15 +97,24 @@ void ProcessGroup::abort() {
 
 Expected<DataType> ProcessGroup::comm_dtype(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return DataType::kFloat32;
-    case DType::kF64: return DataType::kFloat64;
-    case DType::kF16: return DataType::kFloat16;
-    case DType::kBF16: return DataType::kBfloat16;
-    case DType::kI8: return DataType::kInt8;
-    case DType::kU8: return DataType::kUint8;
-    case DType::kI32: return DataType::kInt32;
-    case DType::kI64: return DataType::kInt64;
-    case DType::kBool: break;
+    case DType::kF32:
+      return DataType::kFloat32;
+    case DType::kF64:
+      return DataType::kFloat64;
+    case DType::kF16:
+      return DataType::kFloat16;
+    case DType::kBF16:
+      return DataType::kBfloat16;
+    case DType::kI8:
+      return DataType::kInt8;
+    case DType::kU8:
+      return DataType::kUint8;
+    case DType::kI32:
+      return DataType::kInt32;
+    case DType::kI64:
+      return DataType::kInt64;
+    case DType::kBool:
+      break;
   }
   return invalid_argument("collectives have no {} element type; convert to u8 first",
                           tessel::dtype_name(dtype));

@@ -13,8 +13,10 @@ namespace {
 template <typename Body>
 void on_ranks(std::vector<std::unique_ptr<ProcessGroup>>& groups, Body body) {
   std::vector<std::thread> threads;
-  for (auto& group : groups) threads.emplace_back([&, g = group.get()] { body(*g); });
-  for (auto& t : threads) t.join();
+  for (auto& group : groups)
+    threads.emplace_back([&, g = group.get()] { body(*g); });
+  for (auto& t : threads)
+    t.join();
 }
 
 TEST(ProcessGroup, AllReduceAverageReturnsWorkThatWaits) {
@@ -26,7 +28,8 @@ TEST(ProcessGroup, AllReduceAverageReturnsWorkThatWaits) {
     ASSERT_TRUE(work.ok()) << work.status().to_string();
     ASSERT_TRUE(work->wait().ok());
     EXPECT_TRUE(work->done());
-    for (float v : grad) ASSERT_EQ(v, 3.0f);
+    for (float v : grad)
+      ASSERT_EQ(v, 3.0f);
   });
 }
 
@@ -66,7 +69,8 @@ TEST(ProcessGroup, GroupedSendAndReceiveSwapBuffers) {
     auto work = g.group({out, in});  // both ranks send first: only works as one group
     ASSERT_TRUE(work.ok());
     ASSERT_TRUE(work->wait().ok());
-    for (double v : theirs) ASSERT_EQ(v, other + 0.5);
+    for (double v : theirs)
+      ASSERT_EQ(v, other + 0.5);
   });
 }
 

@@ -30,7 +30,8 @@ bool read_stat(int pid, char* state, uint64_t* start_time) {
   rest >> field;  // field 3: state
   if (field.empty()) return false;
   *state = field[0];
-  for (int index = 4; index <= 22; ++index) rest >> field;
+  for (int index = 4; index <= 22; ++index)
+    rest >> field;
   *start_time = std::strtoull(field.c_str(), nullptr, 10);
   return true;
 }

@@ -10,8 +10,8 @@ namespace tessel::dist {
 
 struct ProcessId {
   int pid = 0;
-  uint64_t start_time = 0;      // clock ticks after boot, field 22 of /proc/<pid>/stat
-  uint64_t pid_namespace = 0;   // inode of /proc/self/ns/pid: pids mean something only inside it
+  uint64_t start_time = 0;     // clock ticks after boot, field 22 of /proc/<pid>/stat
+  uint64_t pid_namespace = 0;  // inode of /proc/self/ns/pid: pids mean something only inside it
 };
 
 ProcessId this_process();

@@ -9,7 +9,7 @@
 namespace tessel::dist {
 
 using ReduceFn = void (*)(void*, void*, const void* const*, int, size_t, DataType, RedOp, int,
-                         bool);
+                          bool);
 using CopyFn = void (*)(void*, const void*, size_t);
 
 #if defined(__x86_64__)
@@ -46,8 +46,8 @@ const Variant& variant() {
 void reduce(void* out, void* out2, const void* const* inputs, int ninputs, size_t count,
             DataType type, RedOp op, int avg_divisor, bool stream_out) {
   if (count == 0 || ninputs <= 0) return;
-  variant().reduce(out, out2, inputs, ninputs, count, type, op,
-                   op == RedOp::kAvg ? avg_divisor : 0, stream_out);
+  variant().reduce(out, out2, inputs, ninputs, count, type, op, op == RedOp::kAvg ? avg_divisor : 0,
+                   stream_out);
 }
 
 void copy_nontemporal(void* dst, const void* src, size_t bytes) {
@@ -62,7 +62,9 @@ void store_fence() {
 #endif
 }
 
-const char* reduce_variant() { return variant().name; }
+const char* reduce_variant() {
+  return variant().name;
+}
 
 void reduce_baseline(void* out, void* out2, const void* const* inputs, int ninputs, size_t count,
                      DataType type, RedOp op, int avg_divisor) {

@@ -6,9 +6,10 @@
 // f16 and bf16 are widened to f32, combined in f32 across all n inputs and rounded once (to
 // nearest even; the conversions are branch-free copies of support/dtype.h's, so the loops
 // vectorize). Integers wrap on overflow like unsigned arithmetic. kAvg is the sum divided by
-// `avg_divisor`; integers sum in 64 bits for it and the quotient truncates toward zero. `out` may be one of the inputs; `out2`, when
-// not null, receives a second copy of the result. The loops are compiled twice, for baseline
-// x86-64 and for AVX2+F16C+FMA, and the variant is chosen from cpuid at start-up.
+// `avg_divisor`; integers sum in 64 bits for it and the quotient truncates toward zero. `out` may
+// be one of the inputs; `out2`, when not null, receives a second copy of the result. The loops are
+// compiled twice, for baseline x86-64 and for AVX2+F16C+FMA, and the variant is chosen from cpuid
+// at start-up.
 #pragma once
 
 #include <cstddef>

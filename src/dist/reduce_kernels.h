@@ -68,7 +68,9 @@ inline uint16_t float_to_half_bits(float f) {
   return static_cast<uint16_t>((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
 }
 
-inline float bfloat_bits_to_float(uint16_t b) { return bits_to_f32(static_cast<uint32_t>(b) << 16); }
+inline float bfloat_bits_to_float(uint16_t b) {
+  return bits_to_f32(static_cast<uint32_t>(b) << 16);
+}
 
 inline uint16_t float_to_bfloat_bits(float f) {
   const uint32_t w = f32_to_bits(f);
@@ -79,12 +81,30 @@ inline uint16_t float_to_bfloat_bits(float f) {
 
 // Storage type -> accumulator type. Signed integers accumulate as unsigned so that overflow
 // wraps instead of being undefined.
-template <typename S> struct Acc { using type = S; };
-template <> struct Acc<int8_t> { using type = uint8_t; };
-template <> struct Acc<int32_t> { using type = uint32_t; };
-template <> struct Acc<int64_t> { using type = uint64_t; };
-template <> struct Acc<F16> { using type = float; };
-template <> struct Acc<BF16> { using type = float; };
+template <typename S>
+struct Acc {
+  using type = S;
+};
+template <>
+struct Acc<int8_t> {
+  using type = uint8_t;
+};
+template <>
+struct Acc<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct Acc<int64_t> {
+  using type = uint64_t;
+};
+template <>
+struct Acc<F16> {
+  using type = float;
+};
+template <>
+struct Acc<BF16> {
+  using type = float;
+};
 
 // Converts a block of storage values into accumulators.
 template <typename S, typename A>
@@ -94,15 +114,18 @@ inline void load_block(A* acc, const S* in, size_t len) {
     size_t j = 0;
 #if defined(__F16C__)
     for (; j + 8 <= len; j += 8)
-      _mm256_storeu_ps(acc + j, _mm256_cvtph_ps(_mm_loadu_si128(
-                                    reinterpret_cast<const __m128i*>(bits + j))));
+      _mm256_storeu_ps(
+          acc + j, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(bits + j))));
 #endif
-    for (; j < len; ++j) acc[j] = half_bits_to_float(bits[j]);
+    for (; j < len; ++j)
+      acc[j] = half_bits_to_float(bits[j]);
   } else if constexpr (std::is_same_v<S, BF16>) {
     const uint16_t* bits = reinterpret_cast<const uint16_t*>(in);
-    for (size_t j = 0; j < len; ++j) acc[j] = bfloat_bits_to_float(bits[j]);
+    for (size_t j = 0; j < len; ++j)
+      acc[j] = bfloat_bits_to_float(bits[j]);
   } else {
-    for (size_t j = 0; j < len; ++j) acc[j] = static_cast<A>(in[j]);
+    for (size_t j = 0; j < len; ++j)
+      acc[j] = static_cast<A>(in[j]);
   }
 }
 
@@ -117,12 +140,15 @@ inline void store_block(S* out, const A* acc, size_t len) {
       _mm_storeu_si128(reinterpret_cast<__m128i*>(bits + j),
                        _mm256_cvtps_ph(_mm256_loadu_ps(acc + j), _MM_FROUND_TO_NEAREST_INT));
 #endif
-    for (; j < len; ++j) bits[j] = float_to_half_bits(acc[j]);
+    for (; j < len; ++j)
+      bits[j] = float_to_half_bits(acc[j]);
   } else if constexpr (std::is_same_v<S, BF16>) {
     uint16_t* bits = reinterpret_cast<uint16_t*>(out);
-    for (size_t j = 0; j < len; ++j) bits[j] = float_to_bfloat_bits(acc[j]);
+    for (size_t j = 0; j < len; ++j)
+      bits[j] = float_to_bfloat_bits(acc[j]);
   } else {
-    for (size_t j = 0; j < len; ++j) out[j] = static_cast<S>(acc[j]);
+    for (size_t j = 0; j < len; ++j)
+      out[j] = static_cast<S>(acc[j]);
   }
 }
 
@@ -157,15 +183,30 @@ inline void copy_streaming(void* dst_v, const void* src_v, size_t bytes) {
   std::memcpy(dst, src, bytes);
 }
 
-template <typename A> struct SumOp { A operator()(A a, A b) const { return a + b; } };
-template <typename A> struct ProdOp { A operator()(A a, A b) const { return a * b; } };
-template <typename A> struct MaxOp { A operator()(A a, A b) const { return b > a ? b : a; } };
-template <typename A> struct MinOp { A operator()(A a, A b) const { return b < a ? b : a; } };
+template <typename A>
+struct SumOp {
+  A operator()(A a, A b) const { return a + b; }
+};
+template <typename A>
+struct ProdOp {
+  A operator()(A a, A b) const { return a * b; }
+};
+template <typename A>
+struct MaxOp {
+  A operator()(A a, A b) const { return b > a ? b : a; }
+};
+template <typename A>
+struct MinOp {
+  A operator()(A a, A b) const { return b < a ? b : a; }
+};
 
 // Max and min compare in the signed domain, so for them a signed type stays signed.
-template <template <typename> class Op> inline constexpr bool kCompares = false;
-template <> inline constexpr bool kCompares<MaxOp> = true;
-template <> inline constexpr bool kCompares<MinOp> = true;
+template <template <typename> class Op>
+inline constexpr bool kCompares = false;
+template <>
+inline constexpr bool kCompares<MaxOp> = true;
+template <>
+inline constexpr bool kCompares<MinOp> = true;
 
 // Integers being averaged accumulate in 64 bits, so the mean of values of the type is exact.
 template <typename S, template <typename> class Op, bool kAverage>
@@ -173,48 +214,82 @@ using AccumulatorOf = std::conditional_t<
     std::is_integral_v<S> && kAverage, uint64_t,
     std::conditional_t<kCompares<Op> && std::is_integral_v<S>, S, typename Acc<S>::type>>;
 
+// Writes a block of results to `out` (around the cache if `stream`) and to `out2`.
+template <typename S>
+inline void emit_block(S* out, S* out2, const S* block, size_t len, bool stream) {
+  if (stream) {
+    copy_streaming(out, block, len * sizeof(S));
+  } else {
+    std::memcpy(out, block, len * sizeof(S));
+  }
+  if (out2) std::memcpy(out2, block, len * sizeof(S));
+}
+
+// Where storage and accumulator types agree (f32, f64 and integer sum, prod, max, min), inputs
+// are combined element by element straight from memory: the first two in one pass, the rest
+// into that block while it is in L1.
+template <typename S, template <typename> class Op>
+void reduce_direct(S* out, S* out2, const void* const* inputs_v, int n, size_t count,
+                   bool stream) {
+  const Op<S> op;
+  alignas(64) S acc[kBlock];
+  for (size_t base = 0; base < count; base += kBlock) {
+    const size_t len = std::min(kBlock, count - base);
+    const S* a = static_cast<const S*>(inputs_v[0]) + base;
+    if (n == 1) {
+      for (size_t j = 0; j < len; ++j) acc[j] = a[j];
+    } else {
+      const S* b = static_cast<const S*>(inputs_v[1]) + base;
+      for (size_t j = 0; j < len; ++j) acc[j] = op(a[j], b[j]);
+      for (int k = 2; k < n; ++k) {
+        const S* in = static_cast<const S*>(inputs_v[k]) + base;
+        for (size_t j = 0; j < len; ++j) acc[j] = op(acc[j], in[j]);
+      }
+    }
+    emit_block(out + base, out2 ? out2 + base : nullptr, acc, len, stream);
+  }
+}
+
 template <typename S, template <typename> class Op, bool kAverage = false>
 void reduce_loop(void* out_v, void* out2_v, const void* const* inputs_v, int n, size_t count,
                  int avg_divisor, bool stream_out) {
   using A = AccumulatorOf<S, Op, kAverage>;
-  const Op<A> op;
   S* out = static_cast<S*>(out_v);
   S* out2 = static_cast<S*>(out2_v);
-  alignas(64) A acc[kBlock];
-  alignas(64) A tmp[kBlock];
-  for (size_t base = 0; base < count; base += kBlock) {
-    const size_t len = std::min(kBlock, count - base);
-    load_block<S, A>(acc, static_cast<const S*>(inputs_v[0]) + base, len);
-    for (int k = 1; k < n; ++k) {
-      const S* in = static_cast<const S*>(inputs_v[k]) + base;
-      if constexpr (std::is_arithmetic_v<S>) {
-        for (size_t j = 0; j < len; ++j) acc[j] = op(acc[j], static_cast<A>(in[j]));
-      } else {
-        load_block<S, A>(tmp, in, len);
-        for (size_t j = 0; j < len; ++j) acc[j] = op(acc[j], tmp[j]);
+  if constexpr (std::is_same_v<S, A> && !kAverage) {
+    return reduce_direct<S, Op>(out, out2, inputs_v, n, count, stream_out);
+  } else {
+    const Op<A> op;
+    alignas(64) A acc[kBlock];
+    alignas(64) A tmp[kBlock];
+    alignas(64) S result[kBlock];
+    for (size_t base = 0; base < count; base += kBlock) {
+      const size_t len = std::min(kBlock, count - base);
+      load_block<S, A>(acc, static_cast<const S*>(inputs_v[0]) + base, len);
+      for (int k = 1; k < n; ++k) {
+        const S* in = static_cast<const S*>(inputs_v[k]) + base;
+        if constexpr (std::is_arithmetic_v<S>) {
+          for (size_t j = 0; j < len; ++j) acc[j] = op(acc[j], static_cast<A>(in[j]));
+        } else {
+          load_block<S, A>(tmp, in, len);
+          for (size_t j = 0; j < len; ++j) acc[j] = op(acc[j], tmp[j]);
+        }
       }
-    }
-    if constexpr (kAverage) {
-      if constexpr (std::is_floating_point_v<A>) {
-        const A divisor = static_cast<A>(avg_divisor);
-        for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
-      } else if constexpr (std::is_signed_v<S>) {
-        const int64_t divisor = avg_divisor;
-        for (size_t j = 0; j < len; ++j)
-          acc[j] = static_cast<uint64_t>(static_cast<int64_t>(acc[j]) / divisor);
-      } else {
-        const uint64_t divisor = static_cast<uint64_t>(avg_divisor);
-        for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
+      if constexpr (kAverage) {
+        if constexpr (std::is_floating_point_v<A>) {
+          const A divisor = static_cast<A>(avg_divisor);
+          for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
+        } else if constexpr (std::is_signed_v<S>) {
+          const int64_t divisor = avg_divisor;
+          for (size_t j = 0; j < len; ++j)
+            acc[j] = static_cast<uint64_t>(static_cast<int64_t>(acc[j]) / divisor);
+        } else {
+          const uint64_t divisor = static_cast<uint64_t>(avg_divisor);
+          for (size_t j = 0; j < len; ++j) acc[j] = acc[j] / divisor;
+        }
       }
-    }
-    if (stream_out) {
-      alignas(64) S staged[kBlock];
-      store_block<S, A>(staged, acc, len);
-      copy_streaming(out + base, staged, len * sizeof(S));
-      if (out2) std::memcpy(out2 + base, staged, len * sizeof(S));
-    } else {
-      store_block<S, A>(out + base, acc, len);
-      if (out2) store_block<S, A>(out2 + base, acc, len);
+      store_block<S, A>(result, acc, len);
+      emit_block(out + base, out2 ? out2 + base : nullptr, result, len, stream_out);
     }
   }
 }
@@ -223,12 +298,16 @@ template <typename S>
 void reduce_typed(void* out, void* out2, const void* const* inputs, int n, size_t count, RedOp op,
                   int avg_divisor, bool stream_out) {
   switch (op) {
-    case RedOp::kSum: return reduce_loop<S, SumOp>(out, out2, inputs, n, count, 0, stream_out);
+    case RedOp::kSum:
+      return reduce_loop<S, SumOp>(out, out2, inputs, n, count, 0, stream_out);
     case RedOp::kAvg:
       return reduce_loop<S, SumOp, true>(out, out2, inputs, n, count, avg_divisor, stream_out);
-    case RedOp::kProd: return reduce_loop<S, ProdOp>(out, out2, inputs, n, count, 0, stream_out);
-    case RedOp::kMax: return reduce_loop<S, MaxOp>(out, out2, inputs, n, count, 0, stream_out);
-    case RedOp::kMin: return reduce_loop<S, MinOp>(out, out2, inputs, n, count, 0, stream_out);
+    case RedOp::kProd:
+      return reduce_loop<S, ProdOp>(out, out2, inputs, n, count, 0, stream_out);
+    case RedOp::kMax:
+      return reduce_loop<S, MaxOp>(out, out2, inputs, n, count, 0, stream_out);
+    case RedOp::kMin:
+      return reduce_loop<S, MinOp>(out, out2, inputs, n, count, 0, stream_out);
   }
 }
 
@@ -236,16 +315,26 @@ void reduce_typed(void* out, void* out2, const void* const* inputs, int n, size_
 inline void reduce_any(void* out, void* out2, const void* const* inputs, int n, size_t count,
                        DataType type, RedOp op, int avg_divisor, bool stream_out) {
   switch (type) {
-    case DataType::kInt8: return reduce_typed<int8_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kUint8: return reduce_typed<uint8_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kInt32: return reduce_typed<int32_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kUint32: return reduce_typed<uint32_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kInt64: return reduce_typed<int64_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kUint64: return reduce_typed<uint64_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kFloat16: return reduce_typed<F16>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kFloat32: return reduce_typed<float>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kFloat64: return reduce_typed<double>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
-    case DataType::kBfloat16: return reduce_typed<BF16>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kInt8:
+      return reduce_typed<int8_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kUint8:
+      return reduce_typed<uint8_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kInt32:
+      return reduce_typed<int32_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kUint32:
+      return reduce_typed<uint32_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kInt64:
+      return reduce_typed<int64_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kUint64:
+      return reduce_typed<uint64_t>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kFloat16:
+      return reduce_typed<F16>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kFloat32:
+      return reduce_typed<float>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kFloat64:
+      return reduce_typed<double>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
+    case DataType::kBfloat16:
+      return reduce_typed<BF16>(out, out2, inputs, n, count, op, avg_divisor, stream_out);
   }
 }
 

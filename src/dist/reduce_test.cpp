@@ -37,7 +37,8 @@ uint16_t ref_f32_to_bf16(float x) {
 // One f16 input is widened to f32 and rounded back: every bit pattern must survive.
 TEST(Reduce, HalfValuesRoundTripThroughTheF32Accumulator) {
   std::vector<uint16_t> all(0x10000), out(0x10000);
-  for (uint32_t bits = 0; bits < 0x10000; ++bits) all[bits] = static_cast<uint16_t>(bits);
+  for (uint32_t bits = 0; bits < 0x10000; ++bits)
+    all[bits] = static_cast<uint16_t>(bits);
   for (DataType type : {DataType::kFloat16, DataType::kBfloat16}) {
     const void* in[1] = {all.data()};
     reduce(out.data(), nullptr, in, 1, all.size(), type, RedOp::kMax, 1);
@@ -47,8 +48,8 @@ TEST(Reduce, HalfValuesRoundTripThroughTheF32Accumulator) {
     };
     for (uint32_t bits = 0; bits < 0x10000; ++bits) {
       if (is_nan(bits)) {
-        EXPECT_TRUE(is_nan(out[bits])) << dtype_name(type) << " NaN " << bits << " became "
-                                       << out[bits];
+        EXPECT_TRUE(is_nan(out[bits]))
+            << dtype_name(type) << " NaN " << bits << " became " << out[bits];
         continue;
       }
       ASSERT_EQ(out[bits], bits) << dtype_name(type) << " bits " << bits;
@@ -122,19 +123,35 @@ double input_value(DataType type, RedOp op, int k, size_t i) {
 
 void store(DataType type, void* base, size_t i, double v) {
   switch (type) {
-    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
-    case DataType::kUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
-    case DataType::kUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
-    case DataType::kUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v); break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kUint8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kUint32:
+      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kUint64:
+      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v);
+      break;
     case DataType::kFloat16: {
       _Float16 h = static_cast<_Float16>(v);
       std::memcpy(static_cast<uint16_t*>(base) + i, &h, 2);
       break;
     }
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(base)[i] = v;
+      break;
     case DataType::kBfloat16:
       static_cast<uint16_t*>(base)[i] = ref_f32_to_bf16(static_cast<float>(v));
       break;
@@ -143,20 +160,29 @@ void store(DataType type, void* base, size_t i, double v) {
 
 double load(DataType type, const void* base, size_t i) {
   switch (type) {
-    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
-    case DataType::kUint8: return static_cast<const uint8_t*>(base)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
-    case DataType::kUint32: return static_cast<const uint32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(base)[i];
+    case DataType::kUint8:
+      return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case DataType::kUint32:
+      return static_cast<const uint32_t*>(base)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUint64:
+      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
     case DataType::kFloat16: {
       _Float16 h;
       std::memcpy(&h, static_cast<const uint16_t*>(base) + i, 2);
       return static_cast<double>(h);
     }
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
-    case DataType::kBfloat16: return ref_bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(base)[i];
+    case DataType::kBfloat16:
+      return ref_bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
   }
   return 0;
 }
@@ -165,11 +191,17 @@ double load(DataType type, const void* base, size_t i) {
 double expected_stored(DataType type, double v) {
   std::vector<unsigned char> cell(8);
   switch (type) {
-    case DataType::kInt8: return static_cast<int8_t>(wrap<uint8_t>(static_cast<int64_t>(v)));
-    case DataType::kUint8: return wrap<uint8_t>(static_cast<int64_t>(v));
-    case DataType::kInt32: return static_cast<int32_t>(wrap<uint32_t>(static_cast<int64_t>(v)));
-    case DataType::kUint32: return wrap<uint32_t>(static_cast<int64_t>(v));
-    default: store(type, cell.data(), 0, v); return load(type, cell.data(), 0);
+    case DataType::kInt8:
+      return static_cast<int8_t>(wrap<uint8_t>(static_cast<int64_t>(v)));
+    case DataType::kUint8:
+      return wrap<uint8_t>(static_cast<int64_t>(v));
+    case DataType::kInt32:
+      return static_cast<int32_t>(wrap<uint32_t>(static_cast<int64_t>(v)));
+    case DataType::kUint32:
+      return wrap<uint32_t>(static_cast<int64_t>(v));
+    default:
+      store(type, cell.data(), 0, v);
+      return load(type, cell.data(), 0);
   }
 }
 
@@ -179,10 +211,18 @@ double reference(const Case& c, size_t i) {
     double v = input_value(c.type, c.op, k, i);
     switch (c.op) {
       case RedOp::kSum:
-      case RedOp::kAvg: acc += v; break;
-      case RedOp::kProd: acc *= v; break;
-      case RedOp::kMax: acc = std::max(acc, v); break;
-      case RedOp::kMin: acc = std::min(acc, v); break;
+      case RedOp::kAvg:
+        acc += v;
+        break;
+      case RedOp::kProd:
+        acc *= v;
+        break;
+      case RedOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case RedOp::kMin:
+        acc = std::min(acc, v);
+        break;
     }
   }
   if (c.op == RedOp::kAvg) acc = is_floating(c.type) ? acc / c.n : std::trunc(acc / c.n);
@@ -205,10 +245,12 @@ void run_case(const Case& c, bool in_place, ReduceFn fn = reduce_cached) {
   const size_t elem = dtype_size(c.type);
   std::vector<std::vector<unsigned char>> in(c.n, std::vector<unsigned char>(c.count * elem + 1));
   for (int k = 0; k < c.n; ++k)
-    for (size_t i = 0; i < c.count; ++i) store(c.type, in[k].data(), i, input_value(c.type, c.op, k, i));
+    for (size_t i = 0; i < c.count; ++i)
+      store(c.type, in[k].data(), i, input_value(c.type, c.op, k, i));
   std::vector<unsigned char> out(c.count * elem + 1, 0xEE), out2(c.count * elem + 1, 0xDD);
   std::vector<const void*> ptrs;
-  for (auto& v : in) ptrs.push_back(v.data());
+  for (auto& v : in)
+    ptrs.push_back(v.data());
   void* dst = in_place ? in[0].data() : out.data();
   fn(dst, out2.data(), ptrs.data(), c.n, c.count, c.type, c.op, c.n);
   for (size_t i = 0; i < c.count; ++i) {
@@ -217,7 +259,7 @@ void run_case(const Case& c, bool in_place, ReduceFn fn = reduce_cached) {
     double got2 = load(c.type, out2.data(), i);
     // Inputs are exact in every type and sums stay small, so f32 accumulation is exact and the
     // only rounding is the final one (avg); allow one unit in the last place of the storage type.
-    double ulp = c.type == DataType::kFloat16   ? 0x1.0p-10
+    double ulp = c.type == DataType::kFloat16    ? 0x1.0p-10
                  : c.type == DataType::kBfloat16 ? 0x1.0p-7
                  : c.type == DataType::kFloat32  ? 0x1.0p-23
                                                  : 0x1.0p-52;
@@ -236,8 +278,8 @@ TEST(Reduce, EveryTypeAndOperatorMatchesReference) {
   for (int t = 0; t < kNumDataTypes; ++t)
     for (int o = 0; o < kNumRedOps; ++o)
       for (int n : {1, 2, 3, 8})
-        for (size_t count : {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{1025},
-                             size_t{4099}})
+        for (size_t count :
+             {size_t{0}, size_t{1}, size_t{7}, size_t{1023}, size_t{1025}, size_t{4099}})
           run_case({static_cast<DataType>(t), static_cast<RedOp>(o), n, count}, false);
 }
 
@@ -254,9 +296,11 @@ TEST(Reduce, StreamedOutputMatchesReference) {
 
 TEST(Reduce, NonTemporalCopyIsACopyAtAnyAlignment) {
   std::vector<unsigned char> src(10000), dst(10000);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<unsigned char>(i * 131 + 7);
+  for (size_t i = 0; i < src.size(); ++i)
+    src[i] = static_cast<unsigned char>(i * 131 + 7);
   for (size_t offset : {size_t{0}, size_t{1}, size_t{3}, size_t{16}, size_t{31}, size_t{33}})
-    for (size_t bytes : {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{100}, size_t{4097}, size_t{9000}}) {
+    for (size_t bytes :
+         {size_t{0}, size_t{1}, size_t{31}, size_t{32}, size_t{100}, size_t{4097}, size_t{9000}}) {
       std::fill(dst.begin(), dst.end(), 0);
       copy_nontemporal(dst.data() + offset, src.data() + (offset * 7) % 50, bytes);
       store_fence();

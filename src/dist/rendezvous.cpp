@@ -136,8 +136,7 @@ Expected<RankEnv> rank_env_from(const std::function<const char*(const char*)>& g
     TESSEL_ASSIGN_OR_RETURN(env.rank, parse_int(s.rank, value(s.rank), 0));
     TESSEL_ASSIGN_OR_RETURN(env.world_size, parse_int(s.size, value(s.size), 1));
     if (env.rank >= env.world_size)
-      return invalid_argument("{}={} is not below {}={}", s.rank, env.rank, s.size,
-                              env.world_size);
+      return invalid_argument("{}={} is not below {}={}", s.rank, env.rank, s.size, env.world_size);
     env.local_rank = env.rank;
     if (value(s.local_rank)) {
       TESSEL_ASSIGN_OR_RETURN(env.local_rank, parse_int(s.local_rank, value(s.local_rank), 0));
@@ -153,13 +152,14 @@ Expected<RankEnv> rank_env_from(const std::function<const char*(const char*)>& g
     if (env.master_port > 65535)
       return invalid_argument("rendezvous port {} is not a TCP port", env.master_port);
     if (env.master_addr.empty() && env.master_port != 0) env.master_addr = "127.0.0.1";
-    env.agent_store = value("TESSEL_USE_AGENT_STORE") &&
-                      std::string_view(value("TESSEL_USE_AGENT_STORE")) == "1";
+    env.agent_store =
+        value("TESSEL_USE_AGENT_STORE") && std::string_view(value("TESSEL_USE_AGENT_STORE")) == "1";
     return env;
   }
-  return not_found("no rank in the environment: set TESSEL_RANK and TESSEL_WORLD_SIZE (or "
-                   "torchrun's RANK and WORLD_SIZE), or start the program with `tessel launch`, "
-                   "mpirun or srun");
+  return not_found(
+      "no rank in the environment: set TESSEL_RANK and TESSEL_WORLD_SIZE (or "
+      "torchrun's RANK and WORLD_SIZE), or start the program with `tessel launch`, "
+      "mpirun or srun");
 }
 
 Expected<RankEnv> rank_env() {

@@ -25,7 +25,7 @@ namespace tessel::dist {
 struct UniqueId {
   std::string host;  // where the store listens
   int port = 0;
-  std::string key;   // names the communicator in the store
+  std::string key;  // names the communicator in the store
 };
 inline constexpr size_t kUniqueIdBytes = 128;
 void encode_unique_id(const UniqueId& id, char (&out)[kUniqueIdBytes]);
@@ -40,10 +40,10 @@ struct RankEnv {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
-  std::string master_addr;  // empty: none given
-  int master_port = 0;      // 0: none given
-  bool agent_store = false; // a launcher hosts the store; rank 0 must not start one
-  std::string source;       // "TESSEL_*", "torchrun", "OpenMPI", "Slurm"
+  std::string master_addr;   // empty: none given
+  int master_port = 0;       // 0: none given
+  bool agent_store = false;  // a launcher hosts the store; rank 0 must not start one
+  std::string source;        // "TESSEL_*", "torchrun", "OpenMPI", "Slurm"
 };
 // Reads the variables through `get` (std::getenv in real use).
 Expected<RankEnv> rank_env_from(const std::function<const char*(const char*)>& get);

@@ -18,8 +18,11 @@ Expected<RankEnv> from(std::map<std::string, std::string> vars) {
 }
 
 TEST(RankEnv, TesselVariables) {
-  auto env = from({{"TESSEL_RANK", "2"}, {"TESSEL_WORLD_SIZE", "4"}, {"TESSEL_LOCAL_RANK", "0"},
-                   {"TESSEL_MASTER_ADDR", "10.0.0.1"}, {"TESSEL_MASTER_PORT", "29500"},
+  auto env = from({{"TESSEL_RANK", "2"},
+                   {"TESSEL_WORLD_SIZE", "4"},
+                   {"TESSEL_LOCAL_RANK", "0"},
+                   {"TESSEL_MASTER_ADDR", "10.0.0.1"},
+                   {"TESSEL_MASTER_PORT", "29500"},
                    {"TESSEL_USE_AGENT_STORE", "1"}});
   ASSERT_TRUE(env.ok()) << env.status().to_string();
   EXPECT_EQ(env->rank, 2);
@@ -32,23 +35,25 @@ TEST(RankEnv, TesselVariables) {
 }
 
 TEST(RankEnv, TorchrunVariablesAndTesselTakesPrecedence) {
-  auto env = from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"},
-                   {"MASTER_PORT", "1234"}});
+  auto env =
+      from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "node0"}, {"MASTER_PORT", "1234"}});
   ASSERT_TRUE(env.ok());
   EXPECT_EQ(env->source, "torchrun");
   EXPECT_EQ(env->rank, 1);
   EXPECT_EQ(env->local_rank, 1);  // defaults to the rank
   EXPECT_EQ(env->master_addr, "node0");
   EXPECT_FALSE(env->agent_store);
-  auto both = from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TESSEL_RANK", "0"},
-                    {"TESSEL_WORLD_SIZE", "3"}});
+  auto both =
+      from({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"TESSEL_RANK", "0"}, {"TESSEL_WORLD_SIZE", "3"}});
   EXPECT_EQ(both->source, "TESSEL_*");
   EXPECT_EQ(both->world_size, 3);
 }
 
 TEST(RankEnv, OpenMpiVariablesTakeThePortFromTesselOrTorchrun) {
-  auto env = from({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"MASTER_PORT", "4000"}});
+  auto env = from({{"OMPI_COMM_WORLD_RANK", "3"},
+                   {"OMPI_COMM_WORLD_SIZE", "4"},
+                   {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                   {"MASTER_PORT", "4000"}});
   ASSERT_TRUE(env.ok());
   EXPECT_EQ(env->source, "OpenMPI");
   EXPECT_EQ(env->rank, 3);
@@ -60,8 +65,11 @@ TEST(RankEnv, OpenMpiVariablesTakeThePortFromTesselOrTorchrun) {
 }
 
 TEST(RankEnv, SlurmVariables) {
-  auto env = from({{"SLURM_PROCID", "5"}, {"SLURM_NTASKS", "8"}, {"SLURM_LOCALID", "1"},
-                   {"TESSEL_MASTER_PORT", "29400"}, {"TESSEL_MASTER_ADDR", "node3"}});
+  auto env = from({{"SLURM_PROCID", "5"},
+                   {"SLURM_NTASKS", "8"},
+                   {"SLURM_LOCALID", "1"},
+                   {"TESSEL_MASTER_PORT", "29400"},
+                   {"TESSEL_MASTER_ADDR", "node3"}});
   ASSERT_TRUE(env.ok());
   EXPECT_EQ(env->source, "Slurm");
   EXPECT_EQ(env->rank, 5);

@@ -29,11 +29,13 @@ constexpr uint32_t kMaxField = 64u << 20;
 using Clock = std::chrono::steady_clock;
 
 void put_u32(std::string& out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+  for (int i = 0; i < 4; ++i)
+    out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
 }
 uint32_t get_u32(const char* p) {
   uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 std::string encode_i64(int64_t v) {
@@ -172,15 +174,15 @@ void StoreServer::serve() {
     return decode_i64(counter->second) >= std::strtoll(target->second.c_str(), nullptr, 10);
   };
   // Handles one complete request; returns false if the request is malformed.
-  auto handle = [&](int fd, uint8_t op, std::string key, std::string value,
-                    Clock::time_point now) {
+  auto handle = [&](int fd, uint8_t op, std::string key, std::string value, Clock::time_point now) {
     switch (op) {
       case kSet: {
         st.values[key] = value;
         reply(fd, kOk, "");
         auto waiting = st.waiters.find(key);
         if (waiting != st.waiters.end()) {
-          for (const auto& w : waiting->second) reply(w.fd, kOk, value);
+          for (const auto& w : waiting->second)
+            reply(w.fd, kOk, value);
           st.waiters.erase(waiting);
         }
         return true;
@@ -207,7 +209,8 @@ void StoreServer::serve() {
       case kContains:
         reply(fd, st.values.count(key) ? kOk : kMissing, "");
         return true;
-      default: return false;
+      default:
+        return false;
     }
   };
   auto drop = [&](int fd) {
@@ -219,7 +222,8 @@ void StoreServer::serve() {
 
   for (;;) {
     std::vector<pollfd> fds{{wake_fds_[0], POLLIN, 0}, {listen_fd_, POLLIN, 0}};
-    for (auto& [fd, client] : st.clients) fds.push_back({fd, POLLIN, 0});
+    for (auto& [fd, client] : st.clients)
+      fds.push_back({fd, POLLIN, 0});
     // Sleep until the nearest get() deadline.
     auto now = Clock::now();
     int timeout_ms = -1;
@@ -291,7 +295,8 @@ void StoreServer::serve() {
     }
     if (stop) break;
   }
-  for (auto& [fd, client] : st.clients) ::close(fd);
+  for (auto& [fd, client] : st.clients)
+    ::close(fd);
   st.clients.clear();
   std::lock_guard lock(st.mu);
   st.stopped = true;
@@ -378,8 +383,10 @@ Expected<std::string> StoreClient::request(uint8_t op, const std::string& key,
     if (n <= 0) {
       ::close(fd_);
       fd_ = -1;
-      return unavailable("the rendezvous store at {} closed the connection (did the process "
-                         "hosting it exit?)", address_);
+      return unavailable(
+          "the rendezvous store at {} closed the connection (did the process "
+          "hosting it exit?)",
+          address_);
     }
     in.append(buffer, static_cast<size_t>(n));
     if (in.size() >= 5) want = 5 + get_u32(in.data() + 1);
@@ -387,12 +394,15 @@ Expected<std::string> StoreClient::request(uint8_t op, const std::string& key,
   uint8_t status = static_cast<uint8_t>(in[0]);
   std::string data = in.substr(5, want - 5);
   switch (status) {
-    case kOk: return data;
-    case kMissing: return not_found("key '{}' is not in the rendezvous store", key);
+    case kOk:
+      return data;
+    case kMissing:
+      return not_found("key '{}' is not in the rendezvous store", key);
     case kTimedOut:
       return deadline_exceeded("waited {:.1f} s for key '{}' in the rendezvous store at {}",
                                timeout_s, key, address_);
-    default: return internal_error("the rendezvous store at {} rejected a request", address_);
+    default:
+      return internal_error("the rendezvous store at {} rejected a request", address_);
   }
 }
 

@@ -77,7 +77,8 @@ TEST(Store, BarrierReleasesEveryoneOnlyWhenAllArrived) {
       ASSERT_TRUE(c->barrier("b", 4, 5).ok());
       if (arrived.load() != 4) early.fetch_add(1);
     });
-  for (auto& t : threads) t.join();
+  for (auto& t : threads)
+    t.join();
   EXPECT_EQ(early.load(), 0);
 }
 

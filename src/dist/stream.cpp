@@ -27,7 +27,9 @@ Stream& Stream::default_stream() {
   return stream.stream;
 }
 
-uint64_t Stream::issue() { return issued_.fetch_add(1, std::memory_order_acq_rel) + 1; }
+uint64_t Stream::issue() {
+  return issued_.fetch_add(1, std::memory_order_acq_rel) + 1;
+}
 
 bool Stream::wait_turn(uint64_t after, const std::function<bool()>& give_up,
                        const std::function<void()>& idle) {
@@ -79,7 +81,9 @@ Status Stream::wait_for(uint64_t ticket) {
   return first_error();
 }
 
-Status Stream::synchronize() { return wait_for(last_issued()); }
+Status Stream::synchronize() {
+  return wait_for(last_issued());
+}
 
 Status Stream::first_error() const {
   std::lock_guard lock(mu_);

@@ -91,7 +91,8 @@ typedef enum {
 } tesselBackend_t;
 
 /* Options for tesselCommInitRankConfig; start from TESSEL_CONFIG_INITIALIZER. A field left at -1
- * (or tesselBackendDefault) takes its value from the environment, then from the built-in default. */
+ * (or tesselBackendDefault) takes its value from the environment, then from the built-in default.
+ */
 typedef struct {
   size_t size; /* sizeof(tesselConfig_t), for forward compatibility */
   tesselBackend_t backend;
@@ -153,13 +154,12 @@ tesselResult_t tesselReduce(const void* sendbuff, void* recvbuff, size_t count,
 /* recvbuff holds nranks * sendcount elements; in place when sendbuff == recvbuff + rank *
  * sendcount. */
 tesselResult_t tesselAllGather(const void* sendbuff, void* recvbuff, size_t sendcount,
-                               tesselDataType_t datatype, tesselComm_t comm,
-                               tesselStream_t stream);
+                               tesselDataType_t datatype, tesselComm_t comm, tesselStream_t stream);
 /* sendbuff holds nranks * recvcount elements; in place when recvbuff == sendbuff + rank *
  * recvcount. */
 tesselResult_t tesselReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount,
-                                   tesselDataType_t datatype, tesselRedOp_t op,
-                                   tesselComm_t comm, tesselStream_t stream);
+                                   tesselDataType_t datatype, tesselRedOp_t op, tesselComm_t comm,
+                                   tesselStream_t stream);
 /* Point to point; messages between two ranks match in the order they were posted. Put the sends
  * and receives of one exchange between tesselGroupStart and tesselGroupEnd. */
 tesselResult_t tesselSend(const void* sendbuff, size_t count, tesselDataType_t datatype, int peer,

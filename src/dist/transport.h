@@ -29,6 +29,9 @@ class Transport {
   // at fault if a peer dies, leaves or calls something else.
   virtual Status run(std::span<const Call> calls) = 0;
 
+  // Called once on the progress thread before its first call (to set its CPU affinity, say).
+  virtual void on_progress_thread() {}
+
   // Called by the idle progress thread about every 100 ms, so that peers see this rank alive.
   virtual void heartbeat() {}
 

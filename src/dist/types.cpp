@@ -8,49 +8,68 @@ namespace tessel::dist {
 size_t dtype_size(DataType type) {
   switch (type) {
     case DataType::kInt8:
-    case DataType::kUint8: return 1;
+    case DataType::kUint8:
+      return 1;
     case DataType::kFloat16:
-    case DataType::kBfloat16: return 2;
+    case DataType::kBfloat16:
+      return 2;
     case DataType::kInt32:
     case DataType::kUint32:
-    case DataType::kFloat32: return 4;
+    case DataType::kFloat32:
+      return 4;
     case DataType::kInt64:
     case DataType::kUint64:
-    case DataType::kFloat64: return 8;
+    case DataType::kFloat64:
+      return 8;
   }
   return 0;
 }
 
 const char* dtype_name(DataType type) {
   switch (type) {
-    case DataType::kInt8: return "i8";
-    case DataType::kUint8: return "u8";
-    case DataType::kInt32: return "i32";
-    case DataType::kUint32: return "u32";
-    case DataType::kInt64: return "i64";
-    case DataType::kUint64: return "u64";
-    case DataType::kFloat16: return "f16";
-    case DataType::kFloat32: return "f32";
-    case DataType::kFloat64: return "f64";
-    case DataType::kBfloat16: return "bf16";
+    case DataType::kInt8:
+      return "i8";
+    case DataType::kUint8:
+      return "u8";
+    case DataType::kInt32:
+      return "i32";
+    case DataType::kUint32:
+      return "u32";
+    case DataType::kInt64:
+      return "i64";
+    case DataType::kUint64:
+      return "u64";
+    case DataType::kFloat16:
+      return "f16";
+    case DataType::kFloat32:
+      return "f32";
+    case DataType::kFloat64:
+      return "f64";
+    case DataType::kBfloat16:
+      return "bf16";
   }
   return "?";
 }
 
 const char* redop_name(RedOp op) {
   switch (op) {
-    case RedOp::kSum: return "sum";
-    case RedOp::kProd: return "prod";
-    case RedOp::kMax: return "max";
-    case RedOp::kMin: return "min";
-    case RedOp::kAvg: return "avg";
+    case RedOp::kSum:
+      return "sum";
+    case RedOp::kProd:
+      return "prod";
+    case RedOp::kMax:
+      return "max";
+    case RedOp::kMin:
+      return "min";
+    case RedOp::kAvg:
+      return "avg";
   }
   return "?";
 }
 
 bool is_floating(DataType type) {
-  return type == DataType::kFloat16 || type == DataType::kFloat32 ||
-         type == DataType::kFloat64 || type == DataType::kBfloat16;
+  return type == DataType::kFloat16 || type == DataType::kFloat32 || type == DataType::kFloat64 ||
+         type == DataType::kBfloat16;
 }
 
 Expected<DataType> parse_dtype(std::string_view name) {
@@ -58,8 +77,10 @@ Expected<DataType> parse_dtype(std::string_view name) {
     auto type = static_cast<DataType>(i);
     if (name == dtype_name(type)) return type;
   }
-  return invalid_argument("unknown data type '{}' (expected i8, u8, i32, u32, i64, u64, f16, "
-                          "f32, f64 or bf16)", name);
+  return invalid_argument(
+      "unknown data type '{}' (expected i8, u8, i32, u32, i64, u64, f16, "
+      "f32, f64 or bf16)",
+      name);
 }
 
 Expected<RedOp> parse_redop(std::string_view name) {
@@ -72,14 +93,22 @@ Expected<RedOp> parse_redop(std::string_view name) {
 
 const char* call_kind_name(CallKind kind) {
   switch (kind) {
-    case CallKind::kAllReduce: return "all_reduce";
-    case CallKind::kBroadcast: return "broadcast";
-    case CallKind::kReduce: return "reduce";
-    case CallKind::kAllGather: return "all_gather";
-    case CallKind::kReduceScatter: return "reduce_scatter";
-    case CallKind::kSend: return "send";
-    case CallKind::kRecv: return "recv";
-    case CallKind::kBarrier: return "barrier";
+    case CallKind::kAllReduce:
+      return "all_reduce";
+    case CallKind::kBroadcast:
+      return "broadcast";
+    case CallKind::kReduce:
+      return "reduce";
+    case CallKind::kAllGather:
+      return "all_gather";
+    case CallKind::kReduceScatter:
+      return "reduce_scatter";
+    case CallKind::kSend:
+      return "send";
+    case CallKind::kRecv:
+      return "recv";
+    case CallKind::kBarrier:
+      return "barrier";
   }
   return "?";
 }
@@ -89,13 +118,15 @@ bool reduces(CallKind kind) {
   return kind == CallKind::kAllReduce || kind == CallKind::kReduce ||
          kind == CallKind::kReduceScatter;
 }
-bool has_root(CallKind kind) { return kind == CallKind::kBroadcast || kind == CallKind::kReduce; }
+bool has_root(CallKind kind) {
+  return kind == CallKind::kBroadcast || kind == CallKind::kReduce;
+}
 }  // namespace
 
 std::string describe(const Call& call) {
   if (call.kind == CallKind::kBarrier) return "barrier()";
-  std::string text = fmt::format("{}(count={}, {}", call_kind_name(call.kind), call.count,
-                                 dtype_name(call.dtype));
+  std::string text =
+      fmt::format("{}(count={}, {}", call_kind_name(call.kind), call.count, dtype_name(call.dtype));
   if (reduces(call.kind)) text += fmt::format(", {}", redop_name(call.op));
   if (has_root(call.kind)) text += fmt::format(", root={}", call.peer);
   if (is_point_to_point(call.kind)) text += fmt::format(", peer={}", call.peer);
@@ -106,17 +137,20 @@ std::string describe_mismatch(uint64_t seq, const std::vector<Call>& calls) {
   std::vector<std::pair<std::string, std::vector<int>>> groups;  // a call and who made it
   for (size_t r = 0; r < calls.size(); ++r) {
     std::string text = describe(calls[r]);
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return g.first == text; });
-    if (it == groups.end()) groups.push_back({text, {static_cast<int>(r)}});
-    else it->second.push_back(static_cast<int>(r));
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == text; });
+    if (it == groups.end())
+      groups.push_back({text, {static_cast<int>(r)}});
+    else
+      it->second.push_back(static_cast<int>(r));
   }
   if (groups.size() <= 1) return "";
   std::string message = fmt::format("mismatched collective #{} across ranks:", seq);
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto& ranks = groups[i].second;
     std::string who = ranks.size() == 1 ? "rank " : "ranks ";
-    for (size_t k = 0; k < ranks.size(); ++k) who += (k ? ", " : "") + std::to_string(ranks[k]);
+    for (size_t k = 0; k < ranks.size(); ++k)
+      who += (k ? ", " : "") + std::to_string(ranks[k]);
     message += fmt::format("{} {} called {}", i ? ";" : "", who, groups[i].first);
   }
   return message;
@@ -128,11 +162,15 @@ size_t send_bytes(const Call& call, int rank, int nranks) {
     case CallKind::kAllReduce:
     case CallKind::kReduce:
     case CallKind::kAllGather:
-    case CallKind::kSend: return bytes;
-    case CallKind::kBroadcast: return rank == call.peer ? bytes : 0;
-    case CallKind::kReduceScatter: return bytes * nranks;
+    case CallKind::kSend:
+      return bytes;
+    case CallKind::kBroadcast:
+      return rank == call.peer ? bytes : 0;
+    case CallKind::kReduceScatter:
+      return bytes * nranks;
     case CallKind::kRecv:
-    case CallKind::kBarrier: return 0;
+    case CallKind::kBarrier:
+      return 0;
   }
   return 0;
 }
@@ -143,11 +181,15 @@ size_t recv_bytes(const Call& call, int rank, int nranks) {
     case CallKind::kAllReduce:
     case CallKind::kBroadcast:
     case CallKind::kReduceScatter:
-    case CallKind::kRecv: return bytes;
-    case CallKind::kReduce: return rank == call.peer ? bytes : 0;
-    case CallKind::kAllGather: return bytes * nranks;
+    case CallKind::kRecv:
+      return bytes;
+    case CallKind::kReduce:
+      return rank == call.peer ? bytes : 0;
+    case CallKind::kAllGather:
+      return bytes * nranks;
     case CallKind::kSend:
-    case CallKind::kBarrier: return 0;
+    case CallKind::kBarrier:
+      return 0;
   }
   return 0;
 }
@@ -162,9 +204,8 @@ Status validate(const Call& call, int rank, int nranks) {
                             static_cast<int>(call.op));
   if ((has_root(call.kind) || is_point_to_point(call.kind)) &&
       (call.peer < 0 || call.peer >= nranks))
-    return invalid_argument("{}: {} {} is outside the communicator's ranks 0..{}",
-                            describe(call), has_root(call.kind) ? "root" : "peer", call.peer,
-                            nranks - 1);
+    return invalid_argument("{}: {} {} is outside the communicator's ranks 0..{}", describe(call),
+                            has_root(call.kind) ? "root" : "peer", call.peer, nranks - 1);
   if (send_bytes(call, rank, nranks) > 0 && call.send == nullptr)
     return invalid_argument("{}: the send buffer is null", describe(call));
   if (recv_bytes(call, rank, nranks) > 0 && call.recv == nullptr)

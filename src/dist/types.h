@@ -64,7 +64,8 @@ struct Call {
   void* recv = nullptr;
 };
 
-// "all_reduce(count=1024, f32, sum)", "broadcast(count=7, i32, root=2)", "send(count=3, u8, peer=1)"
+// "all_reduce(count=1024, f32, sum)", "broadcast(count=7, i32, root=2)", "send(count=3, u8,
+// peer=1)"
 std::string describe(const Call& call);
 
 // "" if every rank made the same call (calls[r] is rank r's), otherwise e.g.

@@ -20,6 +20,38 @@ Parameter& Module::register_parameter(std::string name, Shape shape, Initializer
   return ref;
 }
 
+Buffer& Module::register_buffer(std::string name, Shape shape, DType dtype, double fill) {
+  auto b = std::make_unique<Buffer>();
+  b->shape = std::move(shape);
+  b->dtype = dtype;
+  b->fill = fill;
+  Buffer& ref = *b;
+  buffers_.emplace_back(std::move(name), std::move(b));
+  return ref;
+}
+
+std::vector<std::pair<std::string, Buffer*>> Module::named_buffers() {
+  std::vector<std::pair<std::string, Buffer*>> out;
+  for (auto& [prefix, module] : named_modules())
+    for (auto& [name, b] : module->buffers_)
+      out.emplace_back(prefix.empty() ? name : prefix + "." + name, b.get());
+  return out;
+}
+
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (auto& [name, child] : children_)
+    for (auto& [sub, module] : child->named_modules())
+      out.emplace_back(sub.empty() ? name : name + "." + sub, module);
+  return out;
+}
+
+void Module::train(bool on) {
+  training_ = on;
+  for (auto& [name, child] : children_)
+    child->train(on);
+}
+
 Expected<Variable> Module::value(const Parameter& p) const {
   if (!p.variable.defined())
     return failed_precondition(
@@ -96,6 +128,9 @@ Expected<FlatParameters> FlatParameters::create(Module& root, Device* device, Pc
     e.parameter->variable = Variable(value, /*requires_grad=*/true);
     e.parameter->grad = grad;
     e.parameter->variable.state()->grad = grad;
+  }
+  for (auto& [name, b] : root.named_buffers()) {
+    TESSEL_ASSIGN_OR_RETURN(b->tensor, Tensor::full(b->shape, b->fill, b->dtype, device));
   }
   return flat;
 }

@@ -45,6 +45,16 @@ struct Parameter {
   Tensor grad;  // the same view as variable.grad() after create(); kept here across zero_grad
 };
 
+// State that is saved with the model but not trained (torch.nn.Module.register_buffer):
+// BatchNorm's running statistics. It gets memory with the parameters (FlatParameters::create),
+// filled with `fill`; a module may replace `tensor` (same shape, dtype and device) as it updates.
+struct Buffer {
+  Shape shape;
+  DType dtype = DType::kF32;
+  double fill = 0.0;
+  Tensor tensor;
+};
+
 class Module {
  public:
   Module() = default;
@@ -63,10 +73,21 @@ class Module {
   std::vector<std::pair<std::string, Parameter*>> named_parameters();
   std::vector<std::pair<std::string, Module*>> named_children() const;
   int64_t num_parameters();
+  // Every buffer of the tree, named like parameters ("bn1.running_mean").
+  std::vector<std::pair<std::string, Buffer*>> named_buffers();
+  // This module ("") and every descendant, depth first, named with dots ("blocks.0.attn").
+  std::vector<std::pair<std::string, Module*>> named_modules();
+
+  // Training or evaluation mode for the whole subtree (torch's train()/eval()): batch norm uses
+  // batch statistics and dropout drops only in training mode. Modules start in training mode.
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool is_training() const { return training_; }
 
  protected:
   Parameter& register_parameter(std::string name, Shape shape, Initializer init,
                                 DType dtype = DType::kF32);
+  Buffer& register_buffer(std::string name, Shape shape, DType dtype, double fill);
   template <typename M>
   M& register_module(std::string name, std::unique_ptr<M> module) {
     M& ref = *module;
@@ -79,6 +100,8 @@ class Module {
  private:
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Parameter*>>& out);
   std::vector<std::pair<std::string, std::unique_ptr<Parameter>>> parameters_;
+  std::vector<std::pair<std::string, std::unique_ptr<Buffer>>> buffers_;
+  bool training_ = true;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
 };
 
@@ -111,7 +134,8 @@ class FlatParameters {
   };
 
   // Lays out, allocates on `device`, initialises each parameter with its initializer (drawing from
-  // rng in named_parameters() order) and zeroes the gradients. The module must outlive this
+  // rng in named_parameters() order) and zeroes the gradients. Buffers get their own memory on
+  // `device` too (they are not flat: optimizers never touch them). The module must outlive this
   // object's use of its parameters.
   static Expected<FlatParameters> create(Module& root, Device* device, Pcg32& rng);
 

@@ -80,16 +80,25 @@ void create_half_ops(MPI_Op* ops) {
 
 MPI_Datatype mpi_type(DataType type) {
   switch (type) {
-    case DataType::kInt8: return MPI_INT8_T;
-    case DataType::kUint8: return MPI_UINT8_T;
-    case DataType::kInt32: return MPI_INT32_T;
-    case DataType::kUint32: return MPI_UINT32_T;
-    case DataType::kInt64: return MPI_INT64_T;
-    case DataType::kUint64: return MPI_UINT64_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kUint8:
+      return MPI_UINT8_T;
+    case DataType::kInt32:
+      return MPI_INT32_T;
+    case DataType::kUint32:
+      return MPI_UINT32_T;
+    case DataType::kInt64:
+      return MPI_INT64_T;
+    case DataType::kUint64:
+      return MPI_UINT64_T;
     case DataType::kFloat16:
-    case DataType::kBfloat16: return MPI_UINT16_T;
-    case DataType::kFloat32: return MPI_FLOAT;
-    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kBfloat16:
+      return MPI_UINT16_T;
+    case DataType::kFloat32:
+      return MPI_FLOAT;
+    case DataType::kFloat64:
+      return MPI_DOUBLE;
   }
   return MPI_DATATYPE_NULL;
 }
@@ -110,11 +119,20 @@ bool widened_average(const Call& call) {
 void widen(const void* from, DataType type, size_t count, int64_t* to) {
   for (size_t i = 0; i < count; ++i) {
     switch (type) {
-      case DataType::kInt8: to[i] = static_cast<const int8_t*>(from)[i]; break;
-      case DataType::kUint8: to[i] = static_cast<const uint8_t*>(from)[i]; break;
-      case DataType::kInt32: to[i] = static_cast<const int32_t*>(from)[i]; break;
-      case DataType::kUint32: to[i] = static_cast<const uint32_t*>(from)[i]; break;
-      default: break;
+      case DataType::kInt8:
+        to[i] = static_cast<const int8_t*>(from)[i];
+        break;
+      case DataType::kUint8:
+        to[i] = static_cast<const uint8_t*>(from)[i];
+        break;
+      case DataType::kInt32:
+        to[i] = static_cast<const int32_t*>(from)[i];
+        break;
+      case DataType::kUint32:
+        to[i] = static_cast<const uint32_t*>(from)[i];
+        break;
+      default:
+        break;
     }
   }
 }
@@ -123,11 +141,20 @@ void narrow_average(const int64_t* from, size_t count, int nranks, DataType type
   for (size_t i = 0; i < count; ++i) {
     int64_t v = from[i] / nranks;
     switch (type) {
-      case DataType::kInt8: static_cast<int8_t*>(to)[i] = static_cast<int8_t>(v); break;
-      case DataType::kUint8: static_cast<uint8_t*>(to)[i] = static_cast<uint8_t>(v); break;
-      case DataType::kInt32: static_cast<int32_t*>(to)[i] = static_cast<int32_t>(v); break;
-      case DataType::kUint32: static_cast<uint32_t*>(to)[i] = static_cast<uint32_t>(v); break;
-      default: break;
+      case DataType::kInt8:
+        static_cast<int8_t*>(to)[i] = static_cast<int8_t>(v);
+        break;
+      case DataType::kUint8:
+        static_cast<uint8_t*>(to)[i] = static_cast<uint8_t>(v);
+        break;
+      case DataType::kInt32:
+        static_cast<int32_t*>(to)[i] = static_cast<int32_t>(v);
+        break;
+      case DataType::kUint32:
+        static_cast<uint32_t*>(to)[i] = static_cast<uint32_t>(v);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -179,7 +206,10 @@ class MpiTransport final : public Transport {
  public:
   MpiTransport(MPI_Comm collectives, MPI_Comm messages, int rank, int nranks,
                const CommOptions& options)
-      : collectives_(collectives), messages_(messages), rank_(rank), nranks_(nranks),
+      : collectives_(collectives),
+        messages_(messages),
+        rank_(rank),
+        nranks_(nranks),
         options_(options) {}
 
   const char* name() const override { return "mpi"; }
@@ -222,7 +252,8 @@ class MpiTransport final : public Transport {
     std::vector<MPI_Status> local(requests.size());
     std::vector<MPI_Status>& out = statuses ? *statuses : local;
     out.resize(requests.size());
-    for (auto& s : out) s.MPI_ERROR = MPI_SUCCESS;
+    for (auto& s : out)
+      s.MPI_ERROR = MPI_SUCCESS;
     const auto start = std::chrono::steady_clock::now();
     for (uint32_t polls = 0;; ++polls) {
       int done = 0, rc;
@@ -245,8 +276,10 @@ class MpiTransport final : public Transport {
       if (options_.op_timeout_s > 0 && waited > options_.op_timeout_s)
         return deadline_exceeded("rank {} waited {:.1f} s in {} (op timeout {:.1f} s)", rank_,
                                  waited, describe(call), options_.op_timeout_s);
-      if (waited > 0.005) std::this_thread::sleep_for(std::chrono::microseconds(50));
-      else sched_yield();
+      if (waited > 0.005)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      else
+        sched_yield();
     }
   }
 
@@ -259,8 +292,7 @@ class MpiTransport final : public Transport {
     std::vector<MPI_Request> request(1);
     {
       MpiLock lock;
-      MPI_Iallgather(mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, collectives_,
-                     &request[0]);
+      MPI_Iallgather(mine, 4, MPI_UINT64_T, all.data(), 4, MPI_UINT64_T, collectives_, &request[0]);
     }
     TESSEL_TRY(wait(request, call));
     std::vector<Call> calls(nranks_);
@@ -287,8 +319,8 @@ class MpiTransport final : public Transport {
     const MPI_Datatype type = mpi_type(call.dtype);
     const MPI_Op op = mpi_op(call.dtype, call.op);
     if (call.count > static_cast<size_t>(INT_MAX))
-      return unimplemented("{}: the mpi backend takes at most {} elements per call",
-                           describe(call), INT_MAX);
+      return unimplemented("{}: the mpi backend takes at most {} elements per call", describe(call),
+                           INT_MAX);
     const int count = static_cast<int>(call.count);
     std::vector<MPI_Request> request(1, MPI_REQUEST_NULL);
     const bool in_place = call.send == call.recv;
@@ -315,8 +347,7 @@ class MpiTransport final : public Transport {
         } else {
           const void* send = root && in_place ? MPI_IN_PLACE : call.send;
           rc = locked([&] {
-            return all ? MPI_Iallreduce(send, call.recv, count, type, op, collectives_,
-                                        &request[0])
+            return all ? MPI_Iallreduce(send, call.recv, count, type, op, collectives_, &request[0])
                        : MPI_Ireduce(send, call.recv, count, type, op, call.peer, collectives_,
                                      &request[0]);
           });
@@ -337,17 +368,20 @@ class MpiTransport final : public Transport {
         TESSEL_TRY(start(locked([&] {
                            return MPI_Ibcast(call.recv, count, type, call.peer, collectives_,
                                              &request[0]);
-                         }), call));
+                         }),
+                         call));
         break;
       }
       case CallKind::kAllGather: {
-        const void* send = call.send == static_cast<unsigned char*>(call.recv) + rank_ * call.count * elem
-                               ? MPI_IN_PLACE
-                               : call.send;
+        const void* send =
+            call.send == static_cast<unsigned char*>(call.recv) + rank_ * call.count * elem
+                ? MPI_IN_PLACE
+                : call.send;
         TESSEL_TRY(start(locked([&] {
                            return MPI_Iallgather(send, count, type, call.recv, count, type,
                                                  collectives_, &request[0]);
-                         }), call));
+                         }),
+                         call));
         break;
       }
       case CallKind::kReduceScatter: {
@@ -382,11 +416,13 @@ class MpiTransport final : public Transport {
           narrow_average(wide_out.data(), call.count, nranks_, call.dtype, call.recv);
           return ok_status();
         }
-        if (nccl_in_place && call.count) std::memcpy(call.recv, temporary.data(), call.count * elem);
+        if (nccl_in_place && call.count)
+          std::memcpy(call.recv, temporary.data(), call.count * elem);
         if (call.op == RedOp::kAvg) divide_in_place(call.recv, call.dtype, call.count, nranks_);
         return ok_status();
       }
-      default: return internal_error("not a collective: {}", describe(call));
+      default:
+        return internal_error("not a collective: {}", describe(call));
     }
     return wait(request, call);
   }
@@ -410,8 +446,8 @@ class MpiTransport final : public Transport {
           int rc = call.kind == CallKind::kSend
                        ? MPI_Isend(static_cast<const unsigned char*>(call.send) + offset, piece,
                                    MPI_BYTE, call.peer, 0, messages_, &requests.back())
-                       : MPI_Irecv(static_cast<unsigned char*>(call.recv) + offset, piece,
-                                   MPI_BYTE, call.peer, 0, messages_, &requests.back());
+                       : MPI_Irecv(static_cast<unsigned char*>(call.recv) + offset, piece, MPI_BYTE,
+                                   call.peer, 0, messages_, &requests.back());
           TESSEL_TRY(start(rc, call));
         }
       }
@@ -426,8 +462,8 @@ class MpiTransport final : public Transport {
       bool truncated = statuses[i].MPI_ERROR == MPI_ERR_TRUNCATE;
       if (truncated || static_cast<size_t>(received) != expected[i])
         return failed_precondition(
-            "mismatched send/recv: rank {} called {} but rank {} sent {} bytes",
-            rank_, describe(call), call.peer,
+            "mismatched send/recv: rank {} called {} but rank {} sent {} bytes", rank_,
+            describe(call), call.peer,
             truncated ? std::string("more than ") + std::to_string(expected[i])
                       : std::to_string(received));
     }

@@ -23,8 +23,9 @@ class NcclComm final : public Comm {
 
   Status submit(std::span<const Call> calls, Stream* stream, uint64_t /*after*/) override {
     if (!stream->cuda_stream())
-      return invalid_argument("the nccl backend runs on CUDA streams: make the stream with "
-                              "tesselStreamCreateFromCuda");
+      return invalid_argument(
+          "the nccl backend runs on CUDA streams: make the stream with "
+          "tesselStreamCreateFromCuda");
     auto cuda = static_cast<cudaStream_t>(stream->cuda_stream());
     TESSEL_TRY(from_nccl(library_, library_.GroupStart(), "ncclGroupStart"));
     Status status;
@@ -38,8 +39,8 @@ class NcclComm final : public Comm {
 
   Status async_error() override {
     ncclResult_t result = 0;
-    TESSEL_TRY(from_nccl(library_, library_.CommGetAsyncError(comm_, &result),
-                         "ncclCommGetAsyncError"));
+    TESSEL_TRY(
+        from_nccl(library_, library_.CommGetAsyncError(comm_, &result), "ncclCommGetAsyncError"));
     return from_nccl(library_, result, "NCCL communicator");
   }
 
@@ -60,27 +61,36 @@ class NcclComm final : public Comm {
     TESSEL_ASSIGN_OR_RETURN(ncclRedOp_t op, to_nccl(call.op, version));
     switch (call.kind) {
       case CallKind::kAllReduce:
-        return from_nccl(library_, library_.AllReduce(call.send, call.recv, call.count, type, op,
-                                                      comm_, stream), "ncclAllReduce");
+        return from_nccl(
+            library_, library_.AllReduce(call.send, call.recv, call.count, type, op, comm_, stream),
+            "ncclAllReduce");
       case CallKind::kBroadcast:
-        return from_nccl(library_, library_.Broadcast(call.send, call.recv, call.count, type,
-                                                      call.peer, comm_, stream), "ncclBroadcast");
+        return from_nccl(
+            library_,
+            library_.Broadcast(call.send, call.recv, call.count, type, call.peer, comm_, stream),
+            "ncclBroadcast");
       case CallKind::kReduce:
-        return from_nccl(library_, library_.Reduce(call.send, call.recv, call.count, type, op,
-                                                   call.peer, comm_, stream), "ncclReduce");
+        return from_nccl(
+            library_,
+            library_.Reduce(call.send, call.recv, call.count, type, op, call.peer, comm_, stream),
+            "ncclReduce");
       case CallKind::kAllGather:
-        return from_nccl(library_, library_.AllGather(call.send, call.recv, call.count, type,
-                                                      comm_, stream), "ncclAllGather");
+        return from_nccl(library_,
+                         library_.AllGather(call.send, call.recv, call.count, type, comm_, stream),
+                         "ncclAllGather");
       case CallKind::kReduceScatter:
-        return from_nccl(library_, library_.ReduceScatter(call.send, call.recv, call.count, type,
-                                                          op, comm_, stream),
-                         "ncclReduceScatter");
+        return from_nccl(
+            library_,
+            library_.ReduceScatter(call.send, call.recv, call.count, type, op, comm_, stream),
+            "ncclReduceScatter");
       case CallKind::kSend:
-        return from_nccl(library_, library_.Send(call.send, call.count, type, call.peer, comm_,
-                                                 stream), "ncclSend");
+        return from_nccl(library_,
+                         library_.Send(call.send, call.count, type, call.peer, comm_, stream),
+                         "ncclSend");
       case CallKind::kRecv:
-        return from_nccl(library_, library_.Recv(call.recv, call.count, type, call.peer, comm_,
-                                                 stream), "ncclRecv");
+        return from_nccl(library_,
+                         library_.Recv(call.recv, call.count, type, call.peer, comm_, stream),
+                         "ncclRecv");
       case CallKind::kBarrier:
         return unimplemented("the nccl backend has no barrier; all-reduce one element instead");
     }
@@ -109,8 +119,8 @@ Expected<std::unique_ptr<Comm>> init_nccl_comm(StoreClient& store, const std::st
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
   ncclComm_t comm = nullptr;
-  TESSEL_TRY(from_nccl(*library, library->CommInitRank(&comm, nranks, id, rank),
-                       "ncclCommInitRank"));
+  TESSEL_TRY(
+      from_nccl(*library, library->CommInitRank(&comm, nranks, id, rank), "ncclCommInitRank"));
   return std::unique_ptr<Comm>(new NcclComm(rank, nranks, *library, comm));
 }
 

@@ -24,8 +24,10 @@ bool bind(void* handle, const char* name, Fn& fn, std::string& missing) {
 Expected<std::unique_ptr<Library>> open_library(const std::string& path) {
   void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!handle)
-    return unavailable("the nccl backend needs NCCL, which is not available here ({}); install "
-                       "libnccl2 or set TESSEL_NCCL_LIBRARY", ::dlerror());
+    return unavailable(
+        "the nccl backend needs NCCL, which is not available here ({}); install "
+        "libnccl2 or set TESSEL_NCCL_LIBRARY",
+        ::dlerror());
   auto owned = std::make_unique<Library>();
   Library& library = *owned;
   std::string missing;
@@ -83,11 +85,16 @@ Status from_nccl(const Library& library, ncclResult_t result, const char* what) 
   if (result == 0) return ok_status();
   std::string text = fmt::format("{}: {} ({})", what, library.GetErrorString(result), result);
   switch (result) {
-    case 4: return invalid_argument("{}", text);     // ncclInvalidArgument
-    case 5: return failed_precondition("{}", text);  // ncclInvalidUsage
-    case 6: return aborted("{}", text);              // ncclRemoteError
-    case 3: return internal_error("{}", text);       // ncclInternalError
-    default: return io_error("{}", text);            // CUDA and system errors
+    case 4:
+      return invalid_argument("{}", text);  // ncclInvalidArgument
+    case 5:
+      return failed_precondition("{}", text);  // ncclInvalidUsage
+    case 6:
+      return aborted("{}", text);  // ncclRemoteError
+    case 3:
+      return internal_error("{}", text);  // ncclInternalError
+    default:
+      return io_error("{}", text);  // CUDA and system errors
   }
 }
 

@@ -14,7 +14,9 @@ namespace tessel::dist::shm {
 
 namespace {
 
-uint64_t round_up(uint64_t value, uint64_t to) { return (value + to - 1) / to * to; }
+uint64_t round_up(uint64_t value, uint64_t to) {
+  return (value + to - 1) / to * to;
+}
 
 Expected<uint64_t> env_bytes(const char* name, uint64_t fallback, uint64_t min, uint64_t max) {
   const char* text = std::getenv(name);
@@ -30,16 +32,16 @@ Expected<uint64_t> env_bytes(const char* name, uint64_t fallback, uint64_t min, 
 
 Expected<Params> params_from_env() {
   Params params;
-  TESSEL_ASSIGN_OR_RETURN(params.chunk_bytes,
-                          env_bytes("TESSEL_SHM_CHUNK_BYTES", params.chunk_bytes, 4096, 1ull << 30));
+  TESSEL_ASSIGN_OR_RETURN(params.chunk_bytes, env_bytes("TESSEL_SHM_CHUNK_BYTES",
+                                                        params.chunk_bytes, 4096, 1ull << 30));
   TESSEL_ASSIGN_OR_RETURN(uint64_t depth, env_bytes("TESSEL_SHM_DEPTH", params.depth, 2, 64));
   params.depth = static_cast<uint32_t>(depth);
   TESSEL_ASSIGN_OR_RETURN(params.ll_bytes,
                           env_bytes("TESSEL_SHM_LL_BYTES", params.ll_bytes, 0, 16ull << 20));
   TESSEL_ASSIGN_OR_RETURN(params.channel_bytes, env_bytes("TESSEL_SHM_CHANNEL_BYTES",
                                                           params.channel_bytes, 4096, 1ull << 30));
-  TESSEL_ASSIGN_OR_RETURN(params.stream_bytes, env_bytes("TESSEL_SHM_STREAM_BYTES",
-                                                         params.stream_bytes, 0, ~0ull));
+  TESSEL_ASSIGN_OR_RETURN(params.stream_bytes,
+                          env_bytes("TESSEL_SHM_STREAM_BYTES", params.stream_bytes, 0, ~0ull));
   params.chunk_bytes = round_up(params.chunk_bytes, 4096);
   params.channel_bytes = round_up(params.channel_bytes, 4096);
   return params;
@@ -85,8 +87,8 @@ Expected<std::shared_ptr<Segment>> Segment::create(const std::string& name, cons
   int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return errno_error(fmt::format("creating shared memory /dev/shm{}", name));
   if (::ftruncate(fd, static_cast<off_t>(layout.total_bytes)) != 0) {
-    Status status = errno_error(fmt::format("sizing /dev/shm{} to {} bytes", name,
-                                            layout.total_bytes));
+    Status status =
+        errno_error(fmt::format("sizing /dev/shm{} to {} bytes", name, layout.total_bytes));
     ::close(fd);
     ::shm_unlink(name.c_str());
     return status;
@@ -119,8 +121,7 @@ Expected<std::shared_ptr<Segment>> Segment::open(const std::string& name) {
   if (header->magic != kMagic || header->version != kVersion ||
       header->layout.total_bytes != bytes) {
     ::munmap(base, bytes);
-    return failed_precondition("/dev/shm{} is not a tessel segment of version {}", name,
-                               kVersion);
+    return failed_precondition("/dev/shm{} is not a tessel segment of version {}", name, kVersion);
   }
   return std::shared_ptr<Segment>(
       new Segment(static_cast<unsigned char*>(base), bytes, name, header->layout));
@@ -138,7 +139,9 @@ Expected<std::shared_ptr<Segment>> Segment::create_anonymous(const Layout& layou
   return segment;
 }
 
-Segment::~Segment() { ::munmap(base_, bytes_); }
+Segment::~Segment() {
+  ::munmap(base_, bytes_);
+}
 
 Status Segment::unlink() {
   if (!linked_) return ok_status();

@@ -132,16 +132,14 @@ class Segment {
     return at<SlotHeader>(layout_.slots_offset + (r * 2 + (seq & 1)) * layout_.slot_stride);
   }
   unsigned char* staging(int r, uint64_t step) {
-    return base_ + layout_.staging_offset + (r * layout_.depth + step % layout_.depth) *
-                                                layout_.chunk_bytes;
+    return base_ + layout_.staging_offset +
+           (r * layout_.depth + step % layout_.depth) * layout_.chunk_bytes;
   }
   unsigned char* results(int r, uint64_t step) {
-    return base_ + layout_.results_offset + (r * layout_.depth + step % layout_.depth) *
-                                                layout_.chunk_bytes;
+    return base_ + layout_.results_offset +
+           (r * layout_.depth + step % layout_.depth) * layout_.chunk_bytes;
   }
-  ChannelHead& channel(int from, int to) {
-    return at<ChannelHead>(channel_offset(from, to));
-  }
+  ChannelHead& channel(int from, int to) { return at<ChannelHead>(channel_offset(from, to)); }
   unsigned char* channel_data(int from, int to) {
     return base_ + channel_offset(from, to) + sizeof(ChannelHead);
   }

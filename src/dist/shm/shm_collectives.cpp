@@ -30,7 +30,9 @@ namespace {
 constexpr int kMaxRanks = 64;  // the shm backend's limit (comm_init.cpp)
 
 // Parts start on 64-byte boundaries so that two ranks never write one cache line.
-size_t align_elements(size_t elem) { return std::max<size_t>(1, 64 / elem); }
+size_t align_elements(size_t elem) {
+  return std::max<size_t>(1, 64 / elem);
+}
 
 struct Parts {
   size_t len;   // elements in the chunk
@@ -45,13 +47,19 @@ Parts split(size_t len, int nranks, size_t align) {
   return {len, part};
 }
 
-const unsigned char* bytes(const void* p) { return static_cast<const unsigned char*>(p); }
-unsigned char* bytes(void* p) { return static_cast<unsigned char*>(p); }
+const unsigned char* bytes(const void* p) {
+  return static_cast<const unsigned char*>(p);
+}
+unsigned char* bytes(void* p) {
+  return static_cast<unsigned char*>(p);
+}
 
 // Copies into the caller's output; around the cache when the output is too big to stay there.
 void copy_out(void* dst, const void* src, size_t size, bool stream) {
-  if (stream) copy_nontemporal(dst, src, size);
-  else std::memcpy(dst, src, size);
+  if (stream)
+    copy_nontemporal(dst, src, size);
+  else
+    std::memcpy(dst, src, size);
 }
 
 // Ends a call whose output went around the cache: the stores must land before the stream says
@@ -77,7 +85,8 @@ void ShmTransport::run_locally(const Call& call) {
     case CallKind::kAllGather:
       if (size && call.send != call.recv) std::memmove(call.recv, call.send, size);
       break;
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -92,12 +101,14 @@ void ShmTransport::slot_exchange(const Call& call, uint64_t seq) {
     case CallKind::kAllReduce:
     case CallKind::kReduce:
       if (call.kind == CallKind::kReduce && rank_ != call.peer) return;
-      for (int r = 0; r < nranks_; ++r) inputs[r] = data_of(r);
+      for (int r = 0; r < nranks_; ++r)
+        inputs[r] = data_of(r);
       dist::reduce(call.recv, nullptr, inputs.data(), nranks_, call.count, call.dtype, call.op,
                    nranks_);
       return;
     case CallKind::kReduceScatter:
-      for (int r = 0; r < nranks_; ++r) inputs[r] = data_of(r) + rank_ * size;
+      for (int r = 0; r < nranks_; ++r)
+        inputs[r] = data_of(r) + rank_ * size;
       dist::reduce(call.recv, nullptr, inputs.data(), nranks_, call.count, call.dtype, call.op,
                    nranks_);
       return;
@@ -110,7 +121,8 @@ void ShmTransport::slot_exchange(const Call& call, uint64_t seq) {
         if (size && to != data_of(r)) std::memcpy(to, data_of(r), size);
       }
       return;
-    default: return;
+    default:
+      return;
   }
 }
 
@@ -118,9 +130,8 @@ Status ShmTransport::all_reduce(const Call& call, const Activity& activity) {
   const size_t elem = dtype_size(call.dtype);
   const bool stream = call.count * elem >= segment_->layout().stream_bytes;
   const size_t align = align_elements(elem);
-  const size_t chunk = std::max(align * nranks_,
-                                segment_->layout().chunk_bytes / elem / (align * nranks_) *
-                                    (align * nranks_));
+  const size_t chunk = std::max(align * nranks_, segment_->layout().chunk_bytes / elem /
+                                                     (align * nranks_) * (align * nranks_));
   const unsigned char* send = bytes(call.send);
   unsigned char* recv = bytes(call.recv);
   std::vector<const void*> inputs(nranks_);
@@ -144,8 +155,8 @@ Status ShmTransport::all_reduce(const Call& call, const Activity& activity) {
       TESSEL_TRY(wait_counter(j, &RankBlock::posted, step, activity));
       inputs[j] = segment_->staging(j, step) + mine * elem;
     }
-    dist::reduce(recv + (lo + mine) * elem, segment_->results(rank_, step), inputs.data(),
-                 nranks_, parts.size(rank_), call.dtype, call.op, nranks_, stream);
+    dist::reduce(recv + (lo + mine) * elem, segment_->results(rank_, step), inputs.data(), nranks_,
+                 parts.size(rank_), call.dtype, call.op, nranks_, stream);
     publish(&RankBlock::reduced, step);
 
     for (int j = 0; j < nranks_; ++j) {
@@ -163,9 +174,8 @@ Status ShmTransport::reduce(const Call& call, const Activity& activity) {
   const size_t elem = dtype_size(call.dtype);
   const bool stream = call.count * elem >= segment_->layout().stream_bytes;
   const size_t align = align_elements(elem);
-  const size_t chunk = std::max(align * nranks_,
-                                segment_->layout().chunk_bytes / elem / (align * nranks_) *
-                                    (align * nranks_));
+  const size_t chunk = std::max(align * nranks_, segment_->layout().chunk_bytes / elem /
+                                                     (align * nranks_) * (align * nranks_));
   const int root = call.peer;
   const unsigned char* send = bytes(call.send);
   unsigned char* recv = bytes(call.recv);
@@ -272,7 +282,8 @@ Status ShmTransport::reduce_scatter(const Call& call, const Activity& activity) 
     TESSEL_TRY(wait_buffers_free(step, activity));
     unsigned char* staging = segment_->staging(rank_, step);
     for (int j = 0; j < nranks_; ++j)
-      if (j != rank_) std::memcpy(staging + j * chunk * elem, send + j * block + lo * elem, len * elem);
+      if (j != rank_)
+        std::memcpy(staging + j * chunk * elem, send + j * block + lo * elem, len * elem);
     publish(&RankBlock::posted, step);
     for (int j = 0; j < nranks_; ++j) {
       if (j == rank_) {

@@ -3,10 +3,12 @@
 // collective algorithms themselves are in shm_collectives.cpp.
 #include "dist/shm/shm_transport.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <time.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -118,6 +120,17 @@ ShmTransport::ShmTransport(std::shared_ptr<Segment> segment, int rank, const Com
       rank_(rank),
       nranks_(static_cast<int>(segment_->layout().nranks)),
       options_(options) {
+  // Each rank's progress thread gets its own CPU from this process's allowed set, when there are
+  // enough: waiting ranks then never take turns on one core (the scheduler is free to put two
+  // polling threads together, and a poll that yields may hand the core to another program). The
+  // application's threads are left alone. TESSEL_COMM_PIN=0 turns this off.
+  cpu_set_t usable;
+  const char* pin = std::getenv("TESSEL_COMM_PIN");
+  if ((pin == nullptr || std::string_view(pin) != "0") &&
+      sched_getaffinity(0, sizeof(usable), &usable) == 0 && nranks_ <= CPU_COUNT(&usable)) {
+    for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &usable) && seen++ == rank_) pin_cpu_ = cpu;
+  }
   RankBlock& me = segment_->rank(rank_);
   ProcessId id = this_process();
   me.pid = id.pid;
@@ -127,13 +140,23 @@ ShmTransport::ShmTransport(std::shared_ptr<Segment> segment, int rank, const Com
   store_release(me.state, RankState::kActive);
 }
 
+void ShmTransport::on_progress_thread() {
+  if (pin_cpu_ < 0) return;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(pin_cpu_, &one);
+  pthread_setaffinity_np(pthread_self(), sizeof(one), &one);  // best effort
+}
+
 void ShmTransport::beat(uint64_t now) {
   if (now - last_beat_ns_ < kBeatPeriodNs / 2) return;
   last_beat_ns_ = now;
   store_release(segment_->rank(rank_).heartbeat_ns, now);
 }
 
-void ShmTransport::heartbeat() { beat(now_ns()); }
+void ShmTransport::heartbeat() {
+  beat(now_ns());
+}
 
 void ShmTransport::cancel(const Status& why) {
   {
@@ -156,13 +179,13 @@ void ShmTransport::leave(bool aborted) {
 Status ShmTransport::wait(const std::function<bool()>& ready, const Activity& activity) {
   if (ready()) return ok_status();
   Poller poller(*this, activity);
-  while (!ready()) TESSEL_TRY(poller.idle(ready));
+  while (!ready())
+    TESSEL_TRY(poller.idle(ready));
   return ok_status();
 }
 
 std::string ShmTransport::where(const Activity& activity) const {
-  if (activity.seq == 0)
-    return fmt::format("rank {} was in {}", rank_, describe(*activity.call));
+  if (activity.seq == 0) return fmt::format("rank {} was in {}", rank_, describe(*activity.call));
   return fmt::format("rank {} was in {}, collective #{}", rank_, describe(*activity.call),
                      activity.seq);
 }
@@ -173,7 +196,9 @@ uint64_t ShmTransport::all_peers() const {
 }
 
 namespace {
-uint64_t bit(int rank) { return uint64_t{1} << rank; }
+uint64_t bit(int rank) {
+  return uint64_t{1} << rank;
+}
 }  // namespace
 
 Status ShmTransport::check_peers(const Activity& activity, const std::function<bool()>& ready,
@@ -196,8 +221,7 @@ Status ShmTransport::check_peers(const Activity& activity, const std::function<b
     if (check_process(id, &why) == Liveness::kGone) {
       if (ready()) return ok_status();
       return record_fault(FaultKind::kDied, peer,
-                          fmt::format("rank {} (pid {}) died: {}", peer, block.pid, why),
-                          activity);
+                          fmt::format("rank {} (pid {}) died: {}", peer, block.pid, why), activity);
     }
     uint64_t beat = load_acquire(block.heartbeat_ns);
     if (now > beat && now - beat > timeout_ns) {
@@ -212,10 +236,12 @@ Status ShmTransport::check_peers(const Activity& activity, const std::function<b
   if (options_.op_timeout_s > 0 && waited_ns > options_.op_timeout_s * 1e9 && !ready()) {
     std::string whom;
     for (int peer = 0; peer < nranks_; ++peer)
-      if (activity.peers & bit(peer)) whom += fmt::format("{}{}", whom.empty() ? "rank " : ", ", peer);
-    return deadline_exceeded("{} waited {:.1f} s for {} (op timeout {:.1f} s); the peers are "
-                             "alive but did not reach this call",
-                             where(activity), waited_ns / 1e9, whom, options_.op_timeout_s);
+      if (activity.peers & bit(peer))
+        whom += fmt::format("{}{}", whom.empty() ? "rank " : ", ", peer);
+    return deadline_exceeded(
+        "{} waited {:.1f} s for {} (op timeout {:.1f} s); the peers are "
+        "alive but did not reach this call",
+        where(activity), waited_ns / 1e9, whom, options_.op_timeout_s);
   }
   return ok_status();
 }
@@ -239,7 +265,8 @@ Status ShmTransport::record_fault(FaultKind kind, int culprit, const std::string
 
 Status ShmTransport::fault_status(const Activity& activity) {
   FaultRecord& fault = segment_->header().fault;
-  while (load_acquire(fault.state) != 2) cpu_relax();  // the writer is a few stores away
+  while (load_acquire(fault.state) != 2)
+    cpu_relax();  // the writer is a few stores away
   std::string message = fmt::format("{} ({}", fault.text, where(activity));
   if (fault.reporter != rank_) message += fmt::format("; noticed by rank {}", fault.reporter);
   message += ")";
@@ -270,9 +297,12 @@ namespace {
 size_t slot_bytes(const Call& call, int nranks) {
   size_t bytes = call.count * dtype_size(call.dtype);
   switch (call.kind) {
-    case CallKind::kReduceScatter: return bytes * nranks;
-    case CallKind::kBarrier: return 0;
-    default: return bytes;
+    case CallKind::kReduceScatter:
+      return bytes * nranks;
+    case CallKind::kBarrier:
+      return 0;
+    default:
+      return bytes;
   }
 }
 }  // namespace
@@ -293,12 +323,18 @@ Status ShmTransport::collective(const Call& call) {
     return ok_status();
   }
   switch (call.kind) {
-    case CallKind::kAllReduce: return all_reduce(call, activity);
-    case CallKind::kReduce: return reduce(call, activity);
-    case CallKind::kBroadcast: return broadcast(call, activity);
-    case CallKind::kAllGather: return all_gather(call, activity);
-    case CallKind::kReduceScatter: return reduce_scatter(call, activity);
-    default: return ok_status();
+    case CallKind::kAllReduce:
+      return all_reduce(call, activity);
+    case CallKind::kReduce:
+      return reduce(call, activity);
+    case CallKind::kBroadcast:
+      return broadcast(call, activity);
+    case CallKind::kAllGather:
+      return all_gather(call, activity);
+    case CallKind::kReduceScatter:
+      return reduce_scatter(call, activity);
+    default:
+      return ok_status();
   }
 }
 
@@ -331,7 +367,8 @@ Status ShmTransport::handshake(const Call& call, uint64_t seq, bool small) {
   if (same) return ok_status();
 
   std::vector<Call> calls;
-  for (int peer = 0; peer < nranks_; ++peer) calls.push_back(call_in_slot(segment_->slot(peer, seq)));
+  for (int peer = 0; peer < nranks_; ++peer)
+    calls.push_back(call_in_slot(segment_->slot(peer, seq)));
   std::string mismatch = describe_mismatch(seq, calls);
   if (mismatch.empty()) return ok_status();
   return failed_precondition("{}", mismatch);
@@ -440,8 +477,10 @@ Status ShmTransport::point_to_point(std::span<const Call> calls) {
       ring_read(ring, capacity, tail, &t.header, sizeof(t.header));
       if (t.header.magic != kMessageMagic)
         return internal_error("rank {}: corrupt message header from rank {}", rank_, call.peer);
-      Call sent{CallKind::kSend, static_cast<DataType>(t.header.dtype), RedOp::kSum, rank_,
-                t.header.count, nullptr, nullptr};
+      Call sent{CallKind::kSend, static_cast<DataType>(t.header.dtype),
+                RedOp::kSum,     rank_,
+                t.header.count,  nullptr,
+                nullptr};
       if (sent.count != call.count || sent.dtype != call.dtype) {
         Activity activity{&call, 0, bit(call.peer)};
         return record_fault(FaultKind::kMismatch, call.peer,

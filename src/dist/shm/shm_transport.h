@@ -32,6 +32,8 @@ class ShmTransport final : public Transport {
   ShmTransport(std::shared_ptr<Segment> segment, int rank, const CommOptions& options);
 
   const char* name() const override { return "shm"; }
+  // Pins the progress thread to one CPU per rank (see shm_transport.cpp).
+  void on_progress_thread() override;
   Status run(std::span<const Call> calls) override;
   void heartbeat() override;
   void cancel(const Status& why) override;
@@ -51,8 +53,8 @@ class ShmTransport final : public Transport {
   class Poller;
 
   Status wait(const std::function<bool()>& ready, const Activity& activity);
-  Status check_peers(const Activity& activity, const std::function<bool()>& ready,
-                     uint64_t now_ns, uint64_t waited_ns);
+  Status check_peers(const Activity& activity, const std::function<bool()>& ready, uint64_t now_ns,
+                     uint64_t waited_ns);
   Status record_fault(FaultKind kind, int culprit, const std::string& text,
                       const Activity& activity);
   Status fault_status(const Activity& activity);
@@ -84,6 +86,7 @@ class ShmTransport final : public Transport {
   uint64_t seq_ = 0;   // collectives run so far
   uint64_t step_ = 0;  // pipeline steps run so far
   uint64_t last_beat_ns_ = 0;
+  int pin_cpu_ = -1;  // the CPU for the progress thread, or -1
   std::atomic<bool> cancelled_{false};
   std::mutex cancel_mu_;
   Status cancel_status_;

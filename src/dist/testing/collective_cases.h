@@ -23,8 +23,7 @@ struct Case {
 
 inline std::string describe(const Case& c) {
   Call call;
-  call.kind = c.kind, call.dtype = c.type, call.op = c.op, call.count = c.count,
-  call.peer = c.root;
+  call.kind = c.kind, call.dtype = c.type, call.op = c.op, call.count = c.count, call.peer = c.root;
   return dist::describe(call) + (c.in_place ? " in place" : "");
 }
 
@@ -144,7 +143,8 @@ inline std::string run_case(tesselComm_t comm, tesselStream_t stream, const Case
       result = tesselAllGather(send, recv, c.count, type, comm, stream);
       break;
     }
-    default: return "unsupported case";
+    default:
+      return "unsupported case";
   }
   if (result == tesselSuccess) result = tesselStreamSynchronize(stream);
   if (result != tesselSuccess)
@@ -173,10 +173,14 @@ inline std::string run_case(tesselComm_t comm, tesselStream_t stream, const Case
     case CallKind::kAllGather:
       bad = count_mismatches(
           c.type, recv, c.count * n,
-          [&](size_t i) { return as_stored(c.type, copy_input(static_cast<int>(i / std::max<size_t>(1, c.count)), i % std::max<size_t>(1, c.count))); },
+          [&](size_t i) {
+            return as_stored(c.type, copy_input(static_cast<int>(i / std::max<size_t>(1, c.count)),
+                                                i % std::max<size_t>(1, c.count)));
+          },
           exact, &first);
       break;
-    default: break;
+    default:
+      break;
   }
   if (bad == 0) return "";
   return describe(c) + " on rank " + std::to_string(rank) + " of " + std::to_string(n) + ": " +
@@ -192,7 +196,8 @@ inline std::string run_ring(tesselComm_t comm, tesselStream_t stream, DataType t
   const size_t elem = dtype_size(t);
   const auto type = static_cast<tesselDataType_t>(t);
   std::vector<unsigned char> out((count + 1) * elem), in((count + 1) * elem, 0xA5);
-  for (size_t i = 0; i < count; ++i) store_value(t, out.data(), i, copy_input(rank, i));
+  for (size_t i = 0; i < count; ++i)
+    store_value(t, out.data(), i, copy_input(rank, i));
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   tesselGroupStart();
   tesselResult_t sent = tesselSend(out.data(), count, type, next, comm, stream);

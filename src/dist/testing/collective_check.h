@@ -43,19 +43,35 @@ inline uint16_t float_to_bf16_bits(float x) {
 
 inline void store_value(DataType type, void* base, size_t i, double v) {
   switch (type) {
-    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(static_cast<int64_t>(v)); break;
-    case DataType::kUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(static_cast<int64_t>(v)); break;
-    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(static_cast<int64_t>(v)); break;
-    case DataType::kUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(static_cast<int64_t>(v)); break;
-    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
-    case DataType::kUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(static_cast<int64_t>(v)); break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kUint8:
+      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kUint32:
+      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(static_cast<int64_t>(v));
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kUint64:
+      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(static_cast<int64_t>(v));
+      break;
     case DataType::kFloat16: {
       _Float16 h = static_cast<_Float16>(v);
       std::memcpy(static_cast<uint16_t*>(base) + i, &h, 2);
       break;
     }
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+    case DataType::kFloat32:
+      static_cast<float*>(base)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(base)[i] = v;
+      break;
     case DataType::kBfloat16:
       static_cast<uint16_t*>(base)[i] = float_to_bf16_bits(static_cast<float>(v));
       break;
@@ -64,20 +80,29 @@ inline void store_value(DataType type, void* base, size_t i, double v) {
 
 inline double load_value(DataType type, const void* base, size_t i) {
   switch (type) {
-    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
-    case DataType::kUint8: return static_cast<const uint8_t*>(base)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
-    case DataType::kUint32: return static_cast<const uint32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kInt8:
+      return static_cast<const int8_t*>(base)[i];
+    case DataType::kUint8:
+      return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32:
+      return static_cast<const int32_t*>(base)[i];
+    case DataType::kUint32:
+      return static_cast<const uint32_t*>(base)[i];
+    case DataType::kInt64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUint64:
+      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
     case DataType::kFloat16: {
       _Float16 h;
       std::memcpy(&h, static_cast<const uint16_t*>(base) + i, 2);
       return static_cast<double>(h);
     }
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
-    case DataType::kBfloat16: return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kFloat32:
+      return static_cast<const float*>(base)[i];
+    case DataType::kFloat64:
+      return static_cast<const double*>(base)[i];
+    case DataType::kBfloat16:
+      return bf16_bits_to_float(static_cast<const uint16_t*>(base)[i]);
   }
   return 0;
 }
@@ -111,19 +136,25 @@ inline double reduce_input(DataType type, RedOp op, int r, size_t i) {
 // Inputs repeat along i with this period (the expectations are tabulated over one period).
 inline size_t input_period(RedOp op) {
   switch (op) {
-    case RedOp::kProd: return 20;
+    case RedOp::kProd:
+      return 20;
     case RedOp::kMax:
-    case RedOp::kMin: return 201;
-    default: return 11;
+    case RedOp::kMin:
+      return 201;
+    default:
+      return 11;
   }
 }
 
 // Rank r's element i for broadcast, all_gather and send/recv: fits every type.
-inline double copy_input(int r, size_t i) { return static_cast<double>((i * 3 + r * 7) % 100); }
+inline double copy_input(int r, size_t i) {
+  return static_cast<double>((i * 3 + r * 7) % 100);
+}
 
 inline void fill(DataType type, void* base, size_t count, size_t first_index,
                  double (*value)(DataType, RedOp, int, size_t), RedOp op, int r) {
-  for (size_t i = 0; i < count; ++i) store_value(type, base, i, value(type, op, r, first_index + i));
+  for (size_t i = 0; i < count; ++i)
+    store_value(type, base, i, value(type, op, r, first_index + i));
 }
 
 // ---- expectations ----------------------------------------------------------------------------
@@ -136,10 +167,18 @@ inline double exact_reduction(DataType type, RedOp op, int n, size_t i) {
       int64_t v = static_cast<int64_t>(reduce_input(type, op, r, i));
       switch (op) {
         case RedOp::kSum:
-        case RedOp::kAvg: acc += v; break;
-        case RedOp::kProd: acc *= v; break;
-        case RedOp::kMax: acc = std::max(acc, v); break;
-        case RedOp::kMin: acc = std::min(acc, v); break;
+        case RedOp::kAvg:
+          acc += v;
+          break;
+        case RedOp::kProd:
+          acc *= v;
+          break;
+        case RedOp::kMax:
+          acc = std::max(acc, v);
+          break;
+        case RedOp::kMin:
+          acc = std::min(acc, v);
+          break;
       }
     }
     if (op == RedOp::kAvg) acc /= n;  // truncates toward zero
@@ -150,10 +189,18 @@ inline double exact_reduction(DataType type, RedOp op, int n, size_t i) {
     double v = reduce_input(type, op, r, i);
     switch (op) {
       case RedOp::kSum:
-      case RedOp::kAvg: acc += v; break;
-      case RedOp::kProd: acc *= v; break;
-      case RedOp::kMax: acc = std::max(acc, v); break;
-      case RedOp::kMin: acc = std::min(acc, v); break;
+      case RedOp::kAvg:
+        acc += v;
+        break;
+      case RedOp::kProd:
+        acc *= v;
+        break;
+      case RedOp::kMax:
+        acc = std::max(acc, v);
+        break;
+      case RedOp::kMin:
+        acc = std::min(acc, v);
+        break;
     }
   }
   return op == RedOp::kAvg ? acc / n : acc;
@@ -165,12 +212,18 @@ inline double as_stored(DataType type, double exact) {
   if (!is_floating(type)) {
     uint64_t bits = static_cast<uint64_t>(static_cast<int64_t>(exact));
     switch (type) {
-      case DataType::kInt8: return static_cast<int8_t>(static_cast<uint8_t>(bits));
-      case DataType::kUint8: return static_cast<uint8_t>(bits);
-      case DataType::kInt32: return static_cast<int32_t>(static_cast<uint32_t>(bits));
-      case DataType::kUint32: return static_cast<uint32_t>(bits);
-      case DataType::kInt64: return static_cast<double>(static_cast<int64_t>(bits));
-      default: return static_cast<double>(bits);
+      case DataType::kInt8:
+        return static_cast<int8_t>(static_cast<uint8_t>(bits));
+      case DataType::kUint8:
+        return static_cast<uint8_t>(bits);
+      case DataType::kInt32:
+        return static_cast<int32_t>(static_cast<uint32_t>(bits));
+      case DataType::kUint32:
+        return static_cast<uint32_t>(bits);
+      case DataType::kInt64:
+        return static_cast<double>(static_cast<int64_t>(bits));
+      default:
+        return static_cast<double>(bits);
     }
   }
   store_value(type, cell, 0, exact);

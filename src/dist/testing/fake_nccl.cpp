@@ -50,14 +50,19 @@ __attribute__((visibility("default"))) int ncclGetVersion(int* version) {
   return 0;
 }
 __attribute__((visibility("default"))) const char* ncclGetErrorString(int result) {
-  static const char* names[] = {"no error", "unhandled cuda error", "unhandled system error",
-                                "internal error", "invalid argument", "invalid usage",
+  static const char* names[] = {"no error",
+                                "unhandled cuda error",
+                                "unhandled system error",
+                                "internal error",
+                                "invalid argument",
+                                "invalid usage",
                                 "remote process exited or there was a network error",
                                 "in progress"};
   return result >= 0 && result < 8 ? names[result] : "unknown";
 }
 __attribute__((visibility("default"))) int ncclGetUniqueId(char* id) {
-  for (int i = 0; i < 128; ++i) id[i] = static_cast<char>(i * 7 + 1);
+  for (int i = 0; i < 128; ++i)
+    id[i] = static_cast<char>(i * 7 + 1);
   return 0;
 }
 struct FakeId {

@@ -56,10 +56,11 @@ tessel::Expected<testing::Case> parse_case(const std::string& spec) {
   parts.push_back(spec.substr(start));
   if (parts.size() < 4) return tessel::invalid_argument("bad case '{}'", spec);
   testing::Case c{};
-  const std::pair<const char*, CallKind> kinds[] = {
-      {"all_reduce", CallKind::kAllReduce}, {"reduce", CallKind::kReduce},
-      {"broadcast", CallKind::kBroadcast}, {"all_gather", CallKind::kAllGather},
-      {"reduce_scatter", CallKind::kReduceScatter}};
+  const std::pair<const char*, CallKind> kinds[] = {{"all_reduce", CallKind::kAllReduce},
+                                                    {"reduce", CallKind::kReduce},
+                                                    {"broadcast", CallKind::kBroadcast},
+                                                    {"all_gather", CallKind::kAllGather},
+                                                    {"reduce_scatter", CallKind::kReduceScatter}};
   bool known = false;
   for (auto& [name, kind] : kinds)
     if (parts[0] == name) c.kind = kind, known = true;
@@ -84,8 +85,8 @@ void report(tesselComm_t comm, tesselStream_t stream, tesselResult_t result) {
   if (next == tesselSuccess) next = tesselStreamSynchronize(stream);
   double next_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   std::printf("RESULT rank=%d result=%d at_ns=%llu next=%d next_s=%.3f\nMESSAGE %s\n", rank,
-              static_cast<int>(result), static_cast<unsigned long long>(at),
-              static_cast<int>(next), next_s, message.c_str());
+              static_cast<int>(result), static_cast<unsigned long long>(at), static_cast<int>(next),
+              next_s, message.c_str());
   std::fflush(stdout);
 }
 
@@ -104,8 +105,7 @@ int main(int argc, char** argv) {
   tesselResult_t init = tesselCommInitFromEnv(&comm, nullptr);
   if (scenario == "absent") {
     std::printf("RESULT rank=%s result=%d at_ns=0 next=0 next_s=0\nMESSAGE %s\n",
-                std::getenv("TESSEL_RANK"), static_cast<int>(init),
-                tesselGetLastError(nullptr));
+                std::getenv("TESSEL_RANK"), static_cast<int>(init), tesselGetLastError(nullptr));
     return init == tesselSuccess ? 1 : 0;
   }
   if (init != tesselSuccess) return fail(std::string("init: ") + tesselGetLastError(nullptr));
@@ -160,8 +160,8 @@ int main(int argc, char** argv) {
     std::vector<float> data(count, 1.0f);
     tesselResult_t result = tesselSuccess;
     for (int i = 0; i < 64 && result == tesselSuccess; ++i)
-      result = tesselAllReduce(data.data(), data.data(), count, tesselFloat32, tesselMax, comm,
-                               stream);
+      result =
+          tesselAllReduce(data.data(), data.data(), count, tesselFloat32, tesselMax, comm, stream);
     if (rank == victim) {
       std::this_thread::sleep_for(std::chrono::milliseconds(30));
       std::printf("KILLED at_ns=%llu\n", static_cast<unsigned long long>(monotonic_ns()));
@@ -182,8 +182,8 @@ int main(int argc, char** argv) {
       ::kill(::getpid(), SIGSTOP);
     }
     std::vector<float> data(1000, 1.0f);
-    tesselResult_t result =
-        tesselAllReduce(data.data(), data.data(), data.size(), tesselFloat32, tesselSum, comm, stream);
+    tesselResult_t result = tesselAllReduce(data.data(), data.data(), data.size(), tesselFloat32,
+                                            tesselSum, comm, stream);
     if (result == tesselSuccess) result = tesselStreamSynchronize(stream);
     report(comm, stream, result);
     if (rank == (victim + 1) % nranks) ::kill(static_cast<pid_t>(pids[victim]), SIGKILL);
@@ -198,13 +198,15 @@ int main(int argc, char** argv) {
   } else if (scenario == "leave" || scenario == "abort") {
     if (rank == victim) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      if (scenario == "leave") tesselCommDestroy(comm);
-      else tesselCommAbort(comm);
+      if (scenario == "leave")
+        tesselCommDestroy(comm);
+      else
+        tesselCommAbort(comm);
       comm = nullptr;
     } else {
       std::vector<float> data(100000, 1.0f);
-      tesselResult_t result = tesselAllReduce(data.data(), data.data(), data.size(),
-                                              tesselFloat32, tesselSum, comm, stream);
+      tesselResult_t result = tesselAllReduce(data.data(), data.data(), data.size(), tesselFloat32,
+                                              tesselSum, comm, stream);
       if (result == tesselSuccess) result = tesselStreamSynchronize(stream);
       report(comm, stream, result);
     }

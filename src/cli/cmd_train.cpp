@@ -1,0 +1,73 @@
+// `tessel train FILE.toml [--resume CHECKPOINT] [--steps N]`: trains the model a config
+// describes (train/train_config.h), printing progress and a final evaluation.
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "train/trainer.h"
+
+namespace tessel::cli {
+namespace {
+
+struct TrainArgs {
+  std::string config;
+  std::string resume;
+  int64_t steps = 0;
+};
+
+int run_train(const TrainArgs& args) {
+  Expected<train::TrainConfig> config = train::load_train_config(args.config);
+  if (!config.ok()) {
+    fmt::print(stderr, "error: {}\n", config.status().message());
+    return 2;
+  }
+  if (args.steps > 0) {  // the command line wins over [train] steps / epochs
+    config->steps = args.steps;
+    config->epochs = 0;
+  }
+  Expected<std::unique_ptr<train::Trainer>> trainer = train::Trainer::create(std::move(*config));
+  if (!trainer.ok()) {
+    fmt::print(stderr, "error: {}\n", trainer.status().message());
+    return 1;
+  }
+  train::Trainer& t = **trainer;
+  if (!args.resume.empty()) {
+    Status s = t.resume(args.resume);
+    if (!s.ok()) {
+      fmt::print(stderr, "error: resuming from {}: {}\n", args.resume, s.message());
+      return 1;
+    }
+    fmt::print("resumed from {} at step {}\n", args.resume, t.step());
+  }
+  fmt::print("{}: {} parameters on {}, {} steps\n", args.config, t.model().num_parameters(),
+             t.device()->name(), t.total_steps());
+  Expected<train::RunSummary> summary = t.run();
+  if (!summary.ok()) {
+    fmt::print(stderr, "\nerror: {}\n", summary.status().message());
+    return 1;
+  }
+  const train::Evaluation& e = summary->final_eval;
+  fmt::print("done: step {}, test accuracy {:.2f}% ({}/{}), test loss {:.4f}, {:.1f} s\n",
+             summary->last_step, 100.0 * e.accuracy, e.correct, e.total, e.loss,
+             summary->seconds);
+  return 0;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+  auto args = std::make_shared<TrainArgs>();
+  CLI::App* cmd = app.add_subcommand("train", "train the model a TOML config describes");
+  cmd->add_option("config", args->config, "the run's TOML file (examples/fashion_cnn.toml)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--resume", args->resume, "continue from this checkpoint")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--steps", args->steps, "train this many steps in all (overrides [train])")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([args] { exit_code = run_train(*args); });
+}
+
+}  // namespace tessel::cli

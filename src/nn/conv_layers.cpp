@@ -1,0 +1,107 @@
+// Convolutional layers (see conv_layers.h): forward on the autograd functional API.
+#include "nn/conv_layers.h"
+
+#include <cmath>
+
+#include "nn/init.h"
+
+namespace tessel::nn {
+namespace {
+
+Initializer uniform_bound(double bound) {
+  return [bound](Tensor& t, Pcg32& rng) { return uniform(t, rng, -bound, bound); };
+}
+
+}  // namespace
+
+Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
+               const Conv2dOptions& options)
+    : out_channels_(out_channels), options_(options) {
+  weight_ = &register_parameter("weight", {out_channels, in_channels, kernel_size, kernel_size},
+                                [](Tensor& t, Pcg32& rng) {
+                                  return kaiming_uniform(t, rng, {.a = std::sqrt(5.0)});
+                                });
+  // nn.Conv2d.reset_parameters: the bias bound is 1/sqrt(fan_in) of the weight.
+  const int64_t fan_in = in_channels * kernel_size * kernel_size;
+  if (options.bias)
+    bias_ = &register_parameter("bias", {out_channels},
+                                uniform_bound(fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0));
+}
+
+Expected<Variable> Conv2d::forward(const Variable& x) {
+  TESSEL_ASSIGN_OR_RETURN(Variable w, value(*weight_));
+  Variable b;
+  if (bias_) {
+    TESSEL_ASSIGN_OR_RETURN(b, value(*bias_));
+  } else {
+    // The op always adds a bias; a constant zero one gets no gradient.
+    TESSEL_ASSIGN_OR_RETURN(Tensor zero,
+                            Tensor::zeros({out_channels_}, DType::kF32, w.data().device()));
+    b = Variable(zero);
+  }
+  const int64_t s = options_.stride, p = options_.padding, d = options_.dilation;
+  return autograd::conv2d(x, w, b, {s, s}, {p, p}, {d, d});
+}
+
+BatchNorm2d::BatchNorm2d(int64_t features, double eps, double momentum)
+    : eps_(eps), momentum_(momentum) {
+  weight_ = &register_parameter("weight", {features}, [](Tensor& t, Pcg32&) { return ones(t); });
+  bias_ = &register_parameter("bias", {features}, [](Tensor& t, Pcg32&) { return zeros(t); });
+  running_mean_ = &register_buffer("running_mean", {features}, DType::kF32, 0.0);
+  running_var_ = &register_buffer("running_var", {features}, DType::kF32, 1.0);
+  num_batches_tracked_ = &register_buffer("num_batches_tracked", {}, DType::kI64, 0.0);
+}
+
+Expected<Variable> BatchNorm2d::forward(const Variable& x) {
+  TESSEL_ASSIGN_OR_RETURN(Variable w, value(*weight_));
+  TESSEL_ASSIGN_OR_RETURN(Variable b, value(*bias_));
+  if (x.data().rank() != 4)
+    return invalid_argument("BatchNorm2d: expected input [N, C, H, W], got {}",
+                            shape_string(x.shape()));
+  autograd::BatchNormState state{running_mean_->tensor, running_var_->tensor};
+  TESSEL_ASSIGN_OR_RETURN(Variable y,
+                          autograd::batch_norm(x, w, b, state, is_training(), momentum_, eps_));
+  if (is_training()) {
+    running_mean_->tensor = state.running_mean;
+    running_var_->tensor = state.running_var;
+    // A scalar counter: read, add one, write back (one 8-byte copy per step on a device).
+    TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> count,
+                            num_batches_tracked_->tensor.to_vector<int64_t>());
+    TESSEL_ASSIGN_OR_RETURN(
+        num_batches_tracked_->tensor,
+        Tensor::full({}, double(count.at(0) + 1), DType::kI64, x.data().device()));
+  }
+  return y;
+}
+
+MaxPool2d::MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding)
+    : kernel_(kernel_size), stride_(stride > 0 ? stride : kernel_size), padding_(padding) {}
+
+Expected<Variable> MaxPool2d::forward(const Variable& x) {
+  return autograd::max_pool2d(x, {kernel_, kernel_}, {stride_, stride_}, {padding_, padding_});
+}
+
+AvgPool2d::AvgPool2d(int64_t kernel_size, int64_t stride, int64_t padding)
+    : kernel_(kernel_size), stride_(stride > 0 ? stride : kernel_size), padding_(padding) {}
+
+Expected<Variable> AvgPool2d::forward(const Variable& x) {
+  return autograd::avg_pool2d(x, {kernel_, kernel_}, {stride_, stride_}, {padding_, padding_});
+}
+
+Expected<Variable> Flatten::forward(const Variable& x) {
+  if (x.shape().empty())
+    return invalid_argument("Flatten: input must have a batch dimension, got a scalar");
+  const int64_t n = x.shape()[0];
+  return autograd::reshape(x, {n, n > 0 ? x.data().numel() / n : 0});
+}
+
+Dropout::Dropout(double p, uint64_t seed) : p_(p), rng_(seed) {}
+
+Expected<Variable> Dropout::forward(const Variable& x) {
+  if (!is_training() || p_ == 0.0) return x;
+  // A non-negative 31-bit seed: the kernel takes it as a 32-bit scalar.
+  const int64_t seed = static_cast<int64_t>(rng_.next_u32() >> 1);
+  return autograd::dropout(x, p_, seed);
+}
+
+}  // namespace tessel::nn

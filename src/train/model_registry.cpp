@@ -1,0 +1,87 @@
+// Model registry (see model_registry.h) and the built-in models.
+#include "train/model_registry.h"
+
+#include <map>
+#include <mutex>
+
+#include "nn/cnn.h"
+#include "nn/layers.h"
+
+namespace tessel::train {
+namespace {
+
+Expected<std::unique_ptr<nn::Module>> make_mlp(const Config& table, const ModelContext& context) {
+  TESSEL_TRY(table.check_keys({"name", "hidden"}));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> hidden,
+                          table.get_or<std::vector<int64_t>>("hidden", {512, 256}));
+  std::vector<int64_t> sizes{shape_numel(context.input_shape)};
+  for (int64_t h : hidden) {
+    if (h < 1)
+      return invalid_argument("{}: key 'model.hidden': sizes must be >= 1, got {}",
+                              table.source(), h);
+    sizes.push_back(h);
+  }
+  sizes.push_back(context.classes);
+  return std::unique_ptr<nn::Module>(std::make_unique<nn::MLP>(sizes));
+}
+
+Expected<std::unique_ptr<nn::Module>> make_cnn(const Config& table, const ModelContext& context) {
+  TESSEL_TRY(table.check_keys({"name"}));
+  if (context.input_shape != Shape{28, 28} && context.input_shape != Shape{1, 28, 28})
+    return invalid_argument("{}: model 'cnn' takes 28 x 28 images, the data has {}",
+                            table.source(), shape_string(context.input_shape));
+  return std::unique_ptr<nn::Module>(std::make_unique<nn::SmallCnn>(context.classes));
+}
+
+struct Registry {
+  std::mutex mutex;
+  std::map<std::string, ModelFactory> factories;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry;
+    reg->factories["mlp"] = make_mlp;
+    reg->factories["cnn"] = make_cnn;
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+void register_model(const std::string& name, ModelFactory factory) {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  r.factories[name] = std::move(factory);
+}
+
+std::vector<std::string> model_names() {
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  std::vector<std::string> names;
+  for (const auto& [name, f] : r.factories)
+    names.push_back(name);
+  return names;
+}
+
+Expected<std::unique_ptr<nn::Module>> make_model(const Config& table, const ModelContext& context) {
+  TESSEL_ASSIGN_OR_RETURN(std::string name, table.get<std::string>("name"));
+  ModelFactory factory;
+  {
+    Registry& r = registry();
+    std::lock_guard lock(r.mutex);
+    auto it = r.factories.find(name);
+    if (it != r.factories.end()) factory = it->second;
+  }
+  if (!factory) {
+    std::string known;
+    for (const std::string& n : model_names())
+      known += (known.empty() ? "" : ", ") + n;
+    return invalid_argument("{}: key 'model.name': unknown model '{}'; allowed: {}",
+                            table.source(), name, known);
+  }
+  return factory(table, context);
+}
+
+}  // namespace tessel::train

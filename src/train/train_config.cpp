@@ -1,0 +1,169 @@
+// Reading a training config (see train_config.h).
+#include "train/train_config.h"
+
+#include <algorithm>
+#include <optional>
+#include <regex>
+
+#include "data/mnist.h"
+
+namespace tessel::train {
+namespace {
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names)
+    out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+// A string key whose value must be one of `allowed`.
+Expected<std::string> get_choice(const Config& table, const std::string& key,
+                                 const std::vector<std::string>& allowed,
+                                 std::optional<std::string> fallback = std::nullopt) {
+  std::string value;
+  if (fallback) {
+    TESSEL_ASSIGN_OR_RETURN(value, table.get_or<std::string>(key, *fallback));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(value, table.get<std::string>(key));
+  }
+  if (std::find(allowed.begin(), allowed.end(), value) == allowed.end())
+    return invalid_argument("{}: key '{}': '{}' is not allowed; allowed: {}", table.source(),
+                            table.path().empty() ? key : table.path() + "." + key, value,
+                            join(allowed));
+  return value;
+}
+
+// A number key with a lower bound (the fallback, when missing, is not checked); the message names the key and the bound.
+template <typename T>
+Expected<T> get_at_least(const Config& table, const std::string& key, T fallback, T minimum) {
+  if (!table.has(key)) return fallback;
+  TESSEL_ASSIGN_OR_RETURN(T value, table.get<T>(key));
+  if (value < minimum)
+    return invalid_argument("{}: key '{}': must be >= {}, got {}", table.source(),
+                            table.path().empty() ? key : table.path() + "." + key, minimum,
+                            value);
+  return value;
+}
+
+Expected<Config> optional_table(const Config& config, const std::string& key) {
+  if (!config.has(key)) return Config::parse("", config.source());
+  return config.table(key);
+}
+
+Status parse_optimizer(const Config& cfg, OptimizerConfig& out) {
+  TESSEL_ASSIGN_OR_RETURN(Config t, optional_table(cfg, "optimizer"));
+  TESSEL_ASSIGN_OR_RETURN(out.name, get_choice(t, "name", {"adamw", "sgd"}, "adamw"));
+  if (out.name == "adamw") {
+    TESSEL_TRY(t.check_keys({"name", "lr", "betas", "eps", "weight_decay"}));
+    auto& o = out.adamw;
+    TESSEL_ASSIGN_OR_RETURN(o.lr, get_at_least(t, "lr", o.lr, 0.0));
+    TESSEL_ASSIGN_OR_RETURN(o.eps, get_at_least(t, "eps", o.eps, 0.0));
+    TESSEL_ASSIGN_OR_RETURN(o.weight_decay, get_at_least(t, "weight_decay", o.weight_decay, 0.0));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<double> betas,
+                            t.get_or<std::vector<double>>("betas", {o.beta1, o.beta2}));
+    if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1)
+      return invalid_argument("{}: key 'optimizer.betas': expected two numbers in [0, 1)",
+                              t.source());
+    o.beta1 = betas[0];
+    o.beta2 = betas[1];
+  } else {
+    TESSEL_TRY(t.check_keys({"name", "lr", "momentum", "dampening", "nesterov", "weight_decay"}));
+    auto& o = out.sgd;
+    TESSEL_ASSIGN_OR_RETURN(o.lr, get_at_least(t, "lr", o.lr, 0.0));
+    TESSEL_ASSIGN_OR_RETURN(o.momentum, get_at_least(t, "momentum", o.momentum, 0.0));
+    TESSEL_ASSIGN_OR_RETURN(o.dampening, get_at_least(t, "dampening", o.dampening, 0.0));
+    TESSEL_ASSIGN_OR_RETURN(o.weight_decay, get_at_least(t, "weight_decay", o.weight_decay, 0.0));
+    TESSEL_ASSIGN_OR_RETURN(o.nesterov, t.get_or<bool>("nesterov", o.nesterov));
+  }
+  return ok_status();
+}
+
+Status parse_schedule(const Config& cfg, double lr, optim::Schedule& out) {
+  TESSEL_ASSIGN_OR_RETURN(Config t, optional_table(cfg, "schedule"));
+  TESSEL_TRY(t.check_keys({"name", "warmup_steps", "min_lr"}));
+  TESSEL_ASSIGN_OR_RETURN(
+      std::string name,
+      get_choice(t, "name", {"constant", "cosine", "warmup_constant", "warmup_cosine"},
+                 "constant"));
+  TESSEL_ASSIGN_OR_RETURN(out.kind, optim::parse_schedule_kind(name));
+  out.base_lr = lr;
+  TESSEL_ASSIGN_OR_RETURN(out.min_lr, get_at_least(t, "min_lr", 0.0, 0.0));
+  const bool warmup =
+      out.kind == optim::ScheduleKind::kWarmupConstant || out.kind == optim::ScheduleKind::kWarmupCosine;
+  if (!warmup && t.has("warmup_steps"))
+    return invalid_argument("{}: key 'schedule.warmup_steps' needs name = 'warmup_constant' or "
+                            "'warmup_cosine', not '{}'",
+                            t.source(), name);
+  TESSEL_ASSIGN_OR_RETURN(out.warmup_steps,
+                          get_at_least<int64_t>(t, "warmup_steps", warmup ? 100 : 0, warmup ? 1 : 0));
+  return ok_status();
+}
+
+}  // namespace
+
+Expected<std::string> resolve_device_name(const std::string& name, const std::string& source) {
+  if (name == "auto") return std::string("cpu");
+  static const std::regex pattern("cpu|(opencl|cuda):[0-9]+");
+  if (!std::regex_match(name, pattern))
+    return invalid_argument("{}: key 'device': '{}' is not allowed; allowed: auto, cpu, opencl:N, "
+                            "cuda:N (N = 0, 1, ...)",
+                            source, name);
+  return name;
+}
+
+Expected<TrainConfig> parse_train_config(const Config& cfg) {
+  TrainConfig out;
+  out.source = cfg.source();
+  TESSEL_TRY(cfg.check_keys({"seed", "device", "model", "data", "optimizer", "schedule", "train"}));
+  TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
+  out.seed = static_cast<uint64_t>(seed);
+  TESSEL_ASSIGN_OR_RETURN(out.device, cfg.get_or<std::string>("device", "auto"));
+  TESSEL_TRY(resolve_device_name(out.device, out.source));
+
+  if (!cfg.has("model")) return invalid_argument("{}: missing table [model]", out.source);
+  TESSEL_ASSIGN_OR_RETURN(out.model, cfg.table("model"));
+  TESSEL_TRY(out.model->get<std::string>("name"));
+
+  if (!cfg.has("data")) return invalid_argument("{}: missing table [data]", out.source);
+  TESSEL_ASSIGN_OR_RETURN(Config data, cfg.table("data"));
+  TESSEL_TRY(data.check_keys({"name", "path", "batch_size", "eval_batch_size"}));
+  TESSEL_ASSIGN_OR_RETURN(out.data.name, get_choice(data, "name", {"fashion_mnist", "mnist"}));
+  if (out.data.name == "fashion_mnist") {
+    TESSEL_ASSIGN_OR_RETURN(out.data.path, data.get_or<std::string>("path", kFashionMnistDir));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(out.data.path, data.get<std::string>("path"));
+  }
+  TESSEL_ASSIGN_OR_RETURN(out.data.batch_size,
+                          get_at_least<int64_t>(data, "batch_size", out.data.batch_size, 1));
+  TESSEL_ASSIGN_OR_RETURN(
+      out.data.eval_batch_size,
+      get_at_least<int64_t>(data, "eval_batch_size", out.data.eval_batch_size, 1));
+
+  TESSEL_TRY(parse_optimizer(cfg, out.optimizer));
+  TESSEL_TRY(parse_schedule(cfg, out.optimizer.lr(), out.schedule));
+
+  TESSEL_ASSIGN_OR_RETURN(Config t, optional_table(cfg, "train"));
+  TESSEL_TRY(t.check_keys({"steps", "epochs", "clip_grad_norm", "log_interval", "eval_interval",
+                           "checkpoint_interval", "checkpoint_path", "metrics_path"}));
+  TESSEL_ASSIGN_OR_RETURN(out.steps, get_at_least<int64_t>(t, "steps", 0, 1));
+  TESSEL_ASSIGN_OR_RETURN(out.epochs, get_at_least<int64_t>(t, "epochs", 0, 1));
+  if (t.has("steps") == t.has("epochs"))
+    return invalid_argument("{}: [train] needs exactly one of 'train.steps' and 'train.epochs'",
+                            out.source);
+  TESSEL_ASSIGN_OR_RETURN(out.clip_grad_norm, get_at_least(t, "clip_grad_norm", 0.0, 0.0));
+  TESSEL_ASSIGN_OR_RETURN(out.log_interval, get_at_least<int64_t>(t, "log_interval", 50, 1));
+  TESSEL_ASSIGN_OR_RETURN(out.eval_interval, get_at_least<int64_t>(t, "eval_interval", 0, 0));
+  TESSEL_ASSIGN_OR_RETURN(out.checkpoint_interval,
+                          get_at_least<int64_t>(t, "checkpoint_interval", 0, 0));
+  TESSEL_ASSIGN_OR_RETURN(out.checkpoint_path, t.get_or<std::string>("checkpoint_path", ""));
+  TESSEL_ASSIGN_OR_RETURN(out.metrics_path, t.get_or<std::string>("metrics_path", ""));
+  return out;
+}
+
+Expected<TrainConfig> load_train_config(const std::string& path) {
+  TESSEL_ASSIGN_OR_RETURN(Config cfg, Config::load(path));
+  return parse_train_config(cfg);
+}
+
+}  // namespace tessel::train

@@ -1,0 +1,129 @@
+// Config errors: each wrong key or value names the key and what is allowed (the expected
+// messages are written out here), and a good config reads back the values written.
+#include "train/train_config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "train/model_registry.h"
+
+namespace tessel::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char* kGood = R"(
+seed = 7
+device = "cpu"
+[model]
+name = "mlp"
+hidden = [32]
+[data]
+name = "fashion_mnist"
+batch_size = 16
+[optimizer]
+name = "sgd"
+lr = 0.05
+momentum = 0.9
+[schedule]
+name = "warmup_cosine"
+warmup_steps = 10
+[train]
+steps = 100
+clip_grad_norm = 1.0
+)";
+
+std::string error_of(const std::string& text) {
+  Expected<TrainConfig> c = parse_train_config(Config::parse(text, "run.toml").value());
+  EXPECT_FALSE(c.ok()) << text;
+  return c.ok() ? std::string() : c.status().message();
+}
+
+// kGood with one line replaced.
+std::string with(const std::string& from, const std::string& to) {
+  std::string text = kGood;
+  size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+TEST(TrainConfig, ReadsTheValuesWritten) {
+  TrainConfig c = parse_train_config(Config::parse(kGood, "run.toml").value()).value();
+  EXPECT_EQ(c.seed, 7u);
+  EXPECT_EQ(c.device, "cpu");
+  EXPECT_EQ(c.data.name, "fashion_mnist");
+  EXPECT_EQ(c.data.path, "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(c.data.batch_size, 16);
+  EXPECT_EQ(c.data.eval_batch_size, 1000);
+  EXPECT_EQ(c.optimizer.name, "sgd");
+  EXPECT_DOUBLE_EQ(c.optimizer.sgd.lr, 0.05);
+  EXPECT_DOUBLE_EQ(c.optimizer.sgd.momentum, 0.9);
+  EXPECT_EQ(c.schedule.kind, optim::ScheduleKind::kWarmupCosine);
+  EXPECT_DOUBLE_EQ(c.schedule.base_lr, 0.05);
+  EXPECT_EQ(c.schedule.warmup_steps, 10);
+  EXPECT_EQ(c.steps, 100);
+  EXPECT_EQ(c.epochs, 0);
+  EXPECT_DOUBLE_EQ(c.clip_grad_norm, 1.0);
+  EXPECT_EQ(c.log_interval, 50);
+  EXPECT_EQ(c.checkpoint_path, "");
+}
+
+TEST(TrainConfig, UnknownKeysNameTheKeyAndTheAllowedOnes) {
+  EXPECT_THAT(error_of(with("momentum = 0.9", "momentun = 0.9")),
+              HasSubstr("unknown key 'optimizer.momentun' (did you mean 'momentum'?); allowed in "
+                        "[optimizer]: name, lr, momentum, dampening, nesterov, weight_decay"));
+  EXPECT_THAT(error_of(with("seed = 7", "seeds = 7")),
+              HasSubstr("unknown key 'seeds' (did you mean 'seed'?); allowed in the top level: "
+                        "seed, device, model, data, optimizer, schedule, train"));
+  EXPECT_THAT(error_of(with("steps = 100", "step = 100")),
+              HasSubstr("unknown key 'train.step' (did you mean 'steps'?)"));
+}
+
+TEST(TrainConfig, WrongValuesNameTheKeyAndWhatIsAllowed) {
+  EXPECT_EQ(error_of(with("device = \"cpu\"", "device = \"gpu\"")),
+            "run.toml: key 'device': 'gpu' is not allowed; allowed: auto, cpu, opencl:N, cuda:N "
+            "(N = 0, 1, ...)");
+  EXPECT_EQ(error_of(with("name = \"sgd\"", "name = \"adam\"")),
+            "run.toml: key 'optimizer.name': 'adam' is not allowed; allowed: adamw, sgd");
+  EXPECT_EQ(error_of(with("name = \"warmup_cosine\"", "name = \"linear\"")),
+            "run.toml: key 'schedule.name': 'linear' is not allowed; allowed: constant, cosine, "
+            "warmup_constant, warmup_cosine");
+  EXPECT_EQ(error_of(with("name = \"fashion_mnist\"", "name = \"cifar10\"")),
+            "run.toml: key 'data.name': 'cifar10' is not allowed; allowed: fashion_mnist, mnist");
+  EXPECT_EQ(error_of(with("batch_size = 16", "batch_size = 0")),
+            "run.toml: key 'data.batch_size': must be >= 1, got 0");
+  EXPECT_EQ(error_of(with("steps = 100", "steps = 100\nepochs = 2")),
+            "run.toml: [train] needs exactly one of 'train.steps' and 'train.epochs'");
+  EXPECT_THAT(error_of(with("lr = 0.05", "lr = \"fast\"")),
+              HasSubstr("key 'optimizer.lr': expected a number, got a string"));
+  EXPECT_THAT(error_of(with("[model]\nname = \"mlp\"", "[model]")),
+              HasSubstr("missing key 'model.name'"));
+}
+
+TEST(ModelRegistry, UnknownModelsAndKeysAreNamed) {
+  Config cfg = Config::parse("[model]\nname = \"cnnn\"\n[other]\nname = \"mlp\"\nhiden = [4]\n",
+                             "m.toml")
+                   .value();
+  ModelContext context{.input_shape = {28, 28}, .classes = 10};
+  Expected<std::unique_ptr<nn::Module>> unknown = make_model(cfg.table("model").value(), context);
+  ASSERT_FALSE(unknown.ok());
+  // Other models may be registered too; these two are built in.
+  EXPECT_THAT(unknown.status().message(),
+              HasSubstr("m.toml: key 'model.name': unknown model 'cnnn'; allowed: cnn, "));
+  EXPECT_THAT(unknown.status().message(), HasSubstr("mlp"));
+  Expected<std::unique_ptr<nn::Module>> typo = make_model(cfg.table("other").value(), context);
+  ASSERT_FALSE(typo.ok());
+  EXPECT_THAT(typo.status().message(),
+              HasSubstr("unknown key 'other.hiden' (did you mean 'hidden'?); allowed in [other]: "
+                        "name, hidden"));
+}
+
+TEST(ModelRegistry, MakesTheMlpWithTheSizesOfTheData) {
+  Config cfg = Config::parse("name = \"mlp\"\nhidden = [20, 30]\n", "m.toml").value();
+  auto model = make_model(cfg, {.input_shape = {28, 28}, .classes = 10}).value();
+  // 784*20+20 + 20*30+30 + 30*10+10
+  EXPECT_EQ(model->num_parameters(), 15700 + 630 + 310);
+}
+
+}  // namespace
+}  // namespace tessel::train

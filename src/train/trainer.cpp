@@ -1,0 +1,312 @@
+// The training loop (see trainer.h).
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "autograd/functional.h"
+#include "data/prefetch.h"
+#include "io/checkpoint.h"
+#include "nn/conv_layers.h"
+#include "optim/clip.h"
+#include "train/model_registry.h"
+#include "train/progress.h"
+
+namespace tessel::train {
+namespace {
+
+using autograd::Variable;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+Status make_parent_folder(const std::string& path) {
+  std::filesystem::path parent = std::filesystem::path(path).parent_path();
+  if (parent.empty()) return ok_status();
+  std::error_code ec;
+  std::filesystem::create_directories(parent, ec);
+  if (ec) return invalid_argument("cannot create folder '{}': {}", parent.string(), ec.message());
+  return ok_status();
+}
+
+// Dropout modules by name: their generators are part of a checkpoint.
+std::vector<std::pair<std::string, nn::Dropout*>> dropouts(nn::Module& model) {
+  std::vector<std::pair<std::string, nn::Dropout*>> out;
+  for (auto& [name, m] : model.named_modules())
+    if (auto* d = dynamic_cast<nn::Dropout*>(m)) out.emplace_back(name, d);
+  return out;
+}
+
+Expected<double> scalar_of(const Tensor& t) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> v, t.to_vector<float>());
+  return double(v.at(0));
+}
+
+}  // namespace
+
+Trainer::~Trainer() {
+  if (metrics_) std::fclose(metrics_);
+}
+
+Expected<std::unique_ptr<Trainer>> Trainer::create(TrainConfig config, TrainerOptions options) {
+  std::unique_ptr<Trainer> trainer(new Trainer(std::move(config), options));
+  TESSEL_TRY(trainer->build());
+  return trainer;
+}
+
+Status Trainer::build() {
+  const TrainConfig& c = config_;
+  TESSEL_ASSIGN_OR_RETURN(std::string device_name, resolve_device_name(c.device, c.source));
+  Expected<Device*> device = get_device(device_name);
+  if (!device.ok())
+    return device.status().with_context("{}: key 'device' = '{}'", c.source, c.device);
+  device_ = *device;
+
+  // Data: the training split shuffled per epoch, the test split in order.
+  Expected<ImageDataset> train_set = load_mnist(c.data.path, "train");
+  if (!train_set.ok()) return train_set.status().with_context("{}: [data]", c.source);
+  TESSEL_ASSIGN_OR_RETURN(ImageDataset test_set, load_mnist(c.data.path, "test"));
+  const bool fashion = c.data.name == "fashion_mnist";
+  const float mean = fashion ? kFashionMnistMean : kMnistMean;
+  const float std = fashion ? kFashionMnistStd : kMnistStd;
+  ModelContext context{.input_shape = {train_set->images.size(1), train_set->images.size(2)},
+                       .classes = train_set->num_classes,
+                       .seed = c.seed};
+  TESSEL_ASSIGN_OR_RETURN(
+      std::unique_ptr<ImageBatches> train,
+      ImageBatches::make(std::move(*train_set), {.batch_size = c.data.batch_size,
+                                                 .shuffle = true,
+                                                 .seed = c.seed,
+                                                 .drop_last = true,
+                                                 .mean = mean,
+                                                 .std = std}));
+  const int64_t per_epoch = train->batches_per_epoch();
+  train_batches_ = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
+  TESSEL_ASSIGN_OR_RETURN(eval_batches_,
+                          ImageBatches::make(std::move(test_set), {.batch_size = c.data.eval_batch_size,
+                                                                   .shuffle = false,
+                                                                   .mean = mean,
+                                                                   .std = std}));
+  eval_batch_count_ = eval_batches_->batches_per_epoch();
+  total_steps_ = c.steps > 0 ? c.steps : c.epochs * per_epoch;
+
+  // Model, parameters, optimizer, schedule.
+  TESSEL_ASSIGN_OR_RETURN(model_, make_model(*c.model, context));
+  Pcg32 init_rng(c.seed, 1);
+  TESSEL_ASSIGN_OR_RETURN(nn::FlatParameters params,
+                          nn::FlatParameters::create(*model_, device_, init_rng));
+  params_ = std::make_unique<nn::FlatParameters>(std::move(params));
+  if (c.optimizer.name == "sgd") {
+    Expected<std::unique_ptr<optim::Sgd>> sgd = optim::Sgd::create(*params_, c.optimizer.sgd);
+    if (!sgd.ok()) return sgd.status().with_context("{}: [optimizer]", c.source);
+    optimizer_ = std::move(*sgd);
+  } else {
+    Expected<std::unique_ptr<optim::AdamW>> adamw =
+        optim::AdamW::create(*params_, c.optimizer.adamw);
+    if (!adamw.ok()) return adamw.status().with_context("{}: [optimizer]", c.source);
+    optimizer_ = std::move(*adamw);
+  }
+  config_.schedule.total_steps = total_steps_;
+  Status schedule_ok = config_.schedule.validate();
+  if (!schedule_ok.ok()) return schedule_ok.with_context("{}: [schedule]", c.source);
+  return ok_status();
+}
+
+Status Trainer::save_checkpoint(const std::string& path) {
+  Checkpoint ckpt;
+  for (auto& [name, tensor] : params_->named_tensors())
+    ckpt.model[name] = tensor;
+  for (auto& [name, buffer] : model_->named_buffers())
+    ckpt.model[name] = buffer->tensor;
+  for (auto& [name, tensor] : optimizer_->named_state())
+    ckpt.optimizer[name] = tensor;
+  ckpt.metadata["step"] = std::to_string(step_);
+  ckpt.metadata["optimizer.step_count"] = std::to_string(optimizer_->step_count());
+  ckpt.metadata["data.train"] = train_batches_->position().to_string();
+  ckpt.metadata["config"] = config_.source;
+  for (auto& [name, d] : dropouts(*model_))
+    ckpt.metadata["rng." + name] = d->rng().state_string();
+  TESSEL_TRY(make_parent_folder(path));
+  return tessel::save_checkpoint(path, ckpt);
+}
+
+Status Trainer::resume(const std::string& checkpoint_path) {
+  TESSEL_ASSIGN_OR_RETURN(Checkpoint ckpt, load_checkpoint(checkpoint_path));
+  auto take = [&](const NamedTensors& from, const std::string& name) -> Expected<Tensor> {
+    auto it = from.find(name);
+    if (it == from.end())
+      return not_found("{}: no tensor '{}' (the checkpoint is of another model or optimizer)",
+                       checkpoint_path, name);
+    return it->second;
+  };
+  size_t expected_model_tensors = 0;
+  for (auto& [name, tensor] : params_->named_tensors()) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.model, name));
+    Tensor target = tensor;
+    Status s = target.copy_from(saved);
+    if (!s.ok()) return s.with_context("{}: tensor '{}'", checkpoint_path, name);
+    ++expected_model_tensors;
+  }
+  for (auto& [name, buffer] : model_->named_buffers()) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.model, name));
+    Status s = buffer->tensor.copy_from(saved);
+    if (!s.ok()) return s.with_context("{}: tensor '{}'", checkpoint_path, name);
+    ++expected_model_tensors;
+  }
+  if (ckpt.model.size() != expected_model_tensors)
+    return invalid_argument("{}: holds {} model tensors, this model has {}", checkpoint_path,
+                            ckpt.model.size(), expected_model_tensors);
+  for (auto& [name, tensor] : optimizer_->named_state()) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.optimizer, name));
+    Tensor target = tensor;
+    Status s = target.copy_from(saved);
+    if (!s.ok()) return s.with_context("{}: tensor 'optimizer.{}'", checkpoint_path, name);
+  }
+  TESSEL_ASSIGN_OR_RETURN(step_, ckpt.get_int("step"));
+  TESSEL_ASSIGN_OR_RETURN(int64_t count, ckpt.get_int("optimizer.step_count"));
+  optimizer_->set_step_count(count);
+  TESSEL_ASSIGN_OR_RETURN(std::string position_text, ckpt.get("data.train"));
+  TESSEL_ASSIGN_OR_RETURN(DataPosition position, DataPosition::parse(position_text));
+  TESSEL_TRY(train_batches_->restore(position));
+  for (auto& [name, d] : dropouts(*model_)) {
+    TESSEL_ASSIGN_OR_RETURN(std::string state, ckpt.get("rng." + name));
+    TESSEL_ASSIGN_OR_RETURN(d->rng(), Pcg32::from_state_string(state));
+  }
+  resumed_ = true;
+  return ok_status();
+}
+
+Status Trainer::write_metrics(const std::string& json_line) {
+  if (config_.metrics_path.empty()) return ok_status();
+  if (!metrics_) {
+    TESSEL_TRY(make_parent_folder(config_.metrics_path));
+    metrics_ = std::fopen(config_.metrics_path.c_str(), resumed_ ? "a" : "w");
+    if (!metrics_) return errno_error(fmt::format("opening metrics file '{}'", config_.metrics_path));
+  }
+  fmt::print(metrics_, "{}\n", json_line);
+  std::fflush(metrics_);
+  return ok_status();
+}
+
+Expected<Evaluation> Trainer::evaluate() {
+  autograd::NoGrad no_grad;
+  model_->eval();
+  const DataPosition first_batch;
+  TESSEL_TRY(eval_batches_->restore(first_batch));
+  Evaluation e;
+  double loss_sum = 0.0;
+  for (int64_t b = 0; b < eval_batch_count_; ++b) {
+    TESSEL_ASSIGN_OR_RETURN(Batch batch, eval_batches_->next());
+    TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
+    TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
+    TESSEL_ASSIGN_OR_RETURN(Variable loss, autograd::cross_entropy(logits, Variable(y)));
+    TESSEL_ASSIGN_OR_RETURN(double mean_loss, scalar_of(loss.data()));
+    const int64_t n = batch.targets.size(0), classes = logits.shape()[1];
+    loss_sum += mean_loss * double(n);
+    TESSEL_ASSIGN_OR_RETURN(std::vector<float> scores, logits.data().to_vector<float>());
+    TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> labels, batch.targets.to_vector<int64_t>());
+    for (int64_t i = 0; i < n; ++i) {
+      const float* row = scores.data() + i * classes;
+      int64_t best = 0;
+      for (int64_t k = 1; k < classes; ++k)
+        if (row[k] > row[best]) best = k;
+      e.correct += best == labels[i];
+    }
+    e.total += n;
+  }
+  model_->train();
+  e.loss = e.total > 0 ? loss_sum / double(e.total) : 0.0;
+  e.accuracy = e.total > 0 ? double(e.correct) / double(e.total) : 0.0;
+  return e;
+}
+
+Expected<RunSummary> Trainer::run(int64_t stop_at) {
+  const TrainConfig& c = config_;
+  const int64_t end = stop_at >= 0 ? std::min(stop_at, total_steps_) : total_steps_;
+  RunSummary summary;
+  summary.first_step = step_;
+  std::unique_ptr<Progress> progress;
+  if (options_.progress)
+    progress = std::make_unique<Progress>(options_.progress, total_steps_, step_,
+                                          options_.interactive);
+  auto say = [&](const std::string& line) {
+    if (progress) progress->message(line);
+  };
+  auto run_eval = [&]() -> Expected<Evaluation> {
+    TESSEL_ASSIGN_OR_RETURN(Evaluation e, evaluate());
+    say(fmt::format("step {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", step_,
+                    100.0 * e.accuracy, e.correct, e.total, e.loss));
+    nlohmann::json j = {{"step", step_}, {"eval_loss", e.loss}, {"eval_accuracy", e.accuracy}};
+    TESSEL_TRY(write_metrics(j.dump()));
+    return e;
+  };
+
+  model_->train();
+  const Clock::time_point start = Clock::now();
+  Clock::time_point window_start = start;
+  int64_t window_steps = 0;
+  double window_loss = 0.0;
+  while (step_ < end) {
+    TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
+    TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
+    const double lr = c.schedule.lr_at(step_);
+    {
+      TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
+      TESSEL_ASSIGN_OR_RETURN(Variable loss, autograd::cross_entropy(logits, Variable(y)));
+      TESSEL_TRY(loss.backward());
+      TESSEL_ASSIGN_OR_RETURN(double loss_value, scalar_of(loss.data()));
+      summary.losses.push_back(loss_value);
+      window_loss += loss_value;
+    }
+    if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+    optimizer_->set_lr(lr);
+    TESSEL_TRY(optimizer_->step());
+    TESSEL_TRY(params_->zero_grad());
+    ++step_;
+    ++window_steps;
+
+    if (step_ % c.log_interval == 0 || step_ == end) {
+      const double seconds = seconds_since(window_start);
+      const double samples_per_s =
+          seconds > 0 ? double(window_steps * c.data.batch_size) / seconds : 0.0;
+      const double mean_loss = window_loss / double(window_steps);
+      if (progress) progress->update(step_, mean_loss, lr, samples_per_s);
+      nlohmann::json j = {{"step", step_},
+                          {"loss", mean_loss},
+                          {"lr", lr},
+                          {"samples_per_s", samples_per_s}};
+      TESSEL_TRY(write_metrics(j.dump()));
+      window_start = Clock::now();
+      window_steps = 0;
+      window_loss = 0.0;
+    }
+    if (c.eval_interval > 0 && step_ % c.eval_interval == 0 && step_ < end) {
+      TESSEL_TRY(run_eval());
+      window_start = Clock::now();  // throughput counts training only
+    }
+    if (!c.checkpoint_path.empty() && c.checkpoint_interval > 0 &&
+        step_ % c.checkpoint_interval == 0 && step_ < end) {
+      TESSEL_TRY(save_checkpoint(c.checkpoint_path));
+      window_start = Clock::now();
+    }
+  }
+  TESSEL_ASSIGN_OR_RETURN(summary.final_eval, run_eval());
+  if (!c.checkpoint_path.empty()) {
+    TESSEL_TRY(save_checkpoint(c.checkpoint_path));
+    say(fmt::format("checkpoint: {} (step {})", c.checkpoint_path, step_));
+  }
+  if (progress) progress->finish();
+  summary.last_step = step_;
+  summary.seconds = seconds_since(start);
+  return summary;
+}
+
+}  // namespace tessel::train

@@ -1,0 +1,90 @@
+// The training loop of `tessel train`: builds device, model, parameters, optimizer, schedule and
+// data from a TrainConfig, then runs forward, loss, backward, clipping, the optimizer step and
+// the schedule, with evaluation, a progress line, JSONL metrics and checkpoints.
+//
+//   TESSEL_ASSIGN_OR_RETURN(TrainConfig config, load_train_config("examples/fashion_cnn.toml"));
+//   TESSEL_ASSIGN_OR_RETURN(auto trainer, Trainer::create(config));
+//   if (resume) TESSEL_TRY(trainer->resume("runs/cnn/checkpoint.safetensors"));
+//   TESSEL_ASSIGN_OR_RETURN(RunSummary summary, trainer->run());
+//
+// Reproducibility: the seed fixes the initial weights (Pcg32(seed, 1)), the shuffles of every
+// epoch (ImageBatches) and dropout's generators. A checkpoint holds the weights and buffers, the
+// optimizer state and its step count, the step, the training data's position and the dropout
+// generators' states, so a resumed run computes the same losses as one never interrupted.
+// Metrics: one JSON object per line, {"step", "loss", "lr", "samples_per_s"} every log_interval
+// steps and {"step", "eval_loss", "eval_accuracy"} after each evaluation; a resumed run appends.
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "data/batches.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+#include "train/train_config.h"
+
+namespace tessel::train {
+
+struct Evaluation {
+  double loss = 0.0;      // mean cross-entropy over the test split
+  double accuracy = 0.0;  // fraction of examples whose largest logit is the label
+  int64_t correct = 0, total = 0;
+};
+
+struct RunSummary {
+  int64_t first_step = 0;       // the step the run started from (non-zero after resume)
+  int64_t last_step = 0;        // the step it reached
+  std::vector<double> losses;   // the training loss of every step run
+  Evaluation final_eval;        // after the last step
+  double seconds = 0.0;         // wall time of the loop, evaluations included
+};
+
+struct TrainerOptions {
+  std::FILE* progress = stdout;  // nullptr: silent
+  int interactive = -1;          // redraw in place: -1 = when `progress` is a terminal
+};
+
+class Trainer {
+ public:
+  static Expected<std::unique_ptr<Trainer>> create(TrainConfig config, TrainerOptions options = {});
+  ~Trainer();
+
+  // Restores everything a checkpoint holds; the next run() continues from its step.
+  Status resume(const std::string& checkpoint_path);
+  // Trains up to the configured number of steps, or to `stop_at` if that is smaller (a run cut
+  // short, as a preempted job would be); evaluates and checkpoints at the configured intervals
+  // and at the end.
+  Expected<RunSummary> run(int64_t stop_at = -1);
+  // Accuracy and loss on the test split, in eval mode without recording gradients.
+  Expected<Evaluation> evaluate();
+  Status save_checkpoint(const std::string& path);
+
+  int64_t step() const { return step_; }
+  int64_t total_steps() const { return total_steps_; }
+  nn::Module& model() { return *model_; }
+  Device* device() const { return device_; }
+
+ private:
+  explicit Trainer(TrainConfig config, TrainerOptions options)
+      : config_(std::move(config)), options_(options) {}
+  Status build();
+  Status write_metrics(const std::string& json_line);
+
+  TrainConfig config_;
+  TrainerOptions options_;
+  Device* device_ = nullptr;
+  std::unique_ptr<nn::Module> model_;
+  std::unique_ptr<nn::FlatParameters> params_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<BatchSource> train_batches_;
+  std::unique_ptr<ImageBatches> eval_batches_;
+  int64_t eval_batch_count_ = 0;
+  int64_t total_steps_ = 0;
+  int64_t step_ = 0;
+  bool resumed_ = false;
+  std::FILE* metrics_ = nullptr;
+};
+
+}  // namespace tessel::train
