@@ -34,6 +34,8 @@ struct BlockLoopArgs {
   // Tiles packed and multiplied at the full BM x BK / BK x BN, zero padded, instead of at the
   // tile's valid size (the two forms of the contract).
   bool padded_tiles = false;
+  // A's tiles read in place (gemm_direct_a) where can_read_a_in_place allows, instead of packed.
+  bool read_a_in_place = true;
 };
 
 struct BlockGrid {
@@ -131,30 +133,45 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
                             dst);
       };
     };
+    auto a_in_place = [&](int64_t kt) {
+      return args.read_a_in_place && !args.padded_tiles &&
+             can_read_a_in_place<TSrc, TPack>(args.a_col_stride, depth_at(kt));
+    };
     if (args.share_tiles) {
       for (int64_t kt = 0; kt < grid.k; ++kt) {  // claim pass
-        tiles_a.claim(at.by * grid.k + kt, pack_a_tile(kt));
+        if (!a_in_place(kt)) tiles_a.claim(at.by * grid.k + kt, pack_a_tile(kt));
         tiles_b.claim(at.bx * grid.k + kt, pack_b_tile(kt));
       }
     }
     const int acc_rows = args.padded_tiles ? args.bm : rows;
     const int acc_cols = args.padded_tiles ? args.bn : cols;
-    for (int i = 0; i < acc_rows; ++i)  // clear(acc)
-      std::memset(acc + i * ldacc, 0, sizeof(float) * acc_cols);
+    // clear(acc) is folded into the first K step (accumulate = false).
     for (int64_t kt = 0; kt < grid.k; ++kt) {
-      const TPack* a_tile;
+      const bool accumulate = kt > 0;
+      const int depth = args.padded_tiles ? args.bk : depth_at(kt);
       const TPack* b_tile;
       if (args.share_tiles) {
-        a_tile = tiles_a.get(at.by * grid.k + kt, pack_a_tile(kt));
         b_tile = tiles_b.get(at.bx * grid.k + kt, pack_b_tile(kt));
       } else {
-        pack_a_tile(kt)(ws.a_tile(thread));
         pack_b_tile(kt)(ws.b_tile(thread));
-        a_tile = ws.a_tile(thread);
         b_tile = ws.b_tile(thread);
       }
-      gemm_packed<TPack>(a_tile, b_tile, acc, ldacc, acc_rows, acc_cols,
-                         args.padded_tiles ? args.bk : depth_at(kt));
+      if (a_in_place(kt)) {
+        // TSrc is TPack here (can_read_a_in_place); the cast only satisfies the other types.
+        const TPack* a_rows = reinterpret_cast<const TPack*>(a + m0 * args.a_row_stride +
+                                                             kt * args.bk * args.a_col_stride);
+        gemm_direct_a<TPack>(a_rows, args.a_row_stride, b_tile, acc, ldacc, acc_rows, acc_cols,
+                             depth, accumulate);
+        continue;
+      }
+      const TPack* a_tile;
+      if (args.share_tiles) {
+        a_tile = tiles_a.get(at.by * grid.k + kt, pack_a_tile(kt));
+      } else {
+        pack_a_tile(kt)(ws.a_tile(thread));
+        a_tile = ws.a_tile(thread);
+      }
+      gemm_packed<TPack>(a_tile, b_tile, acc, ldacc, acc_rows, acc_cols, depth, accumulate);
     }
     for (int i = 0; i < rows; ++i)  // copy(acc, C): masked store
       std::memcpy(args.c + (m0 + i) * args.ldc + n0, acc + i * ldacc, sizeof(float) * cols);

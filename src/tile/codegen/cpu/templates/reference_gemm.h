@@ -45,6 +45,9 @@ struct ReferenceGemmCall {
   // Tiles packed and multiplied at their full BM x BK / BK x BN, zero padded, instead of the edge
   // form (the tile's valid size). Both are part of the contract; the tests run both.
   bool padded_tiles = false;
+  // Row-major A of the packed type read in place by the micro-kernel instead of packed
+  // (gemm_direct_a in tile_gemm.h); false packs every A tile.
+  bool read_a_in_place = true;
 };
 
 struct GemmTiles {

@@ -112,7 +112,7 @@ std::string describe(const Case& c, const ReferenceGemmCall& call) {
                        : " tiles=" + std::to_string(call.bm) + "x" + std::to_string(call.bn) + "x" +
                              std::to_string(call.bk)) +
          (call.share_tiles ? " shared" : " per-block") + (call.padded_tiles ? " padded" : " edge") +
-         " threads=" + std::to_string(call.threads);
+         (call.read_a_in_place ? "" : " A packed") + " threads=" + std::to_string(call.threads);
 }
 
 class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
@@ -181,11 +181,12 @@ class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
   }
 
   // Every schedule and form, with the variant's default tiles and with small odd ones (20 rows:
-  // not a multiple of any MR; 40 columns: not a multiple of NR 32; 33: odd, not a K pair).
+  // not a multiple of any MR; 40 columns: not a multiple of NR 32; 33: odd, not a K pair). Form
+  // 3 packs A where forms 0 and 1 read it in place (when the types and strides allow).
   static std::vector<ReferenceGemmCall> all_settings() {
     std::vector<ReferenceGemmCall> settings;
     for (int small = 0; small < 2; ++small)
-      for (int form = 0; form < 3; ++form) {
+      for (int form = 0; form < 4; ++form) {
         ReferenceGemmCall call;
         if (small) {
           call.bm = 20;
@@ -194,6 +195,7 @@ class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
         }
         call.share_tiles = form != 1;
         call.padded_tiles = form == 2;
+        call.read_a_in_place = form != 3;
         call.threads = form == 0 ? 2 : form == 1 ? 3 : 1;
         settings.push_back(call);
       }
@@ -221,11 +223,13 @@ TEST_P(ReferenceGemmTest, ShapesAcrossDefaultTiles) {
   for (const auto& s : shapes)
     for (GemmInput input : kInputs)
       for (int t = 0; t < 4; t += 3) {
-        ReferenceGemmCall shared, per_block;
+        ReferenceGemmCall shared, per_block, a_packed;
         shared.threads = 2;
         per_block.threads = 2;
         per_block.share_tiles = false;
-        check({s[0], s[1], s[2], input, false, t != 0, t != 0}, {shared, per_block});
+        a_packed.threads = 2;
+        a_packed.read_a_in_place = false;
+        check({s[0], s[1], s[2], input, false, t != 0, t != 0}, {shared, per_block, a_packed});
       }
   ReferenceGemmCall call;
   call.threads = 2;

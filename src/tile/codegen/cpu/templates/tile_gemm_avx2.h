@@ -33,24 +33,24 @@ struct DefaultTiles<bf16> {
 
 namespace detail {
 
-template <int MR>
-__attribute__((always_inline)) inline void kernel_f32(const float* a, const float* b, float* c,
+template <int MR, bool kAccumulate, typename AOperand>
+__attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b, float* c,
                                                       int64_t ldc, int ksteps) {
   __m256 acc[MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
-    acc[i][0] = _mm256_loadu_ps(c + i * ldc);
-    acc[i][1] = _mm256_loadu_ps(c + i * ldc + 8);
+    acc[i][0] = kAccumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+    acc[i][1] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
   for (int k = 0; k < ksteps; ++k) {
     const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m256 av = _mm256_broadcast_ss(a + i);
+      const __m256 av = _mm256_broadcast_ss(a.row(i));
       acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
     }
-    a += MR;
+    a.next();
     b += 16;
   }
 #pragma GCC unroll 8
@@ -60,14 +60,14 @@ __attribute__((always_inline)) inline void kernel_f32(const float* a, const floa
   }
 }
 
-template <int MR>
-__attribute__((always_inline)) inline void kernel_bf16(const bf16* a, const bf16* b, float* c,
+template <int MR, bool kAccumulate, typename AOperand>
+__attribute__((always_inline)) inline void kernel_bf16(AOperand a, const bf16* b, float* c,
                                                        int64_t ldc, int ksteps) {
   __m256 acc[MR][2];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i) {
-    acc[i][0] = _mm256_loadu_ps(c + i * ldc);
-    acc[i][1] = _mm256_loadu_ps(c + i * ldc + 8);
+    acc[i][0] = kAccumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+    acc[i][1] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
   const __m256i high_half = _mm256_set1_epi32(int(0xffff0000u));
   for (int k = 0; k < ksteps; ++k) {
@@ -77,7 +77,7 @@ __attribute__((always_inline)) inline void kernel_bf16(const bf16* a, const bf16
     __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(p1, 16));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m256 av = _mm256_set1_ps(to_float(a[2 * i]));
+      const __m256 av = _mm256_set1_ps(to_float(a.row(i)[0]));
       acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
     }
@@ -85,11 +85,11 @@ __attribute__((always_inline)) inline void kernel_bf16(const bf16* a, const bf16
     b1 = _mm256_castsi256_ps(_mm256_and_si256(p1, high_half));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m256 av = _mm256_set1_ps(to_float(a[2 * i + 1]));
+      const __m256 av = _mm256_set1_ps(to_float(a.row(i)[1]));
       acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
       acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
     }
-    a += 2 * MR;
+    a.next();
     b += 32;
   }
 #pragma GCC unroll 8
@@ -101,15 +101,14 @@ __attribute__((always_inline)) inline void kernel_bf16(const bf16* a, const bf16
 
 }  // namespace detail
 
-template <typename TPack>
-inline void micro_kernel(const TPack* a, const TPack* b, float* c, int64_t ldc, int ksteps);
-template <>
-inline void micro_kernel<float>(const float* a, const float* b, float* c, int64_t ldc, int ksteps) {
-  detail::kernel_f32<MicroTile<float>::kMR>(a, b, c, ldc, ksteps);
+// One whole MR x NR tile: c (+)= a * b; without kAccumulate the old contents of c are not read.
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel(const AOperand& a, const float* b, float* c, int64_t ldc, int ksteps) {
+  detail::kernel_f32<MicroTile<float>::kMR, kAccumulate>(a, b, c, ldc, ksteps);
 }
-template <>
-inline void micro_kernel<bf16>(const bf16* a, const bf16* b, float* c, int64_t ldc, int ksteps) {
-  detail::kernel_bf16<MicroTile<bf16>::kMR>(a, b, c, ldc, ksteps);
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel(const AOperand& a, const bf16* b, float* c, int64_t ldc, int ksteps) {
+  detail::kernel_bf16<MicroTile<bf16>::kMR, kAccumulate>(a, b, c, ldc, ksteps);
 }
 
 // Layout in tile_gemm.h. Whole f32 runs along the panel are copied; the rest goes element-wise.

@@ -60,36 +60,38 @@ inline __mmask32 lanes32(int n) {
 // block, from L3 or memory); prefetching kKernelPrefetch K steps ahead (8 KiB of B) hides that
 // latency. Measured on Zen 5: 190 -> 225 GFLOP/s per core at 2048^3 from memory, no cost in L1.
 inline constexpr int kKernelPrefetch = 64;
-__attribute__((always_inline)) inline void prefetch_operands(const void* a, const void* b,
+template <typename AOperand>
+__attribute__((always_inline)) inline void prefetch_operands(const AOperand& a, const void* b,
                                                              int b_lines) {
   for (int line = 0; line < b_lines; ++line)
     _mm_prefetch(static_cast<const char*>(b) + 64 * line, _MM_HINT_T0);
-  _mm_prefetch(static_cast<const char*>(a), _MM_HINT_T0);
+  if constexpr (AOperand::kPrefetch)
+    _mm_prefetch(reinterpret_cast<const char*>(a.ahead(kKernelPrefetch)), _MM_HINT_T0);
 }
 
-template <int MR, int NV>
-__attribute__((always_inline)) inline void kernel_f32(const float* a, const float* b, float* c,
+template <int MR, int NV, bool kAccumulate, typename AOperand>
+__attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b, float* c,
                                                       int64_t ldc, int ksteps) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j)
-      acc[i][j] = _mm512_loadu_ps(c + i * ldc + 16 * j);
+      acc[i][j] = kAccumulate ? _mm512_loadu_ps(c + i * ldc + 16 * j) : _mm512_setzero_ps();
   for (int k = 0; k < ksteps; ++k) {
-    prefetch_operands(a + kKernelPrefetch * MR, b + kKernelPrefetch * 16 * NV, NV);
+    prefetch_operands(a, b + kKernelPrefetch * 16 * NV, NV);
     __m512 bv[NV];
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j)
       bv[j] = _mm512_loadu_ps(b + 16 * j);
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const __m512 av = _mm512_set1_ps(a[i]);
+      const __m512 av = _mm512_set1_ps(*a.row(i));
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j)
         acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
     }
-    a += MR;
+    a.next();
     b += 16 * NV;
   }
 #pragma GCC unroll 16
@@ -99,17 +101,17 @@ __attribute__((always_inline)) inline void kernel_f32(const float* a, const floa
       _mm512_storeu_ps(c + i * ldc + 16 * j, acc[i][j]);
 }
 
-template <int MR, int NV>
-__attribute__((always_inline)) inline void kernel_bf16(const bf16* a, const bf16* b, float* c,
+template <int MR, int NV, bool kAccumulate, typename AOperand>
+__attribute__((always_inline)) inline void kernel_bf16(AOperand a, const bf16* b, float* c,
                                                        int64_t ldc, int ksteps) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j)
-      acc[i][j] = _mm512_loadu_ps(c + i * ldc + 16 * j);
+      acc[i][j] = kAccumulate ? _mm512_loadu_ps(c + i * ldc + 16 * j) : _mm512_setzero_ps();
   for (int k = 0; k < ksteps; ++k) {
-    prefetch_operands(a + kKernelPrefetch * 2 * MR, b + kKernelPrefetch * 32 * NV, NV);
+    prefetch_operands(a, b + kKernelPrefetch * 32 * NV, NV);
 #if defined(TESSEL_CPU_ISA_AVX512BF16)
     __m512bh bv[NV];
 #pragma GCC unroll 8
@@ -118,7 +120,7 @@ __attribute__((always_inline)) inline void kernel_bf16(const bf16* a, const bf16
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       uint32_t pair;
-      std::memcpy(&pair, a + 2 * i, sizeof pair);
+      std::memcpy(&pair, a.row(i), sizeof pair);
       const __m512bh av = (__m512bh)_mm512_set1_epi32(int(pair));
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j)
@@ -135,8 +137,8 @@ __attribute__((always_inline)) inline void kernel_bf16(const bf16* a, const bf16
     }
 #pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
-      const __m512 a_even = _mm512_set1_ps(to_float(a[2 * i]));
-      const __m512 a_odd = _mm512_set1_ps(to_float(a[2 * i + 1]));
+      const __m512 a_even = _mm512_set1_ps(to_float(a.row(i)[0]));
+      const __m512 a_odd = _mm512_set1_ps(to_float(a.row(i)[1]));
 #pragma GCC unroll 8
       for (int j = 0; j < NV; ++j) {
         acc[i][j] = _mm512_fmadd_ps(a_even, b_even[j], acc[i][j]);
@@ -144,7 +146,7 @@ __attribute__((always_inline)) inline void kernel_bf16(const bf16* a, const bf16
       }
     }
 #endif
-    a += 2 * MR;
+    a.next();
     b += 32 * NV;
   }
 #pragma GCC unroll 16
@@ -399,15 +401,17 @@ inline bool pack_n_contiguous(const float* s, int64_t stride_k, int n_valid, int
 
 }  // namespace detail
 
-template <typename TPack>
-inline void micro_kernel(const TPack* a, const TPack* b, float* c, int64_t ldc, int ksteps);
-template <>
-inline void micro_kernel<float>(const float* a, const float* b, float* c, int64_t ldc, int ksteps) {
-  detail::kernel_f32<MicroTile<float>::kMR, MicroTile<float>::kNR / 16>(a, b, c, ldc, ksteps);
+// One whole MR x NR tile: c (+)= a * b over `ksteps` K steps (K pairs for bf16); without
+// kAccumulate the old contents of c are not read. `a`: PackedPanelA or RowsA (tile_gemm.h).
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel(const AOperand& a, const float* b, float* c, int64_t ldc, int ksteps) {
+  detail::kernel_f32<MicroTile<float>::kMR, MicroTile<float>::kNR / 16, kAccumulate>(a, b, c, ldc,
+                                                                                     ksteps);
 }
-template <>
-inline void micro_kernel<bf16>(const bf16* a, const bf16* b, float* c, int64_t ldc, int ksteps) {
-  detail::kernel_bf16<MicroTile<bf16>::kMR, MicroTile<bf16>::kNR / 16>(a, b, c, ldc, ksteps);
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel(const AOperand& a, const bf16* b, float* c, int64_t ldc, int ksteps) {
+  detail::kernel_bf16<MicroTile<bf16>::kMR, MicroTile<bf16>::kNR / 16, kAccumulate>(a, b, c, ldc,
+                                                                                    ksteps);
 }
 
 // Packs n_total x k_total (the first n_valid x k_valid from src) into panels of R; layout in

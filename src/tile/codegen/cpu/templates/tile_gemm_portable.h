@@ -29,26 +29,27 @@ struct DefaultTiles<bf16> {
   static constexpr int kBM = 64, kBN = 128, kBK = 256;
 };
 
-template <typename TPack>
-inline void micro_kernel(const TPack* a, const TPack* b, float* c, int64_t ldc, int ksteps) {
+// One whole MR x NR tile: c (+)= a * b; without kAccumulate the old contents of c are not read.
+template <bool kAccumulate, typename AOperand, typename TPack>
+inline void micro_kernel(AOperand a, const TPack* b, float* c, int64_t ldc, int ksteps) {
   constexpr int kMR = MicroTile<TPack>::kMR, kNR = MicroTile<TPack>::kNR;
   constexpr int P = kKPack<TPack>;
   float acc[kMR][kNR];
   for (int i = 0; i < kMR; ++i)
     for (int j = 0; j < kNR; ++j)
-      acc[i][j] = c[i * ldc + j];
+      acc[i][j] = kAccumulate ? c[i * ldc + j] : 0.0f;
   for (int k = 0; k < ksteps; ++k) {
     for (int q = 0; q < P; ++q) {  // the K steps of one packed group
       float bv[kNR];
       for (int j = 0; j < kNR; ++j)
         bv[j] = to_float(b[j * P + q]);
       for (int i = 0; i < kMR; ++i) {
-        const float av = to_float(a[i * P + q]);
+        const float av = to_float(a.row(i)[q]);
         for (int j = 0; j < kNR; ++j)
           acc[i][j] += av * bv[j];
       }
     }
-    a += kMR * P;
+    a.next();
     b += kNR * P;
   }
   for (int i = 0; i < kMR; ++i)

@@ -30,6 +30,9 @@
 //                      acc, ldacc, rows, cols, depth);
 //   copy(acc, C[...])
 //
+// Where can_read_a_in_place holds for a K step, A's tile is not packed or claimed at all and the
+// block calls gemm_direct_a on the source rows instead (reference_block_loop.h does both).
+//
 // Tiles are packed in the edge form of the contract (rows x depth of the tile, at the tile's
 // slot of packed_a_elems(BM, BK) elements), so ragged tiles cost no padding work.
 #pragma once
