@@ -69,6 +69,13 @@ Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
                             std::vector<int64_t> stride = {},
                             std::vector<int64_t> padding = {0, 0});
 
+// torch.nn.functional.batch_norm over N, H, W of x [N, C, H, W] (or N of [N, C]); weight, bias,
+// running_mean, running_var [C]. Training uses the batch's statistics and moves the running
+// ones towards them in place by `momentum` (unbiased variance); evaluation uses the running ones.
+Expected<Tensor> batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const Tensor& running_mean, const Tensor& running_var, bool training,
+                            double momentum = 0.1, double eps = 1e-5);
+
 // Views (no copy where the layout allows).
 Expected<Tensor> reshape(const Tensor& x, const Shape& shape);
 Expected<Tensor> permute(const Tensor& x, const std::vector<int64_t>& order);
