@@ -333,6 +333,21 @@ OpDef pool_op(const std::string& name, bool is_max) {
       TESSEL_ASSIGN_OR_RETURN(x, planes(b.inputs[0]));
     }
     const KernelParams params{{"MAX", is_max ? "1" : "0"}, {"T", "f32"}};
+    if (is_max && windows_tile(w) && w.kh == 2 && w.kw == 2) {
+      // [P, H, W] as [P, OH, 2, OW, 2]: whole windows only; an odd last row or column gets 0.
+      const int64_t oh = g.shape[1], ow = g.shape[2];
+      if (xs[2] % 2 != 0 || xs[3] % 2 != 0) {
+        TESSEL_ASSIGN_OR_RETURN(dx, Tensor::zeros(xs, DType::kF32, dx.device()));
+        TESSEL_ASSIGN_OR_RETURN(dxp, planes(dx));
+      }
+      auto windows = [&](const View& v) {
+        return View{v.tensor,
+                    {v.shape[0], oh, 2, ow, 2},
+                    {v.strides[0], 2 * v.strides[1], v.strides[1], 2 * v.strides[2], v.strides[2]}};
+      };
+      TESSEL_TRY(launch_kernel("max_pool2x2_grad", {{"T", "f32"}}, {windows(x), g, windows(dxp)}));
+      return std::vector<Tensor>{dx};
+    }
     if (windows_tile(w)) {
       TESSEL_TRY(launch_kernel("pool2d_grad_tiled", params, {x, g, dxp, w.kh, w.kw}));
       return std::vector<Tensor>{dx};
