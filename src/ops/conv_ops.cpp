@@ -146,12 +146,20 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
   return y;
 }
 
+// Whether the weight gradient is computed transposed (dW^T = cols G^T): when the columns have
+// fewer rows than the output has channels, as in a first layer (9 rows for 32 channels), whose
+// dW rows would fill a quarter of a 12 x 32 CPU micro-tile.
+bool weight_grad_swapped(const ConvShape& s) {
+  return s.k < s.o / s.groups;
+}
+
 // How many splits of the batch the weight-gradient kernel sums separately: enough blocks for
 // every thread (about four each), never more splits than images.
-int64_t weight_grad_splits(const ConvShape& s, const Tensor& like) {
+int64_t weight_grad_splits(const ConvShape& s, const Tensor& like, bool swapped) {
   const bool cpu = like.device()->kind() == DeviceKind::kCpu;
   const int64_t bm = cpu ? 192 : 32, bn = cpu ? 256 : 32;
-  const int64_t blocks = ceil_div(s.o / s.groups, bm) * ceil_div(s.k, bn) * s.groups;
+  const int64_t rows = swapped ? s.k : s.o / s.groups, cols = swapped ? s.o / s.groups : s.k;
+  const int64_t blocks = ceil_div(rows, bm) * ceil_div(cols, bn) * s.groups;
   const int64_t want = cpu ? 4 * ThreadPool::global().num_threads() : 64;
   return std::clamp<int64_t>(ceil_div(want, blocks), 1, s.n);
 }
@@ -164,24 +172,35 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(b.grad_output));
   const View g_view = grouped(g, s);
   std::vector<Tensor> grads(3);
-  if (b.needs_grad[1] || b.needs_grad[2]) {
-    // dW[g] = sum_n G[n, g] cols[n, g]^T and db = the row sums of G, over S splits of the batch.
+  if (b.needs_grad[1]) {
+    // dW[g] = sum_n G[n, g] cols[n, g]^T over S splits of the batch (or dW^T = sum_n cols[n, g]
+    // G[n, g]^T, see conv_weight_grad).
     TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
-    const int64_t splits = weight_grad_splits(s, x), per = ceil_div(s.n, splits);
-    View cols_t{cols, {s.n, s.groups, s.l(), s.k}, {s.groups * s.k * s.l(), s.k * s.l(), 1, s.l()}};
-    TESSEL_ASSIGN_OR_RETURN(Tensor dw_parts,
+    const bool swap = weight_grad_swapped(s);
+    const int64_t splits = weight_grad_splits(s, x, swap), per = ceil_div(s.n, splits);
+    const int64_t cs = s.groups * s.k * s.l();  // image stride of the columns
+    View cols_t{cols, {s.n, s.groups, s.l(), s.k}, {cs, s.k * s.l(), 1, s.l()}};
+    View cols_v{cols, {s.n, s.groups, s.k, s.l()}, {cs, s.k * s.l(), s.l(), 1}};
+    const Strides& gs = g.strides();
+    View g_t{g, {s.n, s.groups, s.l(), og}, {gs[0], og * gs[1], gs[3], gs[1]}};
+    TESSEL_ASSIGN_OR_RETURN(Tensor parts,
                             empty_like_device({splits, s.groups, og, s.k}, DType::kF32, x));
-    TESSEL_ASSIGN_OR_RETURN(Tensor db_parts,
-                            empty_like_device({splits, s.groups, og}, DType::kF32, x));
+    View out = swap ? View{parts,
+                           {splits, s.groups, s.k, og},
+                           {s.groups * og * s.k, og * s.k, 1, s.k}}
+                    : View{parts, parts.shape(), parts.strides()};
     TESSEL_TRY(launch_kernel("conv_weight_grad", conv_gemm_params(x),
-                             {g_view, cols_t, dw_parts, db_parts, per}));
-    Tensor dw = dw_parts, db = db_parts;
+                             {swap ? cols_v : g_view, swap ? g_t : cols_t, out, per}));
+    Tensor dw = parts;
     if (splits > 1) {
-      TESSEL_ASSIGN_OR_RETURN(dw, sum(dw_parts, {0}));
-      TESSEL_ASSIGN_OR_RETURN(db, sum(db_parts, {0}));
+      TESSEL_ASSIGN_OR_RETURN(dw, sum(parts, {0}));
     }
     TESSEL_ASSIGN_OR_RETURN(grads[1], reshape(dw, weight.shape()));
-    TESSEL_ASSIGN_OR_RETURN(grads[2], reshape(db, {s.o}));
+  }
+  if (b.needs_grad[2]) {
+    TESSEL_ASSIGN_OR_RETURN(grads[2], empty_like_device({s.o}, DType::kF32, x));
+    View g3{g, {s.n, s.o, s.l()}, {g.strides()[0], g.strides()[1], 1}};
+    TESSEL_TRY(launch_kernel("conv_bias_grad", {}, {g3, grads[2]}));
   }
   if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input
     TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));

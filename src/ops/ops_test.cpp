@@ -165,6 +165,9 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d",  // depthwise, strided and dilated
                {real({1, 3, 6, 7}), real({3, 1, 2, 3}), real({3})},
                Attrs().set("stride", {2, 2}).set("dilation", {2, 1}).set("groups", 3)});
+  c.push_back({"conv2d",  // fewer column rows (4) than output channels (8): dW^T is computed
+               {real({3, 1, 6, 5}), real({8, 1, 2, 2}), real({8})},
+               Attrs().set("padding", {1, 0})});
   c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
   c.push_back({"max_pool2d",  // windows that tile it, with a row and column left over
                {real({1, 2, 7, 35})},
