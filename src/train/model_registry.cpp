@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "nn/cnn.h"
+#include "nn/gpt.h"
 #include "nn/layers.h"
 
 namespace tessel::train {
@@ -33,6 +34,46 @@ Expected<std::unique_ptr<nn::Module>> make_cnn(const Config& table, const ModelC
   return std::unique_ptr<nn::Module>(std::make_unique<nn::SmallCnn>(context.classes));
 }
 
+// nanoGPT's GPT-2 (nn/gpt.h); the vocabulary comes from the data, block_size defaults to the
+// data's window.
+Expected<std::unique_ptr<nn::Module>> make_gpt(const Config& table, const ModelContext& context) {
+  TESSEL_TRY(table.check_keys({"name", "n_layer", "n_head", "n_embd", "block_size", "dropout",
+                               "bias"}));
+  if (context.input_shape.size() != 1)
+    return invalid_argument("{}: model 'gpt' reads token windows [T] (data.name = 'text'), the "
+                            "data has examples of shape {}",
+                            table.source(), shape_string(context.input_shape));
+  const int64_t window = context.input_shape[0];
+  nn::GptConfig c = nn::gpt_tiny();
+  c.vocab_size = context.classes;
+  c.dropout_seed = context.seed;
+  auto positive = [&](const char* key, int64_t& value) -> Status {
+    TESSEL_ASSIGN_OR_RETURN(value, table.get_or<int64_t>(key, value));
+    if (value < 1)
+      return invalid_argument("{}: key 'model.{}': must be >= 1, got {}", table.source(), key,
+                              value);
+    return ok_status();
+  };
+  c.block_size = window;
+  TESSEL_TRY(positive("n_layer", c.n_layer));
+  TESSEL_TRY(positive("n_head", c.n_head));
+  TESSEL_TRY(positive("n_embd", c.n_embd));
+  TESSEL_TRY(positive("block_size", c.block_size));
+  if (c.n_embd % c.n_head != 0)
+    return invalid_argument("{}: key 'model.n_embd': {} is not a multiple of model.n_head = {}",
+                            table.source(), c.n_embd, c.n_head);
+  if (c.block_size < window)
+    return invalid_argument("{}: key 'model.block_size': {} is shorter than the data's windows "
+                            "(data.block_size = {})",
+                            table.source(), c.block_size, window);
+  TESSEL_ASSIGN_OR_RETURN(c.dropout, table.get_or<double>("dropout", 0.0));
+  if (!(c.dropout >= 0.0 && c.dropout < 1.0))
+    return invalid_argument("{}: key 'model.dropout': must be in [0, 1), got {}", table.source(),
+                            c.dropout);
+  TESSEL_ASSIGN_OR_RETURN(c.bias, table.get_or<bool>("bias", true));
+  return std::unique_ptr<nn::Module>(std::make_unique<nn::GPT>(c));
+}
+
 struct Registry {
   std::mutex mutex;
   std::map<std::string, ModelFactory> factories;
@@ -43,6 +84,7 @@ Registry& registry() {
     auto* reg = new Registry;
     reg->factories["mlp"] = make_mlp;
     reg->factories["cnn"] = make_cnn;
+    reg->factories["gpt"] = make_gpt;
     return reg;
   }();
   return *r;
