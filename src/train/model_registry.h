@@ -4,9 +4,11 @@
 //   TESSEL_ASSIGN_OR_RETURN(auto model, make_model(cfg_model_table, {.input_shape = {28, 28},
 //                                                                    .classes = 10, .seed = 1}));
 //
-// Built in: "mlp" (key hidden = [512, 256], the sizes between input and classes) and "cnn" (the
-// small CNN of nn/cnn.h, no keys). A model added elsewhere registers itself once before configs
-// are read (add a line to builtin_models() in model_registry.cpp for models inside tessel).
+// Built in: "mlp" (key hidden = [512, 256], the sizes between input and classes), "cnn" (the
+// small CNN of nn/cnn.h, no keys) and "resnet18", "resnet34", "resnet50" (nn/resnet.h; key
+// stem = "imagenet" (default) or "cifar"; channels and classes come from the data). A model
+// added elsewhere registers itself once before configs are read (add a line to builtin_models()
+// in model_registry.cpp for models inside tessel).
 // A factory must check its keys with Config::check_keys so a typo names the allowed keys.
 #pragma once
 
