@@ -85,7 +85,9 @@ void compare(const std::string& what, const Tensor& got_tensor, const Tensor& wa
   EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " out of tolerance";
 }
 
-float scalar(const Variable& v) { return v.data().to_vector<float>().value()[0]; }
+float scalar(const Variable& v) {
+  return v.data().to_vector<float>().value()[0];
+}
 
 std::vector<Device*> test_devices() {
   std::vector<Device*> list;
@@ -170,8 +172,8 @@ void expect_parity(const std::string& file, const std::string& config,
       ASSERT_TRUE(adamw->step().ok());
       ASSERT_TRUE(params.zero_grad().ok());
     }
-    compare("adamw.losses", Tensor::from_vector<float>(losses, {5}).value(),
-            fx.at("adamw.losses"), 1e-4, 0, adamw_worst);
+    compare("adamw.losses", Tensor::from_vector<float>(losses, {5}).value(), fx.at("adamw.losses"),
+            1e-4, 0, adamw_worst);
     // The losses must have moved, or the comparison above says nothing about the optimizer.
     EXPECT_LT(losses.back(), losses.front() - 1e-2);
 

@@ -10,10 +10,20 @@ namespace tessel::nn {
 Expected<ResNetConfig> resnet_config(int depth, ResNetStem stem, int64_t classes) {
   ResNetConfig config;
   switch (depth) {
-    case 18: config.block = ResNetBlock::kBasic; config.blocks = {2, 2, 2, 2}; break;
-    case 34: config.block = ResNetBlock::kBasic; config.blocks = {3, 4, 6, 3}; break;
-    case 50: config.block = ResNetBlock::kBottleneck; config.blocks = {3, 4, 6, 3}; break;
-    default: return invalid_argument("resnet: depth {} is not built in; allowed: 18, 34, 50", depth);
+    case 18:
+      config.block = ResNetBlock::kBasic;
+      config.blocks = {2, 2, 2, 2};
+      break;
+    case 34:
+      config.block = ResNetBlock::kBasic;
+      config.blocks = {3, 4, 6, 3};
+      break;
+    case 50:
+      config.block = ResNetBlock::kBottleneck;
+      config.blocks = {3, 4, 6, 3};
+      break;
+    default:
+      return invalid_argument("resnet: depth {} is not built in; allowed: 18, 34, 50", depth);
   }
   if (classes < 1) return invalid_argument("resnet: classes must be >= 1, got {}", classes);
   config.stem = stem;
@@ -24,7 +34,7 @@ Expected<ResNetConfig> resnet_config(int depth, ResNetStem stem, int64_t classes
 namespace {
 
 std::unique_ptr<Conv2d> conv_no_bias(int64_t in, int64_t out, int64_t kernel, int64_t stride) {
-  // torchvision's conv3x3 / conv1x1: padding keeps the size for stride 1, no bias.
+  // torchvision's conv1x1 / conv3x3 and the stem's 7x7: padding kernel / 2, no bias.
   return std::make_unique<Conv2d>(
       in, out, kernel, Conv2dOptions{.stride = stride, .padding = kernel / 2, .bias = false});
 }
@@ -76,12 +86,10 @@ Expected<Variable> ResNetBlockModule::forward(const Variable& x) {
 
 ResNet::ResNet(const ResNetConfig& config) : config_(config) {
   const int64_t width = config.base_width;
-  conv1_ = config.stem == ResNetStem::kImageNet
-               ? &register_module("conv1", std::make_unique<Conv2d>(
-                                               config.in_channels, width, 7,
-                                               Conv2dOptions{.stride = 2, .padding = 3,
-                                                             .bias = false}))
-               : &register_module("conv1", conv_no_bias(config.in_channels, width, 3, 1));
+  // ImageNet: 7x7 stride 2 pad 3 (then the max-pool in forward); CIFAR: 3x3 stride 1 pad 1.
+  const bool imagenet = config.stem == ResNetStem::kImageNet;
+  conv1_ = &register_module(
+      "conv1", conv_no_bias(config.in_channels, width, imagenet ? 7 : 3, imagenet ? 2 : 1));
   bn1_ = &register_module("bn1", std::make_unique<BatchNorm2d>(width));
   const int64_t expansion = ResNetBlockModule::expansion(config.block);
   int64_t in_planes = width;
@@ -104,8 +112,8 @@ ResNet::ResNet(const ResNetConfig& config) : config_(config) {
     for (auto& [param_name, param] : module->named_parameters())
       if (param_name == "weight")
         param->init = [](Tensor& t, Pcg32& rng) {
-          return kaiming_normal(t, rng, {.mode = FanMode::kFanOut,
-                                         .nonlinearity = Nonlinearity::kRelu});
+          return kaiming_normal(t, rng,
+                                {.mode = FanMode::kFanOut, .nonlinearity = Nonlinearity::kRelu});
         };
   }
 }

@@ -173,8 +173,7 @@ TEST(ResNet, ForwardShapesOfTheWorkloads) {
   Variable logits = r18.forward(Variable(random_tensor({2, 3, 32, 32}, 3))).value();
   EXPECT_EQ(logits.shape(), (Shape{2, 10}));
   // Any size down to 1x1 after layer4 works, as with adaptive pooling: 3x8x8 reaches 1x1.
-  EXPECT_EQ(r18.forward(Variable(random_tensor({2, 3, 8, 8}, 4))).value().shape(),
-            (Shape{2, 10}));
+  EXPECT_EQ(r18.forward(Variable(random_tensor({2, 3, 8, 8}, 4))).value().shape(), (Shape{2, 10}));
   Expected<Variable> wrong = r18.forward(Variable(random_tensor({2, 1, 32, 32}, 5)));
   ASSERT_FALSE(wrong.ok());
   EXPECT_NE(wrong.status().message().find("[2, 1, 32, 32]"), std::string::npos)

@@ -44,15 +44,17 @@ ModelFactory make_resnet(int depth) {
     TESSEL_ASSIGN_OR_RETURN(std::string stem, table.get_or<std::string>("stem", "imagenet"));
     if (stem != "imagenet" && stem != "cifar")
       return invalid_argument("{}: key '{}': '{}' is not allowed; allowed: imagenet, cifar",
-                              table.source(), table.path().empty() ? "stem" : table.path() + ".stem",
-                              stem);
+                              table.source(),
+                              table.path().empty() ? "stem" : table.path() + ".stem", stem);
     const Shape& shape = context.input_shape;
     if (shape.size() != 2 && shape.size() != 3)
-      return invalid_argument("{}: model 'resnet{}' takes images [C, H, W] or [H, W], the data has {}",
-                              table.source(), depth, shape_string(shape));
+      return invalid_argument(
+          "{}: model 'resnet{}' takes images [C, H, W] or [H, W], the data has {}", table.source(),
+          depth, shape_string(shape));
     TESSEL_ASSIGN_OR_RETURN(
         nn::ResNetConfig config,
-        nn::resnet_config(depth, stem == "cifar" ? nn::ResNetStem::kCifar : nn::ResNetStem::kImageNet,
+        nn::resnet_config(depth,
+                          stem == "cifar" ? nn::ResNetStem::kCifar : nn::ResNetStem::kImageNet,
                           context.classes));
     config.in_channels = shape.size() == 3 ? shape[0] : 1;
     return std::unique_ptr<nn::Module>(std::make_unique<nn::ResNet>(config));

@@ -45,7 +45,8 @@ TEST(ModelRegistry, ResNetsTakeStemChannelsAndClassesFromConfigAndData) {
   EXPECT_EQ(resnet->config().in_channels, 1);
   EXPECT_EQ(resnet->config().block, nn::ResNetBlock::kBottleneck);
 
-  auto r34 = make("[model]\nname = \"resnet34\"\n", {.input_shape = {3, 224, 224}, .classes = 1000});
+  auto r34 =
+      make("[model]\nname = \"resnet34\"\n", {.input_shape = {3, 224, 224}, .classes = 1000});
   ASSERT_TRUE(r34);
   EXPECT_EQ(r34->num_parameters(), 21797672);
 }
