@@ -153,7 +153,11 @@ int64_t weight_grad_splits(const ConvShape& s, const Tensor& like) {
   const int64_t bm = cpu ? 192 : 32, bn = cpu ? 256 : 32;
   const int64_t blocks = ceil_div(s.o / s.groups, bm) * ceil_div(s.k, bn) * s.groups;
   const int64_t want = cpu ? 4 * ThreadPool::global().num_threads() : 64;
-  return std::clamp<int64_t>(ceil_div(want, blocks), 1, s.n);
+  // A divisor of the batch: the kernel's copies bound only the tile dimensions, so a last split
+  // running past the batch would read images that do not exist.
+  int64_t splits = std::clamp<int64_t>(ceil_div(want, blocks), 1, s.n);
+  while (s.n % splits != 0) --splits;
+  return splits;
 }
 
 Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
@@ -167,7 +171,7 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   if (b.needs_grad[1] || b.needs_grad[2]) {
     // dW[g] = sum_n G[n, g] cols[n, g]^T and db = the row sums of G, over S splits of the batch.
     TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
-    const int64_t splits = weight_grad_splits(s, x), per = ceil_div(s.n, splits);
+    const int64_t splits = weight_grad_splits(s, x), per = s.n / splits;
     View cols_t{cols, {s.n, s.groups, s.l(), s.k}, {s.groups * s.k * s.l(), s.k * s.l(), 1, s.l()}};
     TESSEL_ASSIGN_OR_RETURN(Tensor dw_parts,
                             empty_like_device({splits, s.groups, og, s.k}, DType::kF32, x));
