@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -61,6 +62,14 @@ double peak_rss_mb() {
   return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB
 }
 
+// CPU time of all the process's threads: on a machine others are using, the CPU-milliseconds a
+// step costs say more about the work done than the wall time, which waits for a core.
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
 // The timed loop the worker runs; also the auto rule --steps 0 states.
 bool enough_steps(int steps_wanted, size_t done, double seconds) {
   if (steps_wanted > 0) return done >= static_cast<size_t>(steps_wanted);
@@ -79,6 +88,7 @@ int run_worker(const Options& o) {
   for (int i = 0; i < o.warmup; ++i)
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
   std::vector<double> seconds;
+  const double cpu_start = process_cpu_seconds();
   const Clock::time_point start = Clock::now();
   while (!enough_steps(o.steps, seconds.size(),
                        std::chrono::duration<double>(Clock::now() - start).count())) {
@@ -88,6 +98,8 @@ int run_worker(const Options& o) {
   }
   Expected<double> loss = (*run)->last_loss();  // also waits for the device
   if (!loss.ok()) return fail(loss.status());
+  const double cpu_per_step =
+      seconds.empty() ? 0.0 : (process_cpu_seconds() - cpu_start) / double(seconds.size());
   std::vector<double> sorted = seconds;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
@@ -99,6 +111,7 @@ int run_worker(const Options& o) {
                         {"steps", seconds.size()},
                         {"warmup", o.warmup},
                         {"step_ms", median * 1e3},
+                        {"cpu_ms", cpu_per_step * 1e3},
                         {"throughput", median > 0 ? double(spec.items_per_step) / median : 0.0},
                         {"unit", spec.unit},
                         {"peak_rss_mb", peak_rss_mb()},
@@ -250,17 +263,18 @@ int run(const Options& o) {
   if (!o.json) {
     std::printf(
         "# tessel bench train: f32, forward + cross-entropy + backward + AdamW(lr 1e-3), batch in "
-        "memory; %s after %d warm-up; %d threads; one process per row\n",
+        "memory; %s after %d warm-up; %d threads; one process per row; CPU ms: the process's "
+        "CPU time (all threads) per timed step\n",
         steps_text.c_str(), o.warmup, threads);
     if (peer.version.empty())
       std::printf("# %s\n", peer.why_not.c_str());
     else
       std::printf("# PyTorch %s (eager, CPU, %d threads) from %s\n", peer.version.c_str(), threads,
                   peer.python.c_str());
-    std::printf("%-9s %-8s %6s %9s %11s %-10s %9s | %-15s\n", "workload", "impl", "steps",
-                "step ms", "throughput", "unit", "peak MB", "tessel/pytorch");
-    std::printf("%-9s %-8s %6s %9s %11s %-10s %9s | %7s %7s\n", "", "", "", "", "", "", "RSS",
-                "thr", "mem");
+    std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %-15s\n", "workload", "impl", "steps",
+                "step ms", "CPU ms", "throughput", "unit", "peak MB", "tessel/pytorch");
+    std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %7s %7s\n", "", "", "", "(median)",
+                "per step", "", "", "RSS", "thr", "mem");
     std::fflush(stdout);
   }
   const std::vector<std::string> common = {"--steps",  std::to_string(o.steps),
@@ -317,8 +331,9 @@ int run(const Options& o) {
       if (row == &mine && both)
         ratios = fmt::format(" {:>6.2f}x {:>6.2f}x", mine["throughput_ratio"].get<double>(),
                              mine["memory_ratio"].get<double>());
-      std::printf("%-9s %-8s %6d %9s %11s %-10s %9s |%s\n", name.c_str(), impl.c_str(),
+      std::printf("%-9s %-8s %6d %9s %9s %11s %-10s %9s |%s\n", name.c_str(), impl.c_str(),
                   (*row)["steps"].get<int>(), number(*row, "step_ms", "{:.2f}").c_str(),
+                  number(*row, "cpu_ms", "{:.2f}").c_str(),
                   number(*row, "throughput", "{:.0f}").c_str(), spec.unit.c_str(),
                   number(*row, "peak_rss_mb", "{:.1f}").c_str(), ratios.c_str());
     }

@@ -320,7 +320,7 @@ void check_case(const Case& c, Device* device, int index) {
   }
   auto grad_output = from_floats(wf, out->shape(), out->dtype(), device);
   ASSERT_TRUE(grad_output.ok());
-  BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}};
+  BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}, {}};
   for (size_t i = 0; i < in.size(); ++i) {
     args.inputs.push_back(op.save_inputs[i] ? in[i] : Tensor());
     args.input_meta.push_back({in[i].shape(), in[i].dtype()});

@@ -222,6 +222,7 @@ def main():
     for _ in range(a.warmup):
         step()
     times = []
+    cpu_start = time.process_time()  # all threads: CPU time a step costs, whatever the load
     start = time.perf_counter()
     while True:
         t0 = time.perf_counter()
@@ -232,12 +233,13 @@ def main():
         if a.steps <= 0 and ((len(times) >= 10 and time.perf_counter() - start >= 2.0)
                              or len(times) >= 500):
             break
+    cpu_ms = (time.process_time() - cpu_start) / len(times) * 1e3
     median = statistics.median(times)
     items = math.prod(shape) if tokens else shape[0]
     print(json.dumps({
         "workload": a.workload, "impl": "pytorch", "version": torch.__version__,
         "threads": torch.get_num_threads(), "steps": len(times), "warmup": a.warmup,
-        "step_ms": median * 1e3, "throughput": items / median, "unit": unit,
+        "step_ms": median * 1e3, "cpu_ms": cpu_ms, "throughput": items / median, "unit": unit,
         "peak_rss_mb": peak_rss_mb(), "parameters": params, "loss": float(loss.detach()),
     }))
     sys.stdout.flush()
