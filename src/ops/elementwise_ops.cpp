@@ -296,4 +296,17 @@ Expected<Tensor> scale(const Tensor& x, double factor) {
   return run("scale", {x}, Attrs().set("factor", factor));
 }
 
+Status add_into(const Tensor& dst, const Tensor& src) {
+  if (!dst.defined() || !src.defined() || dst.shape() != src.shape() ||
+      dst.dtype() != src.dtype() || !is_floating_point(dst.dtype()) || !dst.is_contiguous() ||
+      dst.device() != src.device() || !kernel_writable_in_place(dst))
+    return invalid_argument(
+        "add_into: needs a contiguous destination and a source of its shape, "
+        "dtype and device, got {} and {}",
+        tensor_summary(dst), tensor_summary(src));
+  if (dst.numel() == 0) return ok_status();
+  // Element i reads dst[i] and src[i] and writes dst[i] only, so the output may alias an input.
+  return launch_elementwise("binary", {{"OP", std::to_string(kAdd)}}, {dst, src, dst}, {});
+}
+
 }  // namespace tessel::ops

@@ -190,13 +190,27 @@ OpDef linear_op() {
       TESSEL_ASSIGN_OR_RETURN(Tensor dx, matmul(g2, b.inputs[1]));
       TESSEL_ASSIGN_OR_RETURN(grads[0], reshape(dx, b.input_meta[0].shape));
     }
-    if (b.needs_grad[1]) {  // dw = dy^T @ x
+    if (b.needs_grad[1]) {  // dw = dy^T @ x, added straight into the leaf's gradient if it has one
       TESSEL_ASSIGN_OR_RETURN(Tensor gt, g2.transpose(0, 1));
       TESSEL_ASSIGN_OR_RETURN(Tensor x2, reshape(b.inputs[0], {-1, b.input_meta[1].shape[1]}));
-      TESSEL_ASSIGN_OR_RETURN(grads[1], matmul(gt, x2));
+      const Tensor& into = b.grad_into.empty() ? Tensor() : b.grad_into[1];
+      if (into.defined()) {
+        const int64_t m = x2.size(0), k = x2.size(1);
+        View a{gt, {1, n, m}, {0, gt.strides()[0], gt.strides()[1]}};
+        View x{x2, {1, m, k}, {0, x2.strides()[0], x2.strides()[1]}};
+        View c{into, {1, n, k}, {0, k, 1}};
+        TESSEL_TRY(launch_kernel("batched_gemm", gemm_params(into), {a, x, c, 1.0, 1.0}));
+      } else {
+        TESSEL_ASSIGN_OR_RETURN(grads[1], matmul(gt, x2));
+      }
     }
     if (b.needs_grad[2]) {  // dbias = column sums of dy
-      TESSEL_ASSIGN_OR_RETURN(grads[2], sum(g2, {0}));
+      const Tensor& into = b.grad_into.empty() ? Tensor() : b.grad_into[2];
+      if (into.defined()) {
+        TESSEL_TRY(sum_rows_into(g2, into));
+      } else {
+        TESSEL_ASSIGN_OR_RETURN(grads[2], sum(g2, {0}));
+      }
     }
     return grads;
   };

@@ -181,6 +181,19 @@ std::vector<Case> all_cases() {
                {real({1, 1, 5, 7})},
                Attrs().set("window", {3, 2}).set("stride", {1, 2}).set("padding", {1, 1})});
   c.push_back({"avg_pool2d", {real({2, 3, 1, 1})}, Attrs().set("window", {1})});
+  // batch_norm: x, weight, bias, running_mean, running_var (no gradients for the last two).
+  c.push_back({"batch_norm",  // L = 70 spans two 64-wide lanes, N = 17 two 16-row ones
+               {real({17, 3, 7, 10}), real({3}), real({3}), real({3}), positive({3})},
+               Attrs().set("training", 1)});
+  c.push_back({"batch_norm",
+               {real({5, 4}), real({4}), real({4}), real({4}), positive({4})},
+               Attrs().set("training", 1).set("eps", 1e-3)});
+  c.push_back({"batch_norm",
+               {real({2, 3, 4, 5}), real({3}), real({3}), real({3}), positive({3})},
+               Attrs().set("training", 0)});
+  c.push_back({"batch_norm",
+               {transposed({2, 2, 5, 3}), real({2}), real({2}), real({2}), positive({2})},
+               Attrs().set("training", 1)});
   return c;
 }
 
@@ -333,7 +346,7 @@ void check_case(const Case& c, Device* device, int index) {
   }
   auto grad_output = from_floats(wf, out->shape(), out->dtype(), device);
   ASSERT_TRUE(grad_output.ok());
-  BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}};
+  BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}, {}};
   for (size_t i = 0; i < in.size(); ++i) {
     args.inputs.push_back(op.save_inputs[i] ? in[i] : Tensor());
     args.input_meta.push_back({in[i].shape(), in[i].dtype()});
