@@ -1,7 +1,9 @@
 // NCHW convolution and pooling. conv2d is im2col (kernels/conv.tile) + the batched gemm, with the
 // bias added by the broadcasting add; its gradient recomputes the columns from the saved input
 // rather than keeping them (they are kh * kw times the input's size) and folds the column
-// gradient back with col2im. Pooling is the pool2d / pool2d_grad kernels.
+// gradient back with col2im. Pooling is the pool2d / pool2d_grad kernels. conv2d's precision is
+// that of its gemms (ops/gemm_precision.h): x and weight f32, f16 or bf16, result f32.
+#include "ops/gemm_precision.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -48,11 +50,12 @@ std::vector<KernelArg> window_args(const Window& w, bool dilation) {
 
 Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& a) {
   const Shape &x = in[0].shape, &w = in[1].shape, &b = in[2].shape;
-  bool f32 = in[0].dtype == DType::kF32 && in[1].dtype == DType::kF32 && in[2].dtype == DType::kF32;
-  if (x.size() != 4 || w.size() != 4 || b != Shape{w[0]} || x[1] != w[1] || !f32)
+  if (x.size() != 4 || w.size() != 4 || b != Shape{w[0]} || x[1] != w[1] ||
+      !is_float_operand(in[2].dtype))
     return invalid_argument(
-        "conv2d: needs f32 x [N, C, H, W], weight [O, C, KH, KW], bias [O], got {}",
+        "conv2d: needs x [N, C, H, W], weight [O, C, KH, KW], bias [O], got {}",
         shapes_string(in));
+  TESSEL_TRY(gemm_compute_dtype("conv2d", {in[0], in[1]}, a).status());
   if (a.get_int("groups", 1) != 1)
     return unimplemented("conv2d: groups = {} (only 1 so far)", a.get_int("groups", 1));
   TESSEL_ASSIGN_OR_RETURN(Window win, window_of("conv2d", a, w[2], w[3]));
@@ -74,15 +77,22 @@ Expected<Tensor> im2col(const Tensor& x, const Window& w, int64_t oh, int64_t ow
   return cols;
 }
 
+Expected<DType> conv_compute(const Tensor& x, const Tensor& weight, const Attrs& a) {
+  return gemm_compute_dtype("conv2d", {{x.shape(), x.dtype()}, {weight.shape(), weight.dtype()}},
+                            a);
+}
+
 Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
                               const TensorMeta& out) {
   const Tensor &x = in[0], &weight = in[1];
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
+  TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(x, weight, a));
   const int64_t o = weight.size(0), oh = out.shape[2], ow = out.shape[3];
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, oh, ow));
   TESSEL_ASSIGN_OR_RETURN(Tensor w2, reshape(weight, {o, -1}));
-  TESSEL_ASSIGN_OR_RETURN(Tensor y, matmul(w2, cols));  // [N, O, OH OW]
-  TESSEL_ASSIGN_OR_RETURN(Tensor b, reshape(in[2], {o, 1}));
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, matmul(w2, cols, compute));  // [N, O, OH OW]
+  TESSEL_ASSIGN_OR_RETURN(Tensor bias, cast(in[2], DType::kF32));
+  TESSEL_ASSIGN_OR_RETURN(Tensor b, reshape(bias, {o, 1}));
   TESSEL_ASSIGN_OR_RETURN(Tensor yb, add(y, b));
   return reshape(yb, out.shape);
 }
@@ -90,6 +100,7 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
 Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   const Tensor &x = b.inputs[0], &weight = b.inputs[1];
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", b.attrs, weight.size(2), weight.size(3)));
+  TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(x, weight, b.attrs));
   const int64_t n = x.size(0), o = weight.size(0), oh = b.grad_output.size(2),
                 ow = b.grad_output.size(3);
   TESSEL_ASSIGN_OR_RETURN(Tensor g, reshape(b.grad_output, {n, o, oh * ow}));
@@ -97,28 +108,34 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   if (b.needs_grad[1]) {  // dW = sum_n g_n cols_n^T
     TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, oh, ow));
     TESSEL_ASSIGN_OR_RETURN(Tensor ct, cols.transpose(1, 2));
-    TESSEL_ASSIGN_OR_RETURN(Tensor per_sample, matmul(g, ct));
+    TESSEL_ASSIGN_OR_RETURN(Tensor per_sample, matmul(g, ct, compute));
     TESSEL_ASSIGN_OR_RETURN(Tensor dw, sum(per_sample, {0}));
-    TESSEL_ASSIGN_OR_RETURN(grads[1], reshape(dw, weight.shape()));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
+    TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, weight.dtype()));
   }
   if (b.needs_grad[0]) {  // dcols = W^T g, folded back onto the input
     TESSEL_ASSIGN_OR_RETURN(Tensor w2, reshape(weight, {o, -1}));
     TESSEL_ASSIGN_OR_RETURN(Tensor wt, w2.transpose(0, 1));
-    TESSEL_ASSIGN_OR_RETURN(Tensor dcols, matmul(wt, g));
-    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), x.dtype(), x));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dcols, matmul(wt, g, compute));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), DType::kF32, x));
     std::vector<KernelArg> args{dcols, dx, oh, ow};
     for (KernelArg& s : window_args(w, true))
       args.push_back(s);
     TESSEL_TRY(launch_kernel("col2im", {}, args));
-    grads[0] = dx;
+    TESSEL_ASSIGN_OR_RETURN(grads[0], cast(dx, x.dtype()));
   }
   if (b.needs_grad[2]) {
-    TESSEL_ASSIGN_OR_RETURN(grads[2], sum(g, {0, 2}));
+    TESSEL_ASSIGN_OR_RETURN(Tensor db, sum(g, {0, 2}));
+    TESSEL_ASSIGN_OR_RETURN(grads[2], cast(db, b.input_meta[2].dtype));
   }
   return grads;
 }
 
-RefTensor conv_reference(const std::vector<RefTensor>& in, const Attrs& a) {
+RefTensor conv_reference(std::vector<RefTensor> in, const Attrs& a) {
+  if (a.has("compute"))  // x and weight as the compute dtype rounds them
+    for (int i = 0; i < 2; ++i)
+      for (double& v : in[i].values)
+        v = round_to(v, static_cast<DType>(a.get_int("compute", 0)));
   const Shape &xs = in[0].shape, &ws = in[1].shape;
   Window w = window_of("conv2d", a, ws[2], ws[3]).value();
   const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], oh = w.out_h(h),
@@ -146,7 +163,7 @@ OpDef conv2d_op() {
   OpDef op;
   op.name = "conv2d";
   op.arity = 3;
-  op.attrs = {"stride", "padding", "dilation", "groups"};
+  op.attrs = {"stride", "padding", "dilation", "groups", "compute"};
   op.infer = infer_conv;
   op.forward = conv_forward;
   op.reference = conv_reference;
