@@ -3,11 +3,21 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "ops/ops.h"
 
 namespace tessel::autograd {
 
 using ops::Attrs;
+
+namespace {
+// The gemm ops carry the autocast scope's dtype as their "compute" attr (autocast.h).
+Attrs autocast_attrs(Attrs attrs = {}) {
+  if (autocast_dtype() != DType::kF32)
+    attrs.set("compute", static_cast<int64_t>(autocast_dtype()));
+  return attrs;
+}
+}  // namespace
 
 Expected<Variable> add(const Variable& a, const Variable& b) {
   return apply("add", {a, b});
@@ -46,10 +56,10 @@ Expected<Variable> scale(const Variable& x, double factor) {
   return apply("scale", {x}, Attrs().set("factor", factor));
 }
 Expected<Variable> matmul(const Variable& a, const Variable& b) {
-  return apply("matmul", {a, b});
+  return apply("matmul", {a, b}, autocast_attrs());
 }
 Expected<Variable> linear(const Variable& x, const Variable& weight, const Variable& bias) {
-  return apply("linear", {x, weight, bias});
+  return apply("linear", {x, weight, bias}, autocast_attrs());
 }
 Expected<Variable> sum(const Variable& x, std::vector<int64_t> axes, bool keepdim) {
   return apply("sum", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
@@ -94,11 +104,11 @@ Expected<Variable> conv2d(const Variable& x, const Variable& weight, const Varia
                           std::vector<int64_t> stride, std::vector<int64_t> padding,
                           std::vector<int64_t> dilation, int64_t groups) {
   return apply("conv2d", {x, weight, bias},
-               Attrs()
-                   .set("stride", std::move(stride))
-                   .set("padding", std::move(padding))
-                   .set("dilation", std::move(dilation))
-                   .set("groups", groups));
+               autocast_attrs(Attrs()
+                                  .set("stride", std::move(stride))
+                                  .set("padding", std::move(padding))
+                                  .set("dilation", std::move(dilation))
+                                  .set("groups", groups)));
 }
 namespace {
 Attrs pool_attrs(std::vector<int64_t> window, std::vector<int64_t> stride,

@@ -2,6 +2,7 @@
 // messages are written out here), and a good config reads back the values written.
 #include "train/train_config.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -74,7 +75,7 @@ TEST(TrainConfig, UnknownKeysNameTheKeyAndTheAllowedOnes) {
                         "[optimizer]: name, lr, momentum, dampening, nesterov, weight_decay"));
   EXPECT_THAT(error_of(with("seed = 7", "seeds = 7")),
               HasSubstr("unknown key 'seeds' (did you mean 'seed'?); allowed in the top level: "
-                        "seed, device, model, data, optimizer, schedule, train"));
+                        "seed, device, model, data, optimizer, schedule, train, sample"));
   EXPECT_THAT(error_of(with("steps = 100", "step = 100")),
               HasSubstr("unknown key 'train.step' (did you mean 'steps'?)"));
 }
@@ -89,7 +90,8 @@ TEST(TrainConfig, WrongValuesNameTheKeyAndWhatIsAllowed) {
             "run.toml: key 'schedule.name': 'linear' is not allowed; allowed: constant, cosine, "
             "warmup_constant, warmup_cosine");
   EXPECT_EQ(error_of(with("name = \"fashion_mnist\"", "name = \"cifar10\"")),
-            "run.toml: key 'data.name': 'cifar10' is not allowed; allowed: fashion_mnist, mnist");
+            "run.toml: key 'data.name': 'cifar10' is not allowed; allowed: fashion_mnist, mnist, "
+            "text, synthetic");
   EXPECT_EQ(error_of(with("batch_size = 16", "batch_size = 0")),
             "run.toml: key 'data.batch_size': must be >= 1, got 0");
   EXPECT_EQ(error_of(with("steps = 100", "steps = 100\nepochs = 2")),
@@ -98,6 +100,21 @@ TEST(TrainConfig, WrongValuesNameTheKeyAndWhatIsAllowed) {
               HasSubstr("key 'optimizer.lr': expected a number, got a string"));
   EXPECT_THAT(error_of(with("[model]\nname = \"mlp\"", "[model]")),
               HasSubstr("missing key 'model.name'"));
+}
+
+TEST(TrainConfig, PrecisionIsFp32Bf16OrFp16) {
+  TrainConfig fp32 = parse_train_config(Config::parse(kGood, "run.toml").value()).value();
+  EXPECT_EQ(fp32.precision, "fp32");
+  EXPECT_EQ(fp32.compute_dtype(), DType::kF32);
+  for (auto [name, dtype] : {std::pair{"bf16", DType::kBF16}, std::pair{"fp16", DType::kF16}}) {
+    std::string text =
+        with("clip_grad_norm = 1.0", fmt::format("clip_grad_norm = 1.0\nprecision = \"{}\"", name));
+    TrainConfig c = parse_train_config(Config::parse(text, "run.toml").value()).value();
+    EXPECT_EQ(c.precision, name);
+    EXPECT_EQ(c.compute_dtype(), dtype);
+  }
+  EXPECT_EQ(error_of(with("clip_grad_norm = 1.0", "precision = \"half\"")),
+            "run.toml: key 'train.precision': 'half' is not allowed; allowed: fp32, bf16, fp16");
 }
 
 TEST(ModelRegistry, UnknownModelsAndKeysAreNamed) {
