@@ -215,7 +215,9 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
                              {swap ? cols_v : g_view, swap ? g_t : cols_t, out, per}));
     Tensor dw = parts;
     if (splits > 1) {
-      TESSEL_ASSIGN_OR_RETURN(dw, sum(parts, {0}));
+      const int64_t m = s.groups * og * s.k;
+      TESSEL_ASSIGN_OR_RETURN(dw, empty_like_device({m}, DType::kF32, x));
+      TESSEL_TRY(launch_kernel("sum_splits", {}, {View{parts, {splits, m}, {m, 1}}, dw}));
     }
     TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
     TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
