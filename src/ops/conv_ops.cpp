@@ -103,6 +103,7 @@ Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& 
   return TensorMeta{{x[0], w[0], oh, ow}, DType::kF32};
 }
 
+
 bool unit_strides(const Window& w) {
   return w.sh == 1 && w.sw == 1;
 }
@@ -116,7 +117,7 @@ Expected<Tensor> im2col(const Tensor& x, const Window& w, const ConvShape& s) {
   std::vector<KernelArg> args{x, out};
   for (KernelArg& a : window_args(w, true))
     args.push_back(a);
-  TESSEL_TRY(launch_kernel("im2col", {}, args));
+  TESSEL_TRY(launch_kernel("im2col", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
   return cols;
 }
 
