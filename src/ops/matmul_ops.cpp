@@ -1,5 +1,7 @@
 // matmul (batched, broadcasting batch dimensions) and linear (x @ weight^T + bias), on the gemm and
 // batched_gemm kernels. Transposed operands are strided views; nothing is transposed in memory.
+#include <optional>
+
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -12,6 +14,16 @@ namespace {
 KernelParams gemm_params(const Tensor& t) {
   if (t.device()->kind() == DeviceKind::kCpu) return {};
   return {{"BM", "32"}, {"BN", "32"}, {"BK", "8"}};
+}
+
+// Batched products of small matrices (attention: [T, D] @ [D, T] per head) get small CPU blocks:
+// a block clears and writes back its whole [BM, BN] accumulator, and the default 192 x 256 one
+// is 12 times a 64 x 64 product. 72 x 64 is a multiple of every CPU micro-tile (12 x 32, 6 x 16,
+// 4 x 16) and holds T = 64 in one block.
+KernelParams batched_gemm_params(const Tensor& c, int64_t m, int64_t n) {
+  if (c.device()->kind() == DeviceKind::kCpu && m <= 96 && n <= 128)
+    return {{"BM", "72"}, {"BN", "64"}};
+  return gemm_params(c);
 }
 
 // The [M, N] matrix `m` of a tensor [..., M, N] as a 3-d view [Z, M, N] over `batch` (the
@@ -42,6 +54,15 @@ Expected<View> batched_view(const Tensor& t, const Shape& batch) {
               {batch_stride, e.strides()[e.rank() - 2], e.strides()[e.rank() - 1]}};
 }
 
+// [..., M, K] as the [rows, K] matrix it is when its leading dimensions merge (a view), so that
+// a product with a 2-d operand shared by the batch is one gemm: the tied GPT head's
+// x [B, T, C] @ wte^T, whose weight gradient is then X^T dY with K = B T, not B products summed.
+std::optional<Tensor> rows_matrix(const Tensor& t) {
+  Expected<Tensor> m = t.reshape({t.numel() / t.size(-1), t.size(-1)});
+  if (!m.ok()) return std::nullopt;
+  return *m;
+}
+
 Expected<TensorMeta> infer_matmul(const std::vector<TensorMeta>& in) {
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
@@ -64,10 +85,21 @@ Expected<Tensor> matmul_forward(const std::vector<Tensor>& in, const TensorMeta&
   TESSEL_ASSIGN_OR_RETURN(Tensor c, empty_like_device(out.shape, out.dtype, in[0]));
   if (c.numel() == 0) return c;
   const int64_t m = out.shape[out.shape.size() - 2], n = out.shape.back();
+  if (in[0].rank() > 2 && in[1].rank() == 2) {
+    if (std::optional<Tensor> a2 = rows_matrix(in[0])) {  // one [rows, K] @ [K, N] product
+      const int64_t rows = a2->size(0), k = a2->size(1);
+      View av{*a2, {1, rows, k}, {0, a2->strides()[0], a2->strides()[1]}};
+      View bv{in[1], {1, k, n}, {0, in[1].strides()[0], in[1].strides()[1]}};
+      View cv{c, {1, rows, n}, {0, n, 1}};
+      TESSEL_TRY(
+          launch_kernel("batched_gemm", batched_gemm_params(c, rows, n), {av, bv, cv, 1.0, 0.0}));
+      return c;
+    }
+  }
   TESSEL_ASSIGN_OR_RETURN(View a, batched_view(in[0], batch));
   TESSEL_ASSIGN_OR_RETURN(View b, batched_view(in[1], batch));
   View cv{c, {shape_numel(batch), m, n}, {m * n, n, 1}};
-  TESSEL_TRY(launch_kernel("batched_gemm", gemm_params(c), {a, b, cv, 1.0, 0.0}));
+  TESSEL_TRY(launch_kernel("batched_gemm", batched_gemm_params(c, m, n), {a, b, cv, 1.0, 0.0}));
   return c;
 }
 
@@ -119,6 +151,14 @@ OpDef matmul_op() {
       TESSEL_ASSIGN_OR_RETURN(grads[0], sum_to(full, b.input_meta[0].shape));
     }
     if (b.needs_grad[1]) {  // dB = A^T @ dC
+      if (b.inputs[0].rank() > 2 && b.inputs[1].rank() == 2) {
+        std::optional<Tensor> a2 = rows_matrix(b.inputs[0]), g2 = rows_matrix(b.grad_output);
+        if (a2 && g2) {
+          TESSEL_ASSIGN_OR_RETURN(Tensor at, transposed(*a2));
+          TESSEL_ASSIGN_OR_RETURN(grads[1], matmul(at, *g2));
+          return grads;
+        }
+      }
       TESSEL_ASSIGN_OR_RETURN(Tensor at, transposed(b.inputs[0]));
       TESSEL_ASSIGN_OR_RETURN(Tensor full, matmul(at, b.grad_output));
       TESSEL_ASSIGN_OR_RETURN(grads[1], sum_to(full, b.input_meta[1].shape));
