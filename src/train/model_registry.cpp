@@ -7,6 +7,7 @@
 #include "nn/cnn.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
+#include "nn/resnet.h"
 
 namespace tessel::train {
 namespace {
@@ -74,6 +75,33 @@ Expected<std::unique_ptr<nn::Module>> make_gpt(const Config& table, const ModelC
   return std::unique_ptr<nn::Module>(std::make_unique<nn::GPT>(c));
 }
 
+// resnet18 / resnet34 / resnet50 (nn/resnet.h). Key: stem = "imagenet" (torchvision's 7x7/2 +
+// max-pool, the default) or "cifar" (3x3/1, no max-pool, for 32x32 images). Channels and classes
+// come from the data: an example [C, H, W] has C channels, [H, W] one.
+ModelFactory make_resnet(int depth) {
+  return [depth](const Config& table,
+                 const ModelContext& context) -> Expected<std::unique_ptr<nn::Module>> {
+    TESSEL_TRY(table.check_keys({"name", "stem"}));
+    TESSEL_ASSIGN_OR_RETURN(std::string stem, table.get_or<std::string>("stem", "imagenet"));
+    if (stem != "imagenet" && stem != "cifar")
+      return invalid_argument("{}: key '{}': '{}' is not allowed; allowed: imagenet, cifar",
+                              table.source(),
+                              table.path().empty() ? "stem" : table.path() + ".stem", stem);
+    const Shape& shape = context.input_shape;
+    if (shape.size() != 2 && shape.size() != 3)
+      return invalid_argument(
+          "{}: model 'resnet{}' takes images [C, H, W] or [H, W], the data has {}", table.source(),
+          depth, shape_string(shape));
+    TESSEL_ASSIGN_OR_RETURN(
+        nn::ResNetConfig config,
+        nn::resnet_config(depth,
+                          stem == "cifar" ? nn::ResNetStem::kCifar : nn::ResNetStem::kImageNet,
+                          context.classes));
+    config.in_channels = shape.size() == 3 ? shape[0] : 1;
+    return std::unique_ptr<nn::Module>(std::make_unique<nn::ResNet>(config));
+  };
+}
+
 struct Registry {
   std::mutex mutex;
   std::map<std::string, ModelFactory> factories;
@@ -85,6 +113,8 @@ Registry& registry() {
     reg->factories["mlp"] = make_mlp;
     reg->factories["cnn"] = make_cnn;
     reg->factories["gpt"] = make_gpt;
+    for (int depth : {18, 34, 50})
+      reg->factories["resnet" + std::to_string(depth)] = make_resnet(depth);
     return reg;
   }();
   return *r;

@@ -5,10 +5,12 @@
 //                                                                    .classes = 10, .seed = 1}));
 //
 // Built in: "mlp" (key hidden = [512, 256], the sizes between input and classes), "cnn" (the
-// small CNN of nn/cnn.h, no keys) and "gpt" (nn/gpt.h, on text data: n_layer, n_head, n_embd,
+// small CNN of nn/cnn.h, no keys), "gpt" (nn/gpt.h, on text data: n_layer, n_head, n_embd,
 // block_size (default: data.block_size), dropout, bias; defaults gpt_tiny's; the vocabulary is
-// the data's). A model added elsewhere registers itself once before configs
-// are read (add a line to builtin_models() in model_registry.cpp for models inside tessel).
+// the data's) and "resnet18", "resnet34", "resnet50" (nn/resnet.h; key stem = "imagenet"
+// (default) or "cifar"; channels and classes come from the data). A model added elsewhere
+// registers itself once before configs are read (add a line to builtin_models() in
+// model_registry.cpp for models inside tessel).
 // A factory must check its keys with Config::check_keys so a typo names the allowed keys.
 #pragma once
 
