@@ -109,6 +109,12 @@ std::vector<Case> all_cases() {
   c.push_back({"sum", {real({3, 5})}, Attrs().set("axes", {1}).set("keepdim", 1)});
   c.push_back({"sum", {real({2, 3, 4})}, Attrs().set("axes", {0, 2})});
   c.push_back({"sum", {real({1, 300})}, Attrs().set("axes", {-1})});
+  // Outer axes reduced, kept ones contiguous (reduce_cols): more rows than a block, more
+  // columns than a block, two merged leading axes, max.
+  c.push_back({"sum", {real({37, 6})}, Attrs().set("axes", {0})});
+  c.push_back({"sum", {real({3, 300})}, Attrs().set("axes", {0}).set("keepdim", 1)});
+  c.push_back({"sum", {real({3, 4, 5})}, Attrs().set("axes", {0, 1})});
+  c.push_back({"max", {real({6, 5})}, Attrs().set("axes", {0})});
   c.push_back({"mean", {real({2, 3, 4})}, Attrs().set("axes", {-1})});
   c.push_back({"mean", {real({5})}, {}});
   c.push_back({"max", {real({3, 5})}, Attrs().set("axes", {1})});

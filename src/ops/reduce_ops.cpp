@@ -1,7 +1,8 @@
 // sum, mean and max over axes, on the reduce_rows kernel (kernels/reduce.tile): the reduced axes
 // are moved last (a permuted view), the kept and the reduced axes are each merged into one where
 // the strides allow (else the view is copied contiguous), and each row of the [kept, reduced]
-// matrix is summed. The gradient broadcasts back (the copy4 kernel over a stride-0 view).
+// matrix is summed. When the kept elements are contiguous and the reduced axis outer (a bias
+// gradient: column sums of [rows, N]), reduce_cols sums the columns reading row by row instead. The gradient broadcasts back (the copy4 kernel over a stride-0 view).
 #include <algorithm>
 #include <cmath>
 
@@ -72,14 +73,15 @@ Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const Tenso
   if (y.numel() == 0) return y;
   auto rows = merge_group(x, kept);
   auto cols = merge_group(x, reduced);
-  const bool leading = !kept.empty() && reduced.back() < kept.front();
-  if (kind == 0 && leading && rows && cols && rows->second == 1) {
-    // A sum over leading axes of row-major data (a bias gradient): column sums, read along rows.
-    View xv{x, {cols->first, rows->first}, {cols->second, 1}};
-    TESSEL_TRY(launch_kernel("reduce_cols", {}, {xv, View{y, {y.numel()}, {1}}}));
+  View xv;
+  View yv{y, {y.numel()}, {1}};
+  if (rows && cols && rows->second == 1 && cols->second != 1) {
+    // The kept elements are contiguous and the reduced axis is outer (column sums of a
+    // [rows, N] gradient): reduce_cols reads row after row.
+    TESSEL_TRY(launch_kernel("reduce_cols", {{"OP", std::to_string(kind)}},
+                             {View{x, {cols->first, rows->first}, {cols->second, 1}}, yv}));
     return y;
   }
-  View xv;
   if (rows && cols) {
     xv = View{x, {rows->first, cols->first}, {rows->second, cols->second}};
   } else {
@@ -90,7 +92,6 @@ Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const Tenso
     int64_t m = y.numel(), n = x.numel() / std::max<int64_t>(m, 1);
     xv = View{c, {m, n}, {n, 1}};
   }
-  View yv{y, {y.numel()}, {1}};
   TESSEL_TRY(launch_kernel("reduce_rows", {{"OP", std::to_string(kind)}}, {xv, yv}));
   return y;
 }
@@ -237,7 +238,8 @@ Status sum_rows_into(const Tensor& x, const Tensor& y) {
         tensor_summary(x), tensor_summary(y));
   if (y.numel() == 0) return ok_status();
   View xv{x, {x.size(0), x.size(1)}, {x.strides()[0], 1}};
-  return launch_kernel("reduce_cols", {{"ACC", "1"}}, {xv, View{y, {y.numel()}, {1}}});
+  return launch_kernel("reduce_cols", {{"OP", "0"}, {"ACC", "1"}},
+                       {xv, View{y, {y.numel()}, {1}}});
 }
 
 Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape) {
