@@ -268,6 +268,10 @@ void add_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(scale_op());
 }
 
+Expected<Tensor> cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return run("cast", {x}, Attrs().set("dtype", static_cast<int64_t>(dtype)));
+}
 Expected<Tensor> add(const Tensor& a, const Tensor& b) {
   return run("add", {a, b});
 }

@@ -30,9 +30,15 @@ Expected<Tensor> scale(const Tensor& x, double factor);  // factor * x
 Status add_into(const Tensor& dst, const Tensor& src);
 
 // a [..., M, K] @ b [..., K, N] -> [..., M, N], batch dimensions broadcast.
+// The gemm ops (matmul, linear, conv2d) take f32, f16 and bf16 operands and return f32; they
+// multiply in `compute` (f32, bf16 or f16; by default the operands' 16-bit dtype, else f32),
+// accumulating in f32 (ops/gemm_precision.h). Gradients have their inputs' dtypes.
 Expected<Tensor> matmul(const Tensor& a, const Tensor& b);
+Expected<Tensor> matmul(const Tensor& a, const Tensor& b, DType compute);
 // x [..., K], weight [N, K], bias [N] -> x @ weight^T + bias, as torch.nn.functional.linear.
 Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        DType compute);
 
 // Over `axes` (empty: all), keeping them as size 1 when keepdim.
 Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
@@ -73,6 +79,13 @@ Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
 Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
                             std::vector<int64_t> stride = {},
                             std::vector<int64_t> padding = {0, 0});
+
+// torch.nn.functional.batch_norm over N, H, W of x [N, C, H, W] (or N of [N, C]); weight, bias,
+// running_mean, running_var [C]. Training uses the batch's statistics and moves the running
+// ones towards them in place by `momentum` (unbiased variance); evaluation uses the running ones.
+Expected<Tensor> batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const Tensor& running_mean, const Tensor& running_var, bool training,
+                            double momentum = 0.1, double eps = 1e-5);
 
 // Views (no copy where the layout allows).
 Expected<Tensor> reshape(const Tensor& x, const Shape& shape);

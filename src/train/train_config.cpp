@@ -126,7 +126,8 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
 
   TESSEL_ASSIGN_OR_RETURN(Config t, optional_table(cfg, "train"));
   TESSEL_TRY(t.check_keys({"steps", "epochs", "clip_grad_norm", "log_interval", "eval_interval",
-                           "checkpoint_interval", "checkpoint_path", "metrics_path"}));
+                           "checkpoint_interval", "checkpoint_path", "metrics_path",
+                           "precision"}));
   TESSEL_ASSIGN_OR_RETURN(out.steps, get_at_least<int64_t>(t, "steps", 0, 1));
   TESSEL_ASSIGN_OR_RETURN(out.epochs, get_at_least<int64_t>(t, "epochs", 0, 1));
   if (t.has("steps") == t.has("epochs"))
@@ -143,8 +144,16 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
                           get_at_least<int64_t>(t, "checkpoint_interval", 0, 0));
   TESSEL_ASSIGN_OR_RETURN(out.checkpoint_path, t.get_or<std::string>("checkpoint_path", ""));
   TESSEL_ASSIGN_OR_RETURN(out.metrics_path, t.get_or<std::string>("metrics_path", ""));
+  TESSEL_ASSIGN_OR_RETURN(out.precision,
+                          get_choice(t, "precision", {"fp32", "bf16", "fp16"}, "fp32"));
   TESSEL_TRY(parse_sample(cfg, out));
   return out;
+}
+
+DType TrainConfig::compute_dtype() const {
+  if (precision == "bf16") return DType::kBF16;
+  if (precision == "fp16") return DType::kF16;
+  return DType::kF32;
 }
 
 Expected<TrainConfig> load_train_config(const std::string& path) {

@@ -14,6 +14,9 @@
 //               eval_interval = 0 (0: at the end only)   checkpoint_interval = 0 (0: at the end)
 //               checkpoint_path = "runs/x/checkpoint.safetensors" ("" : none)
 //               metrics_path = "runs/x/metrics.jsonl" ("": none)
+//               precision = "fp32" | "bf16" | "fp16"  (matmul/linear/conv in 16 bits, everything
+//               else and the master weights and optimizer state in f32; fp16 adds dynamic loss
+//               scaling; docs/DESIGN.md, "Mixed precision")
 //   [sample]    tokens = 300  temperature = 0.8  top_k = 0 (0: all)  prompt = "\n"
 //               (text data only: the text a language model writes at the end of the run)
 //
@@ -64,6 +67,9 @@ struct TrainConfig {
   int64_t checkpoint_interval = 0;
   std::string checkpoint_path;
   std::string metrics_path;
+  std::string precision = "fp32";  // "fp32" | "bf16" | "fp16"
+  // The dtype the gemm ops compute in (autograd/autocast.h): f32, bf16 or f16.
+  DType compute_dtype() const;
 };
 
 Expected<TrainConfig> parse_train_config(const Config& config);

@@ -9,6 +9,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "autograd/autocast.h"
 #include "autograd/functional.h"
 #include "data/prefetch.h"
 #include "io/checkpoint.h"
@@ -117,6 +118,7 @@ Status Trainer::build() {
     if (!adamw.ok()) return adamw.status().with_context("{}: [optimizer]", c.source);
     optimizer_ = std::move(*adamw);
   }
+  if (c.precision == "fp16") grad_scaler_ = std::make_unique<optim::GradScaler>();
   config_.schedule.total_steps = total_steps_;
   Status schedule_ok = config_.schedule.validate();
   if (!schedule_ok.ok()) return schedule_ok.with_context("{}: [schedule]", c.source);
@@ -137,6 +139,9 @@ Status Trainer::save_checkpoint(const std::string& path) {
   ckpt.metadata["config"] = config_.source;
   for (auto& [name, d] : dropouts(*model_))
     ckpt.metadata["rng." + name] = d->rng().state_string();
+  if (grad_scaler_)
+    for (auto& [key, value] : grad_scaler_->state())
+      ckpt.metadata["grad_scaler." + key] = value;
   TESSEL_TRY(make_parent_folder(path));
   return tessel::save_checkpoint(path, ckpt);
 }
@@ -183,6 +188,14 @@ Status Trainer::resume(const std::string& checkpoint_path) {
     TESSEL_ASSIGN_OR_RETURN(std::string state, ckpt.get("rng." + name));
     TESSEL_ASSIGN_OR_RETURN(d->rng(), Pcg32::from_state_string(state));
   }
+  if (grad_scaler_) {
+    std::map<std::string, std::string> state;
+    for (const char* key : {"scale", "clean_steps"}) {
+      TESSEL_ASSIGN_OR_RETURN(state[key], ckpt.get(std::string("grad_scaler.") + key));
+    }
+    Status s = grad_scaler_->restore(state);
+    if (!s.ok()) return s.with_context("{}", checkpoint_path);
+  }
   resumed_ = true;
   return ok_status();
 }
@@ -201,8 +214,14 @@ Status Trainer::write_metrics(const std::string& json_line) {
 
 double Evaluation::perplexity() const { return std::exp(loss); }
 
+Expected<bool> Trainer::any_rank_found_inf(bool found_inf_here) {
+  // One process today; with a process group this is an all-reduce (max) of the flag.
+  return found_inf_here;
+}
+
 Expected<Evaluation> Trainer::evaluate() {
   autograd::NoGrad no_grad;
+  autograd::Autocast autocast(config_.compute_dtype());
   model_->eval();
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> batches, data_->eval_batches());
   Evaluation e;
@@ -295,16 +314,33 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
     const double lr = c.schedule.lr_at(step_);
     {
+      // Mixed precision: the gemm ops compute in 16 bits, the rest in f32 (autocast.h).
+      autograd::Autocast autocast(c.compute_dtype());
       TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
       TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
-      TESSEL_TRY(loss.backward());
+      if (grad_scaler_) {  // fp16: backward from scale * loss
+        TESSEL_ASSIGN_OR_RETURN(Tensor seed, Tensor::full(loss.shape(), grad_scaler_->scale(),
+                                                          DType::kF32, device_));
+        TESSEL_TRY(loss.backward(seed));
+      } else {
+        TESSEL_TRY(loss.backward());
+      }
       TESSEL_ASSIGN_OR_RETURN(double loss_value, scalar_of(loss.data()));
       summary.losses.push_back(loss_value);
       window_loss += loss_value;
     }
-    if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
-    optimizer_->set_lr(lr);
-    TESSEL_TRY(optimizer_->step());
+    if (after_backward_) TESSEL_TRY(after_backward_(*params_, step_));
+    bool skip_step = false;
+    if (grad_scaler_) {
+      TESSEL_ASSIGN_OR_RETURN(bool found_inf_here, grad_scaler_->unscale(*params_));
+      TESSEL_ASSIGN_OR_RETURN(skip_step, any_rank_found_inf(found_inf_here));
+    }
+    if (!skip_step) {
+      if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+      optimizer_->set_lr(lr);
+      TESSEL_TRY(optimizer_->step());
+    }
+    if (grad_scaler_) grad_scaler_->update(skip_step);
     TESSEL_TRY(params_->zero_grad());
     ++step_;
     ++window_steps;

@@ -22,12 +22,14 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "data/batches.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "train/data_source.h"
 #include "train/train_config.h"
@@ -75,7 +77,15 @@ class Trainer {
   Expected<std::string> sample(const SampleConfig& options);
   Status save_checkpoint(const std::string& path);
 
+  // Called after each backward, before the gradients are unscaled, clipped and applied (tests
+  // inject an inf here to see the loss scaler skip the step).
+  using GradientHook = std::function<Status(const nn::FlatParameters& params, int64_t step)>;
+  void set_after_backward(GradientHook hook) { after_backward_ = std::move(hook); }
+
   int64_t step() const { return step_; }
+  // The fp16 loss scaler; null for fp32 and bf16, which need none.
+  const optim::GradScaler* grad_scaler() const { return grad_scaler_.get(); }
+  const optim::Optimizer& optimizer() const { return *optimizer_; }
   int64_t total_steps() const { return total_steps_; }
   nn::Module& model() { return *model_; }
   Device* device() const { return device_; }
@@ -85,6 +95,8 @@ class Trainer {
       : config_(std::move(config)), options_(options) {}
   Status build();
   Status write_metrics(const std::string& json_line);
+  // Whether any rank saw an inf or NaN gradient this step: every rank must skip the same steps.
+  Expected<bool> any_rank_found_inf(bool found_inf_here);
 
   TrainConfig config_;
   TrainerOptions options_;
@@ -92,6 +104,8 @@ class Trainer {
   std::unique_ptr<nn::Module> model_;
   std::unique_ptr<nn::FlatParameters> params_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::GradScaler> grad_scaler_;
+  GradientHook after_backward_;
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<BatchSource> train_batches_;
   int64_t total_steps_ = 0;
