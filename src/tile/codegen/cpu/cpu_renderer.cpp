@@ -37,10 +37,10 @@ CDialect cpu_dialect() {
   d.eager_logic = true;
   d.int_min = "std::min<int64_t>";
   d.int_max = "std::max<int64_t>";
-  d.float_min = "std::fmin";
-  d.float_max = "std::fmax";
-  d.math = {{MathFn::kExp, "std::exp"},     {MathFn::kLog, "std::log"},
-            {MathFn::kTanh, "std::tanh"},   {MathFn::kErf, "std::erf"},
+  d.float_min = "tessel_cpu::tile_fmin";
+  d.float_max = "tessel_cpu::tile_fmax";
+  d.math = {{MathFn::kExp, "tessel_cpu::tile_exp"}, {MathFn::kLog, "std::log"},
+            {MathFn::kTanh, "tessel_cpu::tile_tanh"}, {MathFn::kErf, "std::erf"},
             {MathFn::kSqrt, "std::sqrt"},   {MathFn::kRsqrt, "tessel_cpu::tile_rsqrt"},
             {MathFn::kAbs, "std::fabs"},    {MathFn::kFloor, "std::floor"},
             {MathFn::kCeil, "std::ceil"},   {MathFn::kSigmoid, "tessel_cpu::tile_sigmoid"},
