@@ -172,6 +172,7 @@ std::vector<Case> all_cases() {
   c.push_back({"layer_norm", {real({1, 7}), real({7}), real({7})}, {}});
   c.push_back({"layer_norm", {real({3, 5}), real({5}), real({5})}, Attrs().set("eps", 1e-3)});
   c.push_back({"layer_norm", {real({2, 2, 300}), real({300}), real({300})}, {}});
+  c.push_back({"layer_norm", {real({5, 128}), real({128}), real({128})}, {}});  // one full CPU tile
   c.push_back({"embedding", {real({7, 5}), ids({4}, 7)}, {}});
   c.push_back({"embedding", {real({5, 3}), ids({2, 3}, 5)}, {}});
   c.push_back({"embedding", {real({1, 3}), ids({2}, 1)}, {}});
