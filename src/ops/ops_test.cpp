@@ -160,6 +160,10 @@ std::vector<Case> all_cases() {
     c.push_back({op, {real({3, 5})}, {}});
     c.push_back({op, {real({2, 2, 300})}, {}});
     c.push_back({op, {transposed({5, 3})}, {}});
+    // Rows that fill the CPU's 64- and 128-column tiles exactly, and one just past 64.
+    c.push_back({op, {real({3, 64})}, {}});
+    c.push_back({op, {real({2, 65})}, {}});
+    c.push_back({op, {real({2, 128})}, {}});
   }
   c.push_back({"cross_entropy", {real({4, 5}), ids({4}, 5)}, {}});
   c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7, -100)}, {}});
