@@ -18,7 +18,20 @@ Expected<TensorMeta> infer_rows(const std::string& op, const std::vector<TensorM
 }
 
 // Runs a row kernel from x ([..., N]) to a fresh output of the same shape.
-Expected<Tensor> row_kernel(const std::string& kernel, const KernelParams& params,
+// Column tiles for row kernels on the CPU: rows of at most 64 or 128 elements (attention over
+// T = 64, GPT widths) in tiles of that width, since the kernels' 256-column tiles would spend most
+// of their work (exp of padding, masked sums) on columns past the row. Other devices keep theirs.
+KernelParams row_tile_params(const Tensor& x, int64_t n, KernelParams params = {}) {
+  if (x.device()->kind() != DeviceKind::kCpu) return params;
+  if (n <= 64) {
+    params["BC"] = "64";
+  } else if (n <= 128) {
+    params["BC"] = "128";
+  }
+  return params;
+}
+
+Expected<Tensor> row_kernel(const std::string& kernel, KernelParams params,
                             std::vector<Tensor> inputs) {
   const Tensor& x = inputs.back();
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), x.dtype(), x));
@@ -30,7 +43,7 @@ Expected<Tensor> row_kernel(const std::string& kernel, const KernelParams& param
   }
   TESSEL_ASSIGN_OR_RETURN(View yv, rows_view(y));
   args.push_back(yv);
-  TESSEL_TRY(launch_kernel(kernel, params, args));
+  TESSEL_TRY(launch_kernel(kernel, row_tile_params(x, yv.shape[1], std::move(params)), args));
   return y;
 }
 
@@ -210,7 +223,8 @@ Expected<Tensor> layer_norm_forward(const std::vector<Tensor>& in, const Attrs& 
   if (y.numel() == 0) return y;
   TESSEL_ASSIGN_OR_RETURN(View x, rows_view(in[0]));
   TESSEL_ASSIGN_OR_RETURN(View yv, rows_view(y));
-  TESSEL_TRY(launch_kernel("layernorm", {}, {x, in[1], in[2], yv, a.get_double("eps", 1e-5)}));
+  TESSEL_TRY(launch_kernel("layernorm", row_tile_params(in[0], x.shape[1]),
+                           {x, in[1], in[2], yv, a.get_double("eps", 1e-5)}));
   return y;
 }
 
@@ -222,7 +236,7 @@ Expected<std::vector<Tensor>> layer_norm_backward(const BackwardArgs& b) {
   TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), x.dtype(), x));
   TESSEL_ASSIGN_OR_RETURN(Tensor dy_xhat, empty_like_device({m, n}, DType::kF32, x));
   TESSEL_TRY(launch_kernel(
-      "layernorm_grad", {},
+      "layernorm_grad", row_tile_params(x, n),
       {xv, gamma, gv, View{dx, {m, n}, {n, 1}}, dy_xhat, b.attrs.get_double("eps", 1e-5)}));
   std::vector<Tensor> grads{dx, Tensor(), Tensor()};
   if (b.needs_grad[1]) {

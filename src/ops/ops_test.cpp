@@ -160,6 +160,10 @@ std::vector<Case> all_cases() {
     c.push_back({op, {real({3, 5})}, {}});
     c.push_back({op, {real({2, 2, 300})}, {}});
     c.push_back({op, {transposed({5, 3})}, {}});
+    // Rows that fill the CPU's 64- and 128-column tiles exactly, and one just past 64.
+    c.push_back({op, {real({3, 64})}, {}});
+    c.push_back({op, {real({2, 65})}, {}});
+    c.push_back({op, {real({2, 128})}, {}});
   }
   c.push_back({"cross_entropy", {real({4, 5}), ids({4}, 5)}, {}});
   c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7, -100)}, {}});
@@ -172,6 +176,7 @@ std::vector<Case> all_cases() {
   c.push_back({"layer_norm", {real({1, 7}), real({7}), real({7})}, {}});
   c.push_back({"layer_norm", {real({3, 5}), real({5}), real({5})}, Attrs().set("eps", 1e-3)});
   c.push_back({"layer_norm", {real({2, 2, 300}), real({300}), real({300})}, {}});
+  c.push_back({"layer_norm", {real({5, 128}), real({128}), real({128})}, {}});  // one full CPU tile
   c.push_back({"embedding", {real({7, 5}), ids({4}, 7)}, {}});
   c.push_back({"embedding", {real({5, 3}), ids({2, 3}, 5)}, {}});
   c.push_back({"embedding", {real({1, 3}), ids({2}, 1)}, {}});
