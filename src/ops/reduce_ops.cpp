@@ -1,8 +1,7 @@
 // sum, mean and max over axes, on the reduce_rows kernel (kernels/reduce.tile): the reduced axes
 // are moved last (a permuted view), the kept and the reduced axes are each merged into one where
 // the strides allow (else the view is copied contiguous), and each row of the [kept, reduced]
-// matrix is summed. When the kept elements are contiguous and the reduced axis outer (a bias
-// gradient: column sums of [rows, N]), reduce_cols sums the columns reading row by row instead. The gradient broadcasts back (the copy4 kernel over a stride-0 view).
+// matrix is summed. The gradient broadcasts back (the copy4 kernel over a stride-0 view).
 #include <algorithm>
 #include <cmath>
 
@@ -74,14 +73,6 @@ Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const Tenso
   auto rows = merge_group(x, kept);
   auto cols = merge_group(x, reduced);
   View xv;
-  View yv{y, {y.numel()}, {1}};
-  if (rows && cols && rows->second == 1 && cols->second != 1) {
-    // The kept elements are contiguous and the reduced axis is outer (column sums of a
-    // [rows, N] gradient): reduce_cols reads row after row.
-    TESSEL_TRY(launch_kernel("reduce_cols", {{"OP", std::to_string(kind)}},
-                             {View{x, {cols->first, rows->first}, {cols->second, 1}}, yv}));
-    return y;
-  }
   if (rows && cols) {
     xv = View{x, {rows->first, cols->first}, {rows->second, cols->second}};
   } else {
@@ -92,6 +83,7 @@ Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const Tenso
     int64_t m = y.numel(), n = x.numel() / std::max<int64_t>(m, 1);
     xv = View{c, {m, n}, {n, 1}};
   }
+  View yv{y, {y.numel()}, {1}};
   TESSEL_TRY(launch_kernel("reduce_rows", {{"OP", std::to_string(kind)}}, {xv, yv}));
   return y;
 }
