@@ -187,6 +187,9 @@ std::vector<Case> all_cases() {
                {real({5, 6})},
                Attrs().set("dim", 1).set("start", 1).set("end", 6).set("step", 2)});
   c.push_back({"slice", {real({7, 3})}, Attrs().set("dim", 0).set("start", -3)});
+  c.push_back({"slice",
+               {transposed({3, 300})},
+               Attrs().set("dim", 1).set("start", 2).set("end", 290)});  // last axis, step 1
   c.push_back({"slice", {real({2, 5, 3})}, Attrs().set("dim", 1).set("start", 1).set("end", 2)});
   c.push_back({"contiguous", {transposed({3, 5})}, {}});
   c.push_back({"causal_mask", {real({3, 3})}, Attrs().set("value", -5.0)});

@@ -174,9 +174,16 @@ OpDef slice_op() {
       outer *= in[d];
     for (size_t d = s.dim + 1; d < in.size(); ++d)
       inner *= in[d];
-    TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(b.grad_output));
     TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(in, b.grad_output.dtype(), b.grad_output));
     if (dx.numel() == 0) return std::vector<Tensor>{dx};
+    if (inner == 1) {  // a slice of the last axis (GPT's q, k, v): rows of dx, any layout of dY
+      TESSEL_ASSIGN_OR_RETURN(View gv, rows_view(b.grad_output));
+      View dv{dx, {outer, in[s.dim]}, {in[s.dim], 1}};
+      TESSEL_TRY(launch_kernel("slice_grad_last", {{"UNIT", s.step == 1 ? "1" : "0"}},
+                               {gv, dv, s.start, s.step}));
+      return std::vector<Tensor>{dx};
+    }
+    TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(b.grad_output));
     View gv{g, {outer, s.size, inner}, {s.size * inner, inner, 1}};
     View dv{dx, {outer, in[s.dim], inner}, {in[s.dim] * inner, inner, 1}};
     TESSEL_TRY(launch_kernel("slice_grad", {}, {gv, dv, s.start, s.step}));

@@ -1,0 +1,68 @@
+// `tessel bench precision` as a user runs it (the built command, in a child process): a bad
+// precision is an error naming it, and the JSON rows are consistent with themselves (ratios are
+// step times over fp32's, throughput is the batch over the step time). Nothing is timed here.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+};
+
+Result run_tessel(const std::string& arguments) {
+  Result r;
+  const std::string command = std::string("'") + TESSEL_CLI_PATH + "' " + arguments + " 2>&1";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(BenchPrecision, AnUnknownPrecisionIsNamed) {
+  Result r = run_tessel("bench precision --workloads mlp --precisions fp32,fp8");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("--precisions: 'fp8' is not one of fp32, bf16, fp16"), std::string::npos)
+      << r.output;
+}
+
+TEST(BenchPrecision, JsonRowsAreConsistent) {
+  Result r = run_tessel("bench precision --workloads mlp --warmup 0 --rounds 1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> rows;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  EXPECT_EQ(rows[0]["precision"], "fp32");
+  EXPECT_EQ(rows[1]["precision"], "bf16");
+  const double fp32_ms = rows[0]["step_ms"], fp32_cpu = rows[0]["cpu_ms"];
+  for (const nlohmann::json& row : rows) {
+    EXPECT_EQ(row["workload"], "mlp");
+    EXPECT_EQ(row["unit"], "samples/s");
+    const double step_ms = row["step_ms"];
+    EXPECT_GT(step_ms, 0.0);
+    EXPECT_NEAR(double(row["throughput"]), 128.0 / (step_ms / 1000.0),
+                1e-6 * double(row["throughput"]));
+    EXPECT_NEAR(double(row["ratio_to_fp32"]), step_ms / fp32_ms, 1e-9);
+    EXPECT_NEAR(double(row["cpu_ratio_to_fp32"]), double(row["cpu_ms"]) / fp32_cpu, 1e-9);
+    // One round: the phases are that round's, and they add up to the step.
+    EXPECT_NEAR(
+        double(row["forward_ms"]) + double(row["backward_ms"]) + double(row["optimizer_ms"]),
+        step_ms, 1e-6 * step_ms);
+  }
+}
+
+}  // namespace
