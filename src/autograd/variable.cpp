@@ -59,6 +59,8 @@ Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inpu
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
       return invalid_argument("{}: input {} is an undefined variable", op.name, i);
+    VariableState& state = *inputs[i].state();
+    if (state.on_use && !state.grad_fn) TESSEL_TRY(state.on_use(state));
     values.push_back(inputs[i].data());
   }
   TESSEL_ASSIGN_OR_RETURN(Tensor out, ops::run(op, values, attrs));
@@ -142,18 +144,22 @@ Status Variable::backward(const Tensor& grad_output) const {
   }
   NoGrad no_grad;
   if (is_leaf()) {
-    return accumulate_into_leaf(*state_, seed);
+    TESSEL_TRY(accumulate_into_leaf(*state_, seed));
+    return state_->on_grad_ready ? state_->on_grad_ready(*state_) : ok_status();
   }
 
   // Count, for each node, how many edges from nodes reachable from the root point at it; a node
-  // runs once all of them have delivered their gradient.
+  // runs once all of them have delivered their gradient. Leaves with a hook are counted too: the
+  // hook runs when the last edge into the leaf has delivered.
   std::unordered_map<Node*, int> pending;
+  std::unordered_map<VariableState*, int> pending_leaves;
   std::vector<Node*> stack{state_->grad_fn.get()};
   pending[state_->grad_fn.get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->edges) {
+      if (e.leaf && e.leaf->on_grad_ready) pending_leaves[e.leaf.get()] += 1;
       if (!e.node) continue;
       if (pending.emplace(e.node.get(), 0).second) stack.push_back(e.node.get());
       pending[e.node.get()] += 1;
@@ -192,6 +198,8 @@ Status Variable::backward(const Tensor& grad_output) const {
                               shape_string(n->input_meta[i].shape));
       if (e.leaf) {
         TESSEL_TRY(accumulate_into_leaf(*e.leaf, std::move(g)));
+        if (e.leaf->on_grad_ready && --pending_leaves[e.leaf.get()] == 0)
+          TESSEL_TRY(e.leaf->on_grad_ready(*e.leaf));
       } else {
         TESSEL_ASSIGN_OR_RETURN(grads[e.node.get()], accumulate(grads[e.node.get()], std::move(g)));
         if (--pending[e.node.get()] == 0) ready.push_back(e.node.get());
