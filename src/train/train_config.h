@@ -14,6 +14,11 @@
 //               eval_interval = 0 (0: at the end only)   checkpoint_interval = 0 (0: at the end)
 //               checkpoint_path = "runs/x/checkpoint.safetensors" ("" : none)
 //               metrics_path = "runs/x/metrics.jsonl" ("": none)
+//               grad_accum_steps = 1   (micro-batches of batch_size per optimizer step)
+//   [distributed] backend = "shm"     # shm | mpi | nccl; ranks from `tessel launch` or mpirun
+//               zero_stage = 0  (0: DDP; 1, 2, 3: ZeRO)   bucket_cap_mb = 25.0
+//               first_bucket_mb = 1.0   overlap = true
+//               (batch_size is per rank: a step takes batch_size x ranks x grad_accum_steps)
 //
 // Only [model] and [data] are required; everything else has the defaults shown.
 #pragma once
@@ -42,6 +47,16 @@ struct OptimizerConfig {
   double lr() const { return name == "sgd" ? sgd.lr : adamw.lr; }
 };
 
+// The [distributed] table (parallel/data_parallel.h); absent: one process, no communication.
+struct DistributedConfig {
+  bool enabled = false;
+  std::string backend = "shm";
+  int zero_stage = 0;
+  double bucket_cap_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  bool overlap = true;
+};
+
 struct TrainConfig {
   std::string source;  // the file, for messages
   uint64_t seed = 0;
@@ -59,6 +74,8 @@ struct TrainConfig {
   int64_t checkpoint_interval = 0;
   std::string checkpoint_path;
   std::string metrics_path;
+  int64_t grad_accum_steps = 1;
+  DistributedConfig distributed;
 };
 
 Expected<TrainConfig> parse_train_config(const Config& config);

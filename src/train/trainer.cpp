@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "autograd/functional.h"
@@ -13,6 +14,7 @@
 #include "io/checkpoint.h"
 #include "nn/conv_layers.h"
 #include "optim/clip.h"
+#include "parallel/rank_shard.h"
 #include "train/model_registry.h"
 #include "train/progress.h"
 
@@ -67,8 +69,23 @@ Status Trainer::build() {
   if (!device.ok())
     return device.status().with_context("{}: key 'device' = '{}'", c.source, c.device);
   device_ = *device;
+  if (c.distributed.enabled) {  // join the job first: the data is cut by rank
+    if (options_.process_group) {
+      group_ = options_.process_group;
+    } else {
+      dist::ProcessGroupOptions group_options;
+      TESSEL_ASSIGN_OR_RETURN(group_options.backend, dist::parse_backend(c.distributed.backend));
+      Expected<std::unique_ptr<dist::ProcessGroup>> group =
+          dist::ProcessGroup::from_env(group_options);
+      if (!group.ok()) return group.status().with_context("{}: [distributed]", c.source);
+      own_group_ = std::move(*group);
+      group_ = own_group_.get();
+    }
+    if (rank() != 0) options_.progress = nullptr;  // rank 0 reports for the job
+  }
 
-  // Data: the training split shuffled per epoch, the test split in order.
+  // Data: the training split shuffled per epoch, the test split in order. Every rank reads the
+  // same global batches of batch_size x ranks rows and keeps its own rows (RankShard).
   Expected<ImageDataset> train_set = load_mnist(c.data.path, "train");
   if (!train_set.ok()) return train_set.status().with_context("{}: [data]", c.source);
   TESSEL_ASSIGN_OR_RETURN(ImageDataset test_set, load_mnist(c.data.path, "test"));
@@ -80,21 +97,25 @@ Status Trainer::build() {
                        .seed = c.seed};
   TESSEL_ASSIGN_OR_RETURN(
       std::unique_ptr<ImageBatches> train,
-      ImageBatches::make(std::move(*train_set), {.batch_size = c.data.batch_size,
+      ImageBatches::make(std::move(*train_set), {.batch_size = c.data.batch_size * world_size(),
                                                  .shuffle = true,
                                                  .seed = c.seed,
                                                  .drop_last = true,
                                                  .mean = mean,
                                                  .std = std}));
   const int64_t per_epoch = train->batches_per_epoch();
-  train_batches_ = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
+  std::unique_ptr<BatchSource> global_batches = std::move(train);
+  if (group_)
+    global_batches =
+        std::make_unique<parallel::RankShard>(std::move(global_batches), rank(), world_size());
+  train_batches_ = std::make_unique<Prefetcher>(std::move(global_batches), /*depth=*/4);
   TESSEL_ASSIGN_OR_RETURN(eval_batches_,
                           ImageBatches::make(std::move(test_set), {.batch_size = c.data.eval_batch_size,
                                                                    .shuffle = false,
                                                                    .mean = mean,
                                                                    .std = std}));
   eval_batch_count_ = eval_batches_->batches_per_epoch();
-  total_steps_ = c.steps > 0 ? c.steps : c.epochs * per_epoch;
+  total_steps_ = c.steps > 0 ? c.steps : c.epochs * per_epoch / c.grad_accum_steps;
 
   // Model, parameters, optimizer, schedule.
   TESSEL_ASSIGN_OR_RETURN(model_, make_model(*c.model, context));
@@ -112,22 +133,49 @@ Status Trainer::build() {
     if (!adamw.ok()) return adamw.status().with_context("{}: [optimizer]", c.source);
     optimizer_ = std::move(*adamw);
   }
+  if (group_) TESSEL_TRY(build_data_parallel());
   config_.schedule.total_steps = total_steps_;
   Status schedule_ok = config_.schedule.validate();
   if (!schedule_ok.ok()) return schedule_ok.with_context("{}: [schedule]", c.source);
   return ok_status();
 }
 
+Status Trainer::build_data_parallel() {
+  const DistributedConfig& d = config_.distributed;
+  const OptimizerConfig& o = config_.optimizer;
+  auto make_optimizer =
+      [o](nn::FlatParameters& part) -> Expected<std::unique_ptr<optim::Optimizer>> {
+    if (o.name == "sgd") {
+      TESSEL_ASSIGN_OR_RETURN(auto sgd, optim::Sgd::create(part, o.sgd));
+      return std::unique_ptr<optim::Optimizer>(std::move(sgd));
+    }
+    TESSEL_ASSIGN_OR_RETURN(auto adamw, optim::AdamW::create(part, o.adamw));
+    return std::unique_ptr<optim::Optimizer>(std::move(adamw));
+  };
+  parallel::DataParallelOptions options{
+      .zero_stage = d.zero_stage,
+      .bucket_cap_bytes = int64_t(d.bucket_cap_mb * double(1 << 20)),
+      .first_bucket_bytes = int64_t(d.first_bucket_mb * double(1 << 20)),
+      .overlap = d.overlap};
+  Expected<std::unique_ptr<parallel::DataParallel>> dp =
+      parallel::DataParallel::create(*params_, *group_, make_optimizer, options);
+  if (!dp.ok()) return dp.status().with_context("{}: [distributed]", config_.source);
+  data_parallel_ = std::move(*dp);
+  optimizer_.reset();  // each bucket has its own; the single-process one would only hold memory
+  return ok_status();
+}
+
 Status Trainer::save_checkpoint(const std::string& path) {
+  if (rank() != 0) return ok_status();  // the ranks hold the same model: rank 0 writes it
   Checkpoint ckpt;
   for (auto& [name, tensor] : params_->named_tensors())
     ckpt.model[name] = tensor;
   for (auto& [name, buffer] : model_->named_buffers())
     ckpt.model[name] = buffer->tensor;
-  for (auto& [name, tensor] : optimizer_->named_state())
+  for (auto& [name, tensor] : optimizer().named_state())
     ckpt.optimizer[name] = tensor;
   ckpt.metadata["step"] = std::to_string(step_);
-  ckpt.metadata["optimizer.step_count"] = std::to_string(optimizer_->step_count());
+  ckpt.metadata["optimizer.step_count"] = std::to_string(optimizer().step_count());
   ckpt.metadata["data.train"] = train_batches_->position().to_string();
   ckpt.metadata["config"] = config_.source;
   for (auto& [name, d] : dropouts(*model_))
@@ -162,7 +210,7 @@ Status Trainer::resume(const std::string& checkpoint_path) {
   if (ckpt.model.size() != expected_model_tensors)
     return invalid_argument("{}: holds {} model tensors, this model has {}", checkpoint_path,
                             ckpt.model.size(), expected_model_tensors);
-  for (auto& [name, tensor] : optimizer_->named_state()) {
+  for (auto& [name, tensor] : optimizer().named_state()) {
     TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.optimizer, name));
     Tensor target = tensor;
     Status s = target.copy_from(saved);
@@ -170,7 +218,7 @@ Status Trainer::resume(const std::string& checkpoint_path) {
   }
   TESSEL_ASSIGN_OR_RETURN(step_, ckpt.get_int("step"));
   TESSEL_ASSIGN_OR_RETURN(int64_t count, ckpt.get_int("optimizer.step_count"));
-  optimizer_->set_step_count(count);
+  optimizer().set_step_count(count);
   TESSEL_ASSIGN_OR_RETURN(std::string position_text, ckpt.get("data.train"));
   TESSEL_ASSIGN_OR_RETURN(DataPosition position, DataPosition::parse(position_text));
   TESSEL_TRY(train_batches_->restore(position));
@@ -183,7 +231,7 @@ Status Trainer::resume(const std::string& checkpoint_path) {
 }
 
 Status Trainer::write_metrics(const std::string& json_line) {
-  if (config_.metrics_path.empty()) return ok_status();
+  if (config_.metrics_path.empty() || rank() != 0) return ok_status();
   if (!metrics_) {
     TESSEL_TRY(make_parent_folder(config_.metrics_path));
     metrics_ = std::fopen(config_.metrics_path.c_str(), resumed_ ? "a" : "w");
@@ -254,21 +302,40 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   int64_t window_steps = 0;
   double window_loss = 0.0;
   while (step_ < end) {
-    TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
-    TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
-    TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
     const double lr = c.schedule.lr_at(step_);
-    {
+    double loss_value = 0.0;
+    for (int64_t micro = 0; micro < c.grad_accum_steps; ++micro) {
+      // Inner micro-steps only accumulate gradients; the last one synchronises the ranks.
+      if (data_parallel_) data_parallel_->set_sync(micro + 1 == c.grad_accum_steps);
+      TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
+      TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
+      TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
       TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
       TESSEL_ASSIGN_OR_RETURN(Variable loss, autograd::cross_entropy(logits, Variable(y)));
-      TESSEL_TRY(loss.backward());
-      TESSEL_ASSIGN_OR_RETURN(double loss_value, scalar_of(loss.data()));
-      summary.losses.push_back(loss_value);
-      window_loss += loss_value;
+      // The step's gradient is the mean over its micro-batches.
+      TESSEL_ASSIGN_OR_RETURN(Tensor seed, Tensor::full(loss.shape(), 1.0 / double(c.grad_accum_steps),
+                                                        loss.data().dtype(), device_));
+      TESSEL_TRY(loss.backward(seed));
+      if (data_parallel_) TESSEL_TRY(data_parallel_->finish_backward());
+      TESSEL_ASSIGN_OR_RETURN(double micro_loss, scalar_of(loss.data()));
+      loss_value += micro_loss / double(c.grad_accum_steps);
     }
-    if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
-    optimizer_->set_lr(lr);
-    TESSEL_TRY(optimizer_->step());
+    // The loss of the whole global batch is the mean of the ranks'; queued behind the gradient
+    // buckets, it is waited for after the optimizer step so that it delays nothing.
+    std::optional<dist::Work> loss_reduction;
+    if (group_) {
+      TESSEL_ASSIGN_OR_RETURN(loss_reduction, group_->all_reduce(&loss_value, 1, dist::DataType::kFloat64,
+                                                                 dist::RedOp::kAvg));
+    }
+    if (c.clip_grad_norm > 0) {
+      if (data_parallel_) TESSEL_TRY(data_parallel_->wait_gradients());
+      TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+    }
+    optimizer().set_lr(lr);
+    TESSEL_TRY(optimizer().step());
+    if (loss_reduction) TESSEL_TRY(loss_reduction->wait());
+    summary.losses.push_back(loss_value);
+    window_loss += loss_value;
     TESSEL_TRY(params_->zero_grad());
     ++step_;
     ++window_steps;
@@ -276,7 +343,8 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     if (step_ % c.log_interval == 0 || step_ == end) {
       const double seconds = seconds_since(window_start);
       const double samples_per_s =
-          seconds > 0 ? double(window_steps * c.data.batch_size) / seconds : 0.0;
+          seconds > 0 ? double(window_steps * c.data.batch_size * world_size() * c.grad_accum_steps) / seconds
+                      : 0.0;
       const double mean_loss = window_loss / double(window_steps);
       if (progress) progress->update(step_, mean_loss, lr, samples_per_s);
       nlohmann::json j = {{"step", step_},
