@@ -1,0 +1,321 @@
+// `tessel bench ddp`: what data-parallel training costs per step on this machine, for
+// shared/WORKLOADS.md's gpt_tiny, gpt_mini (and resnet18 when the model exists), with 2 and 4
+// ranks, DDP and ZeRO 1/2/3, gradient all-reduce overlapped with backward or not.
+//
+// Each configuration is one job of `tessel bench ddp --worker` started through dist::launch (as
+// `tessel launch` would), each rank with TESSEL_THREADS = cores / ranks so the ranks do not fight
+// over cores more than they must. A rank trains the workload's batch (synthetic tokens or
+// images, AdamW lr 1e-3, f32) for --warmup + --steps steps and reports medians over the timed
+// steps. Columns, per step and rank (rank 0's times; memory: the largest over the ranks):
+//   step_ms          wall time of forward + backward + optimizer, with its communication
+//   exposed_comm_ms  time the training thread was blocked waiting for a collective
+//                    (DataParallel's StepStats): communication that computation did not hide
+//   compute_ms       step_ms - exposed_comm_ms: time the thread was computing
+//   comm_ms          the step's collectives run again alone, back to back (time_collectives_alone)
+//   peak_rss_mb      VmHWM of the rank's process (/proc/self/status) at the end
+//   params/grads/optim_mb  the bytes each rank holds between steps (ZeRO's accounting)
+// With overlap the collectives and backward share the cores; on a machine with as many cores as
+// ranks the communication progress thread takes time from compute, which shows up in
+// compute_ms rather than in exposed_comm_ms.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "autograd/functional.h"
+#include "cli/commands.h"
+#include "dist/launcher.h"
+#include "dist/process_group.h"
+#include "nn/gpt.h"
+#include "parallel/data_parallel.h"
+
+namespace tessel::cli {
+namespace {
+
+using autograd::Variable;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  bool json = false;
+  std::vector<std::string> workloads = {"gpt_tiny", "gpt_mini", "resnet18"};
+  std::vector<int> ranks = {2, 4};
+  std::vector<std::string> modes = {"ddp", "zero1", "zero2", "zero3"};
+  std::vector<std::string> overlap = {"on", "off"};
+  std::string backend = "shm";
+  int steps = 4;
+  int warmup = 2;
+  // Worker only.
+  bool worker = false;
+  std::string workload = "gpt_tiny";
+  std::string mode = "ddp";
+  bool overlap_on = true;
+};
+
+int zero_stage_of(const std::string& mode) {
+  return mode == "ddp" ? 0 : mode[4] - '0';
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double peak_rss_mb() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;  // kB
+  return 0.0;
+}
+
+// A workload's model and one step's batch (synthetic: what data loading gives does not matter).
+struct Workload {
+  std::unique_ptr<nn::GPT> gpt;
+  Tensor inputs, targets;
+};
+
+Expected<Workload> make_workload(const std::string& name, int rank) {
+  Workload w;
+  nn::GptConfig config;
+  int64_t batch = 0;
+  if (name == "gpt_tiny") {
+    config = nn::gpt_tiny();
+    batch = 12;
+  } else if (name == "gpt_mini") {
+    config = nn::gpt_mini();
+    batch = 8;
+  } else {
+    return unimplemented("workload '{}' is not built into this tessel (nn/resnet.h missing)", name);
+  }
+  w.gpt = std::make_unique<nn::GPT>(config);
+  Pcg32 rng(99, uint64_t(rank));
+  std::vector<int64_t> ids, targets;
+  for (int64_t i = 0; i < batch * config.block_size; ++i) {
+    ids.push_back(int64_t(rng.below(uint32_t(config.vocab_size))));
+    targets.push_back(int64_t(rng.below(uint32_t(config.vocab_size))));
+  }
+  TESSEL_ASSIGN_OR_RETURN(w.inputs, Tensor::from_vector(ids, {batch, config.block_size}));
+  TESSEL_ASSIGN_OR_RETURN(w.targets, Tensor::from_vector(targets, {batch, config.block_size}));
+  return w;
+}
+
+// One rank of one configuration; rank 0 prints the JSON row.
+Status run_worker(const Options& o) {
+  TESSEL_ASSIGN_OR_RETURN(auto group, dist::ProcessGroup::from_env());
+  TESSEL_ASSIGN_OR_RETURN(Workload w, make_workload(o.workload, group->rank()));
+  Pcg32 init(1, 1);
+  TESSEL_ASSIGN_OR_RETURN(nn::FlatParameters params,
+                          nn::FlatParameters::create(*w.gpt, cpu_device(), init));
+  auto make_adamw = [](nn::FlatParameters& p) -> Expected<std::unique_ptr<optim::Optimizer>> {
+    TESSEL_ASSIGN_OR_RETURN(auto opt, optim::AdamW::create(p, {.lr = 1e-3}));
+    return std::unique_ptr<optim::Optimizer>(std::move(opt));
+  };
+  TESSEL_ASSIGN_OR_RETURN(
+      auto dp, parallel::DataParallel::create(
+                   params, *group, make_adamw,
+                   {.zero_stage = zero_stage_of(o.mode), .overlap = o.overlap_on}));
+  std::vector<double> step_ms, exposed_ms;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    TESSEL_TRY(group->barrier());  // every rank starts the step together
+    const Clock::time_point start = Clock::now();
+    {
+      TESSEL_ASSIGN_OR_RETURN(Variable logits, w.gpt->forward(Variable(w.inputs)));
+      TESSEL_ASSIGN_OR_RETURN(Variable loss, w.gpt->loss(logits, Variable(w.targets)));
+      TESSEL_TRY(loss.backward());
+    }
+    TESSEL_TRY(dp->finish_backward());
+    TESSEL_TRY(dp->optimizer().step());
+    TESSEL_TRY(params.zero_grad());
+    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+    if (s >= o.warmup) {
+      step_ms.push_back(ms);
+      exposed_ms.push_back(dp->last_stats().exposed_comm_ms);
+    }
+  }
+  std::vector<double> alone;
+  for (int i = 0; i < 3; ++i) {
+    TESSEL_ASSIGN_OR_RETURN(double ms, dp->time_collectives_alone());
+    alone.push_back(ms);
+  }
+  double peak = peak_rss_mb();
+  TESSEL_ASSIGN_OR_RETURN(dist::Work work,
+                          group->all_reduce(&peak, 1, dist::DataType::kFloat64, dist::RedOp::kMax));
+  TESSEL_TRY(work.wait());
+  if (group->rank() == 0) {
+    const parallel::MemoryAccount m = dp->memory();
+    const double step = median(step_ms), exposed = median(exposed_ms);
+    nlohmann::json row = {{"workload", o.workload},
+                          {"ranks", group->size()},
+                          {"backend", group->backend()},
+                          {"mode", o.mode},
+                          {"overlap", o.overlap_on},
+                          {"precision", "fp32"},
+                          {"buckets", dp->num_buckets()},
+                          {"step_ms", step},
+                          {"compute_ms", step - exposed},
+                          {"comm_ms", median(alone)},
+                          {"exposed_comm_ms", exposed},
+                          {"peak_rss_mb", peak},
+                          {"params_mb", double(m.parameter_bytes) / (1 << 20)},
+                          {"grads_mb", double(m.gradient_bytes) / (1 << 20)},
+                          {"optim_mb", double(m.optimizer_bytes) / (1 << 20)},
+                          {"steps", o.steps}};
+    std::printf("%s\n", row.dump().c_str());
+    std::fflush(stdout);
+  }
+  return ok_status();
+}
+
+std::string self_path() {
+  char self[4096] = {};
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
+}
+
+Expected<nlohmann::json> run_job(const Options& o, const std::string& workload, int nranks,
+                                 const std::string& mode, bool overlap) {
+  dist::LaunchOptions launch;
+  launch.nranks = nranks;
+  TESSEL_ASSIGN_OR_RETURN(launch.backend, dist::parse_backend(o.backend));
+  launch.command = {self_path(), "bench",   "ddp",       "--worker",  "--workload",
+                    workload,    "--mode",  mode,        "--overlap", overlap ? "on" : "off",
+                    "--steps",   std::to_string(o.steps), "--warmup", std::to_string(o.warmup)};
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  launch.env = {{"TESSEL_THREADS", std::to_string(std::max(1u, cores / unsigned(nranks)))}};
+  launch.capture = true;
+  TESSEL_ASSIGN_OR_RETURN(dist::LaunchResult result, dist::launch(launch));
+  std::string output;
+  for (auto& r : result.ranks)
+    output += r.output;
+  if (!result.first_failure.empty())
+    return internal_error("{} {} ranks {}: {}\n{}", workload, nranks, mode, result.first_failure,
+                          output);
+  std::istringstream lines(result.ranks.front().output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    size_t brace = line.find('{');
+    if (brace != std::string::npos) return nlohmann::json::parse(line.substr(brace));
+  }
+  return internal_error("{} {} ranks {}: rank 0 printed no result\n{}", workload, nranks, mode,
+                        output);
+}
+
+int run(const Options& o) {
+  if (o.worker) {
+    Options worker = o;
+    worker.overlap_on = o.overlap.size() == 1 && o.overlap[0] == "on";
+    Status s = run_worker(worker);
+    if (!s.ok()) {
+      fmt::print(stderr, "tessel bench ddp: {}\n", s.to_string());
+      return 1;
+    }
+    return 0;
+  }
+  std::vector<nlohmann::json> rows;
+  if (!o.json)
+    fmt::print("tessel bench ddp: backend {}, {} timed steps after {} warm-up, f32, AdamW; "
+               "{} cores\n\n{:<9} {:>5} {:<6} {:<7} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
+               "{:>8} {:>8}\n",
+               o.backend, o.steps, o.warmup, std::thread::hardware_concurrency(), "workload",
+               "ranks", "mode", "overlap", "step_ms", "compute_ms", "comm_ms", "exposed_ms",
+               "exposed%", "peak_MB", "param_MB", "grad_MB", "optim_MB");
+  for (const std::string& workload : o.workloads) {
+    bool missing = false;
+    for (int n : o.ranks)
+      for (const std::string& mode : o.modes)
+        for (const std::string& ov : o.overlap) {
+          if (missing) continue;
+          Expected<nlohmann::json> row = run_job(o, workload, n, mode, ov == "on");
+          if (!row.ok()) {
+            if (row.status().message().find("is not built into") != std::string::npos) {
+              fmt::print("{:<9} skipped: the model is not in this build (nn/resnet.h)\n", workload);
+              missing = true;
+              continue;
+            }
+            fmt::print(stderr, "{}\n", row.status().to_string());
+            return 1;
+          }
+          rows.push_back(*row);
+          const auto& r = *row;
+          if (o.json) {
+            fmt::print("{}\n", r.dump());
+          } else {
+            const double exposed = r["exposed_comm_ms"], step = r["step_ms"];
+            fmt::print("{:<9} {:>5} {:<6} {:<7} {:>9.1f} {:>10.1f} {:>8.1f} {:>11.1f} {:>7.0f}% "
+                       "{:>9.0f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
+                       workload, n, mode, ov, step, double(r["compute_ms"]),
+                       double(r["comm_ms"]), exposed, 100.0 * exposed / step,
+                       double(r["peak_rss_mb"]), double(r["params_mb"]), double(r["grads_mb"]),
+                       double(r["optim_mb"]));
+          }
+          std::fflush(stdout);
+        }
+  }
+  if (o.json) return 0;
+  // The bars, from the rows above.
+  auto find = [&](const std::string& w, int n, const std::string& mode, bool ov) -> const nlohmann::json* {
+    for (const auto& r : rows)
+      if (r["workload"] == w && r["ranks"] == n && r["mode"] == mode && r["overlap"] == ov)
+        return &r;
+    return nullptr;
+  };
+  fmt::print("\n");
+  for (const std::string& w : o.workloads)
+    for (int n : o.ranks) {
+      for (const std::string& mode : o.modes) {
+        const auto *on = find(w, n, mode, true), *off = find(w, n, mode, false);
+        if (on && off && double((*off)["exposed_comm_ms"]) > 0)
+          fmt::print("{} {} ranks {}: exposed communication with overlap / without = {:.2f} "
+                     "(bar: <= 0.33)\n",
+                     w, n, mode, double((*on)["exposed_comm_ms"]) / double((*off)["exposed_comm_ms"]));
+      }
+      const auto *ddp = find(w, n, "ddp", true), *z2 = find(w, n, "zero2", true);
+      if (ddp && z2)
+        fmt::print("{} {} ranks: ZeRO-2 peak RSS / DDP peak RSS = {:.2f} (bar: < 1)\n", w, n,
+                   double((*z2)["peak_rss_mb"]) / double((*ddp)["peak_rss_mb"]));
+    }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_ddp_command(CLI::App& bench) {
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = bench.add_subcommand(
+      "ddp", "data-parallel step time, exposed communication and memory: DDP and ZeRO 1/2/3");
+  cmd->add_flag("--json", options->json, "one JSON object per line instead of the table");
+  cmd->add_option("--workloads", options->workloads,
+                  "gpt_tiny, gpt_mini, resnet18 (default: all)")
+      ->delimiter(',');
+  cmd->add_option("--ranks", options->ranks, "rank counts (default: 2,4)")->delimiter(',');
+  cmd->add_option("--modes", options->modes, "ddp, zero1, zero2, zero3 (default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ddp", "zero1", "zero2", "zero3"}));
+  cmd->add_option("--overlap", options->overlap, "on, off (default: both)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--backend", options->backend, "shm (default) or mpi")
+      ->check(CLI::IsMember({"shm", "mpi"}));
+  cmd->add_option("--steps", options->steps, "timed steps per job (default 4)")
+      ->check(CLI::Range(1, 1000));
+  cmd->add_option("--warmup", options->warmup, "untimed steps first (default 2)")
+      ->check(CLI::Range(0, 1000));
+  // One rank of one job (what the benchmark launches).
+  cmd->add_flag("--worker", options->worker)->group("");
+  cmd->add_option("--workload", options->workload)->group("");
+  cmd->add_option("--mode", options->mode)->group("");
+  cmd->callback([options] { exit_code = run(*options); });
+}
+
+}  // namespace tessel::cli
