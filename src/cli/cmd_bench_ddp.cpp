@@ -9,10 +9,15 @@
 // steps. Columns, per step and rank (rank 0's times; memory: the largest over the ranks):
 //   step_ms          wall time of forward + backward + optimizer, with its communication
 //   exposed_comm_ms  time the training thread was blocked waiting for a collective
-//                    (DataParallel's StepStats): communication that computation did not hide
+//                    (DataParallel's StepStats): communication that computation did not hide.
+//                    The minimum over the ranks: the rank that arrives last waits only for the
+//                    communication, the others also for it (load imbalance, large on a shared
+//                    machine), reported as max_wait_ms
 //   compute_ms       step_ms - exposed_comm_ms: time the thread was computing
 //   comm_ms          the step's collectives run again alone, back to back (time_collectives_alone)
 //   peak_rss_mb      VmHWM of the rank's process (/proc/self/status) at the end
+//   peak_alloc_mb    the most tensor memory in use at once (the CPU allocator's peak), which
+//                    leaves out the process's code, libraries and the allocator's cache
 //   params/grads/optim_mb  the bytes each rank holds between steps (ZeRO's accounting)
 // With overlap the collectives and backward share the cores; on a machine with as many cores as
 // ranks the communication progress thread takes time from compute, which shows up in
@@ -125,7 +130,7 @@ Status run_worker(const Options& o) {
       auto dp, parallel::DataParallel::create(
                    params, *group, make_adamw,
                    {.zero_stage = zero_stage_of(o.mode), .overlap = o.overlap_on}));
-  std::vector<double> step_ms, exposed_ms;
+  std::vector<double> step_ms, exposed_ms, wait_max_ms;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     TESSEL_TRY(group->barrier());  // every rank starts the step together
     const Clock::time_point start = Clock::now();
@@ -139,8 +144,15 @@ Status run_worker(const Options& o) {
     TESSEL_TRY(params.zero_grad());
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     if (s >= o.warmup) {
+      // The rank that reached the collectives last waited only for the communication; the others
+      // also waited for it (load imbalance). Keep both: min and max over the ranks.
+      double waits[2] = {dp->last_stats().exposed_comm_ms, -dp->last_stats().exposed_comm_ms};
+      TESSEL_ASSIGN_OR_RETURN(
+          dist::Work w, group->all_reduce(waits, 2, dist::DataType::kFloat64, dist::RedOp::kMin));
+      TESSEL_TRY(w.wait());
       step_ms.push_back(ms);
-      exposed_ms.push_back(dp->last_stats().exposed_comm_ms);
+      exposed_ms.push_back(waits[0]);
+      wait_max_ms.push_back(-waits[1]);
     }
   }
   std::vector<double> alone;
@@ -148,10 +160,12 @@ Status run_worker(const Options& o) {
     TESSEL_ASSIGN_OR_RETURN(double ms, dp->time_collectives_alone());
     alone.push_back(ms);
   }
-  double peak = peak_rss_mb();
+  double peaks[2] = {peak_rss_mb(),
+                     double(cpu_device()->allocator().stats().peak_bytes) / (1 << 20)};
   TESSEL_ASSIGN_OR_RETURN(dist::Work work,
-                          group->all_reduce(&peak, 1, dist::DataType::kFloat64, dist::RedOp::kMax));
+                          group->all_reduce(peaks, 2, dist::DataType::kFloat64, dist::RedOp::kMax));
   TESSEL_TRY(work.wait());
+  const double peak = peaks[0];
   if (group->rank() == 0) {
     const parallel::MemoryAccount m = dp->memory();
     const double step = median(step_ms), exposed = median(exposed_ms);
@@ -166,7 +180,9 @@ Status run_worker(const Options& o) {
                           {"compute_ms", step - exposed},
                           {"comm_ms", median(alone)},
                           {"exposed_comm_ms", exposed},
+                          {"max_wait_ms", median(wait_max_ms)},
                           {"peak_rss_mb", peak},
+                          {"peak_alloc_mb", peaks[1]},
                           {"params_mb", double(m.parameter_bytes) / (1 << 20)},
                           {"grads_mb", double(m.gradient_bytes) / (1 << 20)},
                           {"optim_mb", double(m.optimizer_bytes) / (1 << 20)},
@@ -226,10 +242,10 @@ int run(const Options& o) {
   if (!o.json)
     fmt::print("tessel bench ddp: backend {}, {} timed steps after {} warm-up, f32, AdamW; "
                "{} cores\n\n{:<9} {:>5} {:<6} {:<7} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
-               "{:>8} {:>8}\n",
+               "{:>8} {:>8} {:>8}\n",
                o.backend, o.steps, o.warmup, std::thread::hardware_concurrency(), "workload",
                "ranks", "mode", "overlap", "step_ms", "compute_ms", "comm_ms", "exposed_ms",
-               "exposed%", "peak_MB", "param_MB", "grad_MB", "optim_MB");
+               "exposed%", "rss_MB", "alloc_MB", "param_MB", "grad_MB", "optim_MB");
   for (const std::string& workload : o.workloads) {
     bool missing = false;
     for (int n : o.ranks)
@@ -253,10 +269,11 @@ int run(const Options& o) {
           } else {
             const double exposed = r["exposed_comm_ms"], step = r["step_ms"];
             fmt::print("{:<9} {:>5} {:<6} {:<7} {:>9.1f} {:>10.1f} {:>8.1f} {:>11.1f} {:>7.0f}% "
-                       "{:>9.0f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
+                       "{:>9.0f} {:>8.0f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
                        workload, n, mode, ov, step, double(r["compute_ms"]),
                        double(r["comm_ms"]), exposed, 100.0 * exposed / step,
-                       double(r["peak_rss_mb"]), double(r["params_mb"]), double(r["grads_mb"]),
+                       double(r["peak_rss_mb"]), double(r["peak_alloc_mb"]),
+                       double(r["params_mb"]), double(r["grads_mb"]),
                        double(r["optim_mb"]));
           }
           std::fflush(stdout);
@@ -282,8 +299,10 @@ int run(const Options& o) {
       }
       const auto *ddp = find(w, n, "ddp", true), *z2 = find(w, n, "zero2", true);
       if (ddp && z2)
-        fmt::print("{} {} ranks: ZeRO-2 peak RSS / DDP peak RSS = {:.2f} (bar: < 1)\n", w, n,
-                   double((*z2)["peak_rss_mb"]) / double((*ddp)["peak_rss_mb"]));
+        fmt::print("{} {} ranks: ZeRO-2 / DDP peak memory per rank: RSS {:.2f}, tensors {:.2f} "
+                   "(bar: < 1)\n",
+                   w, n, double((*z2)["peak_rss_mb"]) / double((*ddp)["peak_rss_mb"]),
+                   double((*z2)["peak_alloc_mb"]) / double((*ddp)["peak_alloc_mb"]));
     }
   return 0;
 }

@@ -230,6 +230,11 @@ Status DataParallel::grad_ready(size_t bucket, size_t entry, VariableState& leaf
   if (stage >= 2) {  // move the gradient into the bucket's buffer and free autograd's
     const auto& e = params_->entries()[entry];
     if (!b.grad_buffer.defined()) {
+      // Buffers whose reduce-scatter is done go back first, so that the allocator can hand
+      // their memory to this one: at most the buckets in flight hold full gradients.
+      for (size_t i = 0; i < next_launch_; ++i)
+        if (buckets_[i]->reduction && buckets_[i]->reduction->done())
+          buckets_[i]->grad_buffer = Tensor();
       TESSEL_ASSIGN_OR_RETURN(b.grad_buffer,
                               Tensor::zeros({b.end - b.begin}, b.dtype, params_->device()));
     }
