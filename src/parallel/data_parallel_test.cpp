@@ -4,7 +4,8 @@
 // DDP and ZeRO 1, 2, 3, with and without gradient accumulation. Also: the ZeRO memory accounting
 // against its closed form, that bucket all-reduces run while backward is still going (seen from
 // inside backward: a bucket's collective finishes before the last gradient hook), and that a
-// rank that fails turns into an error on the others instead of a hang.
+// rank that fails (aborts, or its process is killed) turns into an error on the others instead
+// of a hang.
 //
 // Tolerance: losses agree within 2e-5 absolute over 20 AdamW steps (the reference sums the
 // batch's gradient in one pass; ranks sum halves and average them, so the roundings differ at
@@ -13,9 +14,11 @@
 
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <thread>
 
+#include "dist/launcher.h"
 #include "nn/gpt.h"
 #include "parallel/data_parallel.h"
 
@@ -314,6 +317,33 @@ TEST(DataParallel, AFailedRankIsAnErrorOnTheOthersNotAHang) {
     t.join();
   EXPECT_FALSE(rank0.ok()) << "rank 0 finished every step although rank 1 failed";
   EXPECT_NE(rank0.to_string().find("rank 1"), std::string::npos) << rank0.to_string();
+}
+
+TEST(DataParallel, ARankProcessThatDiesIsAnErrorOnEveryOtherRank) {
+  // Four processes; rank 2 is killed (SIGKILL) between forward and backward of step 2. The
+  // others are in the middle of that step's collectives: each must exit with an error naming
+  // rank 2, long before the 60 s deadline (which would mean a hang).
+  for (int stage : {0, 3}) {
+    dist::LaunchOptions launch;
+    launch.nranks = 4;
+    launch.command = {TESSEL_PARALLEL_RANK_HELPER, "--zero-stage", std::to_string(stage),
+                      "--steps", "5", "--die-rank", "2", "--die-step", "2"};
+    launch.kill_on_failure = false;  // the survivors must find out by themselves
+    launch.capture = true;
+    launch.deadline_s = 60;
+    auto result = dist::launch(launch);
+    ASSERT_TRUE(result.ok()) << result.status().to_string();
+    EXPECT_FALSE(result->deadline_passed) << "stage " << stage << ": a rank hung";
+    ASSERT_EQ(result->ranks.size(), 4u);
+    EXPECT_EQ(result->ranks[2].signal, SIGKILL);
+    for (int r : {0, 1, 3}) {
+      const auto& outcome = result->ranks[size_t(r)];
+      EXPECT_EQ(outcome.exit_code, 1) << "stage " << stage << ", rank " << r << ":\n"
+                                      << outcome.output;
+      EXPECT_NE(outcome.output.find("rank 2"), std::string::npos)
+          << "stage " << stage << ", rank " << r << ":\n" << outcome.output;
+    }
+  }
 }
 
 TEST(DataParallel, ZeroNeedsARankCountThatDividesTheRows) {
