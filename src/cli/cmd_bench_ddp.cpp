@@ -59,6 +59,8 @@ struct Options {
   std::string backend = "shm";
   int steps = 4;
   int warmup = 2;
+  double bucket_cap_mb = 25.0;  // PyTorch DDP's defaults
+  double first_bucket_mb = 1.0;
   // Worker only.
   bool worker = false;
   std::string workload = "gpt_tiny";
@@ -129,7 +131,10 @@ Status run_worker(const Options& o) {
   TESSEL_ASSIGN_OR_RETURN(
       auto dp, parallel::DataParallel::create(
                    params, *group, make_adamw,
-                   {.zero_stage = zero_stage_of(o.mode), .overlap = o.overlap_on}));
+                   {.zero_stage = zero_stage_of(o.mode),
+                    .bucket_cap_bytes = int64_t(o.bucket_cap_mb * (1 << 20)),
+                    .first_bucket_bytes = int64_t(o.first_bucket_mb * (1 << 20)),
+                    .overlap = o.overlap_on}));
   std::vector<double> step_ms, exposed_ms, wait_max_ms;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     TESSEL_TRY(group->barrier());  // every rank starts the step together
@@ -176,6 +181,7 @@ Status run_worker(const Options& o) {
                           {"overlap", o.overlap_on},
                           {"precision", "fp32"},
                           {"buckets", dp->num_buckets()},
+                          {"bucket_cap_mb", o.bucket_cap_mb},
                           {"step_ms", step},
                           {"compute_ms", step - exposed},
                           {"comm_ms", median(alone)},
@@ -206,7 +212,9 @@ Expected<nlohmann::json> run_job(const Options& o, const std::string& workload, 
   TESSEL_ASSIGN_OR_RETURN(launch.backend, dist::parse_backend(o.backend));
   launch.command = {self_path(), "bench",   "ddp",       "--worker",  "--workload",
                     workload,    "--mode",  mode,        "--overlap", overlap ? "on" : "off",
-                    "--steps",   std::to_string(o.steps), "--warmup", std::to_string(o.warmup)};
+                    "--steps",   std::to_string(o.steps), "--warmup", std::to_string(o.warmup),
+                    "--bucket-cap-mb", fmt::format("{}", o.bucket_cap_mb),
+                    "--first-bucket-mb", fmt::format("{}", o.first_bucket_mb)};
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   launch.env = {{"TESSEL_THREADS", std::to_string(std::max(1u, cores / unsigned(nranks)))}};
   launch.capture = true;
@@ -240,10 +248,11 @@ int run(const Options& o) {
   }
   std::vector<nlohmann::json> rows;
   if (!o.json)
-    fmt::print("tessel bench ddp: backend {}, {} timed steps after {} warm-up, f32, AdamW; "
-               "{} cores\n\n{:<9} {:>5} {:<6} {:<7} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
+    fmt::print("tessel bench ddp: backend {}, {} timed steps after {} warm-up, f32, AdamW, buckets "
+               "{} MiB (first {} MiB); {} cores\n\n{:<9} {:>5} {:<6} {:<7} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
                "{:>8} {:>8} {:>8}\n",
-               o.backend, o.steps, o.warmup, std::thread::hardware_concurrency(), "workload",
+               o.backend, o.steps, o.warmup, o.bucket_cap_mb, o.first_bucket_mb,
+               std::thread::hardware_concurrency(), "workload",
                "ranks", "mode", "overlap", "step_ms", "compute_ms", "comm_ms", "exposed_ms",
                "exposed%", "rss_MB", "alloc_MB", "param_MB", "grad_MB", "optim_MB");
   for (const std::string& workload : o.workloads) {
@@ -330,6 +339,10 @@ void add_bench_ddp_command(CLI::App& bench) {
       ->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", options->warmup, "untimed steps first (default 2)")
       ->check(CLI::Range(0, 1000));
+  cmd->add_option("--bucket-cap-mb", options->bucket_cap_mb, "bucket size cap (default 25)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--first-bucket-mb", options->first_bucket_mb, "first bucket's cap (default 1)")
+      ->check(CLI::PositiveNumber);
   // One rank of one job (what the benchmark launches).
   cmd->add_flag("--worker", options->worker)->group("");
   cmd->add_option("--workload", options->workload)->group("");
