@@ -365,6 +365,28 @@ Status DataParallel::step(double lr, int64_t step_count) {
     b->gather.reset();
     if (!s.ok()) return s.with_context("gathering the updated parameters");
   }
+  return end_step();
+}
+
+Status DataParallel::skip_step() {
+  TESSEL_TRY(wait_gradients());
+  return end_step();  // the next pass's reductions overwrite the shards (passes_since_step_ = 0)
+}
+
+std::vector<Tensor> DataParallel::local_gradients() const {
+  std::vector<Tensor> out;
+  if (options_.zero_stage == 0) {
+    for (const auto& g : params_->groups())
+      out.push_back(g.grads);
+  } else {
+    for (const auto& b : buckets_)
+      out.push_back(b->shard_grads);
+  }
+  return out;
+}
+
+Status DataParallel::end_step() {
+  const int stage = options_.zero_stage;
   for (auto& b : buckets_) {
     b->launched = false;
     b->launched_in_backward = false;

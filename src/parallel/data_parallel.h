@@ -110,6 +110,13 @@ class DataParallel {
   // Waits for every gradient collective of the pass: DDP's averaged gradients are then all in
   // the flat buffer (clipping by the global norm needs them). optimizer().step() needs no call.
   Status wait_gradients();
+  // After wait_gradients(): the averaged gradients this rank's optimizer will read (DDP: the
+  // flat buffers; ZeRO: this rank's shard of each bucket), e.g. to unscale them or look for
+  // inf/NaN in mixed precision (all-reduce the flag over the group: each rank sees only its part).
+  std::vector<Tensor> local_gradients() const;
+  // Ends the step without updating (a mixed-precision step with inf/NaN gradients): waits for
+  // the collectives and forgets the pass's gradients, as optimizer().step() would.
+  Status skip_step();
 
   int rank() const { return group_->rank(); }
   int world_size() const { return group_->size(); }
@@ -141,6 +148,7 @@ class DataParallel {
   Status launch_gather(Bucket& b);
   Status ensure_gathered(size_t bucket);
   Status step(double lr, int64_t step_count);
+  Status end_step();
   Status wait(const dist::Work& work);
 
   nn::FlatParameters* params_;

@@ -346,6 +346,47 @@ TEST(DataParallel, ARankProcessThatDiesIsAnErrorOnEveryOtherRank) {
   }
 }
 
+TEST(DataParallel, LocalGradientsAreTheBatchGradientAndASkippedStepChangesNothing) {
+  // Reference: one process's gradient of the whole batch of 2 B rows.
+  nn::GPT reference(test_gpt());
+  Pcg32 rng(7, 1);
+  auto ref_params = nn::FlatParameters::create(reference, cpu_device(), rng).value();
+  {
+    auto [x, y] = batch(0, 0, 2 * kRowsPerRank);
+    Variable loss = reference.loss(reference.forward(Variable(x)).value(), Variable(y)).value();
+    ASSERT_TRUE(loss.backward().ok());
+  }
+  const std::vector<float> want = ref_params.groups()[0].grads.to_vector<float>().value();
+  const std::vector<float> values = ref_params.groups()[0].values.to_vector<float>().value();
+  auto groups = dist::ProcessGroup::in_process(2).value();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      nn::GPT model(test_gpt());
+      Pcg32 init(7, 1);
+      auto params = nn::FlatParameters::create(model, cpu_device(), init).value();
+      auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(0))
+                    .value();
+      for (int s = 0; s < 2; ++s) {
+        auto [x, y] = batch(0, r * kRowsPerRank, kRowsPerRank);
+        Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
+        ASSERT_TRUE(loss.backward().ok());
+        ASSERT_TRUE(dp->finish_backward().ok());
+        ASSERT_TRUE(dp->wait_gradients().ok());
+        std::vector<float> got = dp->local_gradients().at(0).to_vector<float>().value();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-6 + 1e-4 * std::fabs(want[i])) << "element " << i;
+        ASSERT_TRUE(dp->skip_step().ok());
+        ASSERT_TRUE(params.zero_grad().ok());
+        EXPECT_EQ(params.groups()[0].values.to_vector<float>().value(), values)
+            << "a skipped step changed the parameters";
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+}
+
 TEST(DataParallel, ZeroNeedsARankCountThatDividesTheRows) {
   auto groups = dist::ProcessGroup::in_process(3).value();
   nn::GPT model(test_gpt());
