@@ -78,6 +78,15 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// The 1-minute load average: on a shared machine the figures below mean little when it is far
+// above the number of cores, so the table prints it.
+double load_average() {
+  std::ifstream loadavg("/proc/loadavg");
+  double one_minute = 0.0;
+  loadavg >> one_minute;
+  return one_minute;
+}
+
 double peak_rss_mb() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -192,7 +201,8 @@ Status run_worker(const Options& o) {
                           {"params_mb", double(m.parameter_bytes) / (1 << 20)},
                           {"grads_mb", double(m.gradient_bytes) / (1 << 20)},
                           {"optim_mb", double(m.optimizer_bytes) / (1 << 20)},
-                          {"steps", o.steps}};
+                          {"steps", o.steps},
+                          {"load_average", load_average()}};
     std::printf("%s\n", row.dump().c_str());
     std::fflush(stdout);
   }
@@ -249,10 +259,10 @@ int run(const Options& o) {
   std::vector<nlohmann::json> rows;
   if (!o.json)
     fmt::print("tessel bench ddp: backend {}, {} timed steps after {} warm-up, f32, AdamW, buckets "
-               "{} MiB (first {} MiB); {} cores\n\n{:<9} {:>5} {:<6} {:<7} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
+               "{} MiB (first {} MiB); {} cores, load average {:.1f}\n\n{:<9} {:>5} {:<6} {:<7} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
                "{:>8} {:>8} {:>8}\n",
                o.backend, o.steps, o.warmup, o.bucket_cap_mb, o.first_bucket_mb,
-               std::thread::hardware_concurrency(), "workload",
+               std::thread::hardware_concurrency(), load_average(), "workload",
                "ranks", "mode", "overlap", "step_ms", "compute_ms", "comm_ms", "exposed_ms",
                "exposed%", "rss_MB", "alloc_MB", "param_MB", "grad_MB", "optim_MB");
   for (const std::string& workload : o.workloads) {
