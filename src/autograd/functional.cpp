@@ -92,12 +92,13 @@ Expected<Variable> dropout(const Variable& x, double p, int64_t seed) {
 }
 Expected<Variable> conv2d(const Variable& x, const Variable& weight, const Variable& bias,
                           std::vector<int64_t> stride, std::vector<int64_t> padding,
-                          std::vector<int64_t> dilation) {
+                          std::vector<int64_t> dilation, int64_t groups) {
   return apply("conv2d", {x, weight, bias},
                Attrs()
                    .set("stride", std::move(stride))
                    .set("padding", std::move(padding))
-                   .set("dilation", std::move(dilation)));
+                   .set("dilation", std::move(dilation))
+                   .set("groups", groups));
 }
 namespace {
 Attrs pool_attrs(std::vector<int64_t> window, std::vector<int64_t> stride,

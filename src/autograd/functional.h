@@ -43,7 +43,7 @@ Expected<Variable> dropout(const Variable& x, double p, int64_t seed);
 Expected<Variable> conv2d(const Variable& x, const Variable& weight, const Variable& bias,
                           std::vector<int64_t> stride = {1, 1},
                           std::vector<int64_t> padding = {0, 0},
-                          std::vector<int64_t> dilation = {1, 1});
+                          std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
 Expected<Variable> max_pool2d(const Variable& x, std::vector<int64_t> window,
                               std::vector<int64_t> stride = {},
                               std::vector<int64_t> padding = {0, 0});

@@ -1,12 +1,14 @@
 // `tessel bench ddp`: what data-parallel training costs per step on this machine, for
-// shared/WORKLOADS.md's gpt_tiny, gpt_mini (and resnet18 when the model exists), with 2 and 4
-// ranks, DDP and ZeRO 1/2/3, gradient all-reduce overlapped with backward or not.
+// shared/WORKLOADS.md's gpt_tiny, gpt_mini and resnet18, with 2 and 4 ranks, DDP and ZeRO 1/2/3,
+// gradient collectives overlapped with backward or not.
 //
 // Each configuration is one job of `tessel bench ddp --worker` started through dist::launch (as
 // `tessel launch` would), each rank with TESSEL_THREADS = cores / ranks so the ranks do not fight
 // over cores more than they must. A rank trains the workload's batch (synthetic tokens or
 // images, AdamW lr 1e-3, f32) for --warmup + --steps steps and reports medians over the timed
-// steps. Columns, per step and rank (rank 0's times; memory: the largest over the ranks):
+// steps. The overlap settings take turns step by step within one job (paired: the load of a
+// shared machine drifts, and would otherwise favour the job that ran in a calm moment). Columns,
+// per step and rank (rank 0's step times; memory: the largest over the ranks):
 //   step_ms          wall time of forward + backward + optimizer, with its communication
 //   exposed_comm_ms  time the training thread was blocked waiting for a collective
 //                    (DataParallel's StepStats): communication that computation did not hide.
@@ -14,7 +16,8 @@
 //                    communication, the others also for it (load imbalance, large on a shared
 //                    machine), reported as max_wait_ms
 //   compute_ms       step_ms - exposed_comm_ms: time the thread was computing
-//   comm_ms          the step's collectives run again alone, back to back (time_collectives_alone)
+//   comm_ms          the step's collectives run again alone, back to back (time_collectives_alone),
+//                    the fastest of 5 replays
 //   peak_rss_mb      VmHWM of the rank's process (/proc/self/status) at the end
 //   peak_alloc_mb    the most tensor memory in use at once (the CPU allocator's peak), which
 //                    leaves out the process's code, libraries and the allocator's cache
@@ -28,6 +31,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -42,6 +46,7 @@
 #include "dist/launcher.h"
 #include "dist/process_group.h"
 #include "nn/gpt.h"
+#include "nn/resnet.h"
 #include "parallel/data_parallel.h"
 
 namespace tessel::cli {
@@ -65,7 +70,7 @@ struct Options {
   bool worker = false;
   std::string workload = "gpt_tiny";
   std::string mode = "ddp";
-  bool overlap_on = true;
+  std::vector<bool> overlap_settings;  // from --overlap, in its order
 };
 
 int zero_stage_of(const std::string& mode) {
@@ -95,14 +100,35 @@ double peak_rss_mb() {
   return 0.0;
 }
 
-// A workload's model and one step's batch (synthetic: what data loading gives does not matter).
+// A workload's model, its loss and one step's batch (synthetic: what data loading gives does not
+// matter here), per shared/WORKLOADS.md.
 struct Workload {
-  std::unique_ptr<nn::GPT> gpt;
+  std::unique_ptr<nn::Module> model;
+  std::function<Expected<Variable>(const Variable& output, const Variable& targets)> loss;
   Tensor inputs, targets;
 };
 
 Expected<Workload> make_workload(const std::string& name, int rank) {
   Workload w;
+  Pcg32 rng(99, uint64_t(rank));
+  if (name == "resnet18") {
+    TESSEL_ASSIGN_OR_RETURN(nn::ResNetConfig config,
+                            nn::resnet_config(18, nn::ResNetStem::kCifar, 10));
+    w.model = std::make_unique<nn::ResNet>(config);
+    w.loss = [](const Variable& logits, const Variable& targets) {
+      return autograd::cross_entropy(logits, targets);
+    };
+    const int64_t batch = 32;
+    std::vector<float> images(size_t(batch * 3 * 32 * 32));
+    for (float& v : images)
+      v = rng.next_float() * 2.0f - 1.0f;
+    std::vector<int64_t> labels;
+    for (int64_t i = 0; i < batch; ++i)
+      labels.push_back(int64_t(rng.below(10)));
+    TESSEL_ASSIGN_OR_RETURN(w.inputs, Tensor::from_vector(images, {batch, 3, 32, 32}));
+    TESSEL_ASSIGN_OR_RETURN(w.targets, Tensor::from_vector(labels, {batch}));
+    return w;
+  }
   nn::GptConfig config;
   int64_t batch = 0;
   if (name == "gpt_tiny") {
@@ -112,10 +138,14 @@ Expected<Workload> make_workload(const std::string& name, int rank) {
     config = nn::gpt_mini();
     batch = 8;
   } else {
-    return unimplemented("workload '{}' is not built into this tessel (nn/resnet.h missing)", name);
+    return invalid_argument("unknown workload '{}'", name);
   }
-  w.gpt = std::make_unique<nn::GPT>(config);
-  Pcg32 rng(99, uint64_t(rank));
+  auto gpt = std::make_unique<nn::GPT>(config);
+  nn::GPT* model = gpt.get();
+  w.model = std::move(gpt);
+  w.loss = [model](const Variable& logits, const Variable& targets) {
+    return model->loss(logits, targets);
+  };
   std::vector<int64_t> ids, targets;
   for (int64_t i = 0; i < batch * config.block_size; ++i) {
     ids.push_back(int64_t(rng.below(uint32_t(config.vocab_size))));
@@ -132,7 +162,7 @@ Status run_worker(const Options& o) {
   TESSEL_ASSIGN_OR_RETURN(Workload w, make_workload(o.workload, group->rank()));
   Pcg32 init(1, 1);
   TESSEL_ASSIGN_OR_RETURN(nn::FlatParameters params,
-                          nn::FlatParameters::create(*w.gpt, cpu_device(), init));
+                          nn::FlatParameters::create(*w.model, cpu_device(), init));
   auto make_adamw = [](nn::FlatParameters& p) -> Expected<std::unique_ptr<optim::Optimizer>> {
     TESSEL_ASSIGN_OR_RETURN(auto opt, optim::AdamW::create(p, {.lr = 1e-3}));
     return std::unique_ptr<optim::Optimizer>(std::move(opt));
@@ -143,60 +173,70 @@ Status run_worker(const Options& o) {
                    {.zero_stage = zero_stage_of(o.mode),
                     .bucket_cap_bytes = int64_t(o.bucket_cap_mb * (1 << 20)),
                     .first_bucket_bytes = int64_t(o.first_bucket_mb * (1 << 20)),
-                    .overlap = o.overlap_on}));
-  std::vector<double> step_ms, exposed_ms, wait_max_ms;
-  for (int s = 0; s < o.warmup + o.steps; ++s) {
+                    .overlap = true}));
+  // Overlap settings take turns step by step in one job (a paired measurement): a shared
+  // machine's load drifts over minutes and would otherwise favour whichever job ran in a calm.
+  const std::vector<bool> settings = o.overlap_settings;
+  struct Samples {
+    std::vector<double> step_ms, exposed_ms, max_wait_ms;
+  };
+  std::vector<Samples> samples(settings.size());
+  const int rounds = o.warmup + o.steps;
+  for (int s = 0; s < rounds * int(settings.size()); ++s) {
+    const size_t which = size_t(s) % settings.size();
+    dp->set_overlap(settings[which]);
     TESSEL_TRY(group->barrier());  // every rank starts the step together
     const Clock::time_point start = Clock::now();
     {
-      TESSEL_ASSIGN_OR_RETURN(Variable logits, w.gpt->forward(Variable(w.inputs)));
-      TESSEL_ASSIGN_OR_RETURN(Variable loss, w.gpt->loss(logits, Variable(w.targets)));
+      TESSEL_ASSIGN_OR_RETURN(Variable logits, w.model->forward(Variable(w.inputs)));
+      TESSEL_ASSIGN_OR_RETURN(Variable loss, w.loss(logits, Variable(w.targets)));
       TESSEL_TRY(loss.backward());
     }
     TESSEL_TRY(dp->finish_backward());
     TESSEL_TRY(dp->optimizer().step());
     TESSEL_TRY(params.zero_grad());
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-    if (s >= o.warmup) {
+    if (s / int(settings.size()) >= o.warmup) {
       // The rank that reached the collectives last waited only for the communication; the others
       // also waited for it (load imbalance). Keep both: min and max over the ranks.
       double waits[2] = {dp->last_stats().exposed_comm_ms, -dp->last_stats().exposed_comm_ms};
       TESSEL_ASSIGN_OR_RETURN(
           dist::Work w, group->all_reduce(waits, 2, dist::DataType::kFloat64, dist::RedOp::kMin));
       TESSEL_TRY(w.wait());
-      step_ms.push_back(ms);
-      exposed_ms.push_back(waits[0]);
-      wait_max_ms.push_back(-waits[1]);
+      samples[which].step_ms.push_back(ms);
+      samples[which].exposed_ms.push_back(waits[0]);
+      samples[which].max_wait_ms.push_back(-waits[1]);
     }
   }
-  std::vector<double> alone;
-  for (int i = 0; i < 3; ++i) {
+  // The step's collectives alone: the fastest of 5 replays (the least disturbed by neighbours).
+  double comm_ms = 0;
+  for (int i = 0; i < 5; ++i) {
     TESSEL_ASSIGN_OR_RETURN(double ms, dp->time_collectives_alone());
-    alone.push_back(ms);
+    comm_ms = i == 0 ? ms : std::min(comm_ms, ms);
   }
   double peaks[2] = {peak_rss_mb(),
                      double(cpu_device()->allocator().stats().peak_bytes) / (1 << 20)};
   TESSEL_ASSIGN_OR_RETURN(dist::Work work,
                           group->all_reduce(peaks, 2, dist::DataType::kFloat64, dist::RedOp::kMax));
   TESSEL_TRY(work.wait());
-  const double peak = peaks[0];
-  if (group->rank() == 0) {
-    const parallel::MemoryAccount m = dp->memory();
-    const double step = median(step_ms), exposed = median(exposed_ms);
+  if (group->rank() != 0) return ok_status();
+  const parallel::MemoryAccount m = dp->memory();
+  for (size_t i = 0; i < settings.size(); ++i) {
+    const double step = median(samples[i].step_ms), exposed = median(samples[i].exposed_ms);
     nlohmann::json row = {{"workload", o.workload},
                           {"ranks", group->size()},
                           {"backend", group->backend()},
                           {"mode", o.mode},
-                          {"overlap", o.overlap_on},
+                          {"overlap", bool(settings[i])},
                           {"precision", "fp32"},
                           {"buckets", dp->num_buckets()},
                           {"bucket_cap_mb", o.bucket_cap_mb},
                           {"step_ms", step},
                           {"compute_ms", step - exposed},
-                          {"comm_ms", median(alone)},
+                          {"comm_ms", comm_ms},
                           {"exposed_comm_ms", exposed},
-                          {"max_wait_ms", median(wait_max_ms)},
-                          {"peak_rss_mb", peak},
+                          {"max_wait_ms", median(samples[i].max_wait_ms)},
+                          {"peak_rss_mb", peaks[0]},
                           {"peak_alloc_mb", peaks[1]},
                           {"params_mb", double(m.parameter_bytes) / (1 << 20)},
                           {"grads_mb", double(m.gradient_bytes) / (1 << 20)},
@@ -204,8 +244,8 @@ Status run_worker(const Options& o) {
                           {"steps", o.steps},
                           {"load_average", load_average()}};
     std::printf("%s\n", row.dump().c_str());
-    std::fflush(stdout);
   }
+  std::fflush(stdout);
   return ok_status();
 }
 
@@ -215,13 +255,17 @@ std::string self_path() {
   return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
 }
 
-Expected<nlohmann::json> run_job(const Options& o, const std::string& workload, int nranks,
-                                 const std::string& mode, bool overlap) {
+// One job: a workload, rank count and mode, with every overlap setting asked for; its rows.
+Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::string& workload,
+                                              int nranks, const std::string& mode) {
+  std::string overlap;
+  for (const std::string& setting : o.overlap)
+    overlap += (overlap.empty() ? "" : ",") + setting;
   dist::LaunchOptions launch;
   launch.nranks = nranks;
   TESSEL_ASSIGN_OR_RETURN(launch.backend, dist::parse_backend(o.backend));
   launch.command = {self_path(), "bench",   "ddp",       "--worker",  "--workload",
-                    workload,    "--mode",  mode,        "--overlap", overlap ? "on" : "off",
+                    workload,    "--mode",  mode,        "--overlap", overlap,
                     "--steps",   std::to_string(o.steps), "--warmup", std::to_string(o.warmup),
                     "--bucket-cap-mb", fmt::format("{}", o.bucket_cap_mb),
                     "--first-bucket-mb", fmt::format("{}", o.first_bucket_mb)};
@@ -235,12 +279,14 @@ Expected<nlohmann::json> run_job(const Options& o, const std::string& workload, 
   if (!result.first_failure.empty())
     return internal_error("{} {} ranks {}: {}\n{}", workload, nranks, mode, result.first_failure,
                           output);
+  std::vector<nlohmann::json> rows;
   std::istringstream lines(result.ranks.front().output);
   std::string line;
   while (std::getline(lines, line)) {
     size_t brace = line.find('{');
-    if (brace != std::string::npos) return nlohmann::json::parse(line.substr(brace));
+    if (brace != std::string::npos) rows.push_back(nlohmann::json::parse(line.substr(brace)));
   }
+  if (rows.size() == o.overlap.size()) return rows;
   return internal_error("{} {} ranks {}: rank 0 printed no result\n{}", workload, nranks, mode,
                         output);
 }
@@ -248,7 +294,8 @@ Expected<nlohmann::json> run_job(const Options& o, const std::string& workload, 
 int run(const Options& o) {
   if (o.worker) {
     Options worker = o;
-    worker.overlap_on = o.overlap.size() == 1 && o.overlap[0] == "on";
+    for (const std::string& setting : o.overlap)
+      worker.overlap_settings.push_back(setting == "on");
     Status s = run_worker(worker);
     if (!s.ok()) {
       fmt::print(stderr, "tessel bench ddp: {}\n", s.to_string());
@@ -266,37 +313,30 @@ int run(const Options& o) {
                "ranks", "mode", "overlap", "step_ms", "compute_ms", "comm_ms", "exposed_ms",
                "exposed%", "rss_MB", "alloc_MB", "param_MB", "grad_MB", "optim_MB");
   for (const std::string& workload : o.workloads) {
-    bool missing = false;
     for (int n : o.ranks)
-      for (const std::string& mode : o.modes)
-        for (const std::string& ov : o.overlap) {
-          if (missing) continue;
-          Expected<nlohmann::json> row = run_job(o, workload, n, mode, ov == "on");
-          if (!row.ok()) {
-            if (row.status().message().find("is not built into") != std::string::npos) {
-              fmt::print("{:<9} skipped: the model is not in this build (nn/resnet.h)\n", workload);
-              missing = true;
-              continue;
-            }
-            fmt::print(stderr, "{}\n", row.status().to_string());
-            return 1;
-          }
-          rows.push_back(*row);
-          const auto& r = *row;
+      for (const std::string& mode : o.modes) {
+        Expected<std::vector<nlohmann::json>> job = run_job(o, workload, n, mode);
+        if (!job.ok()) {
+          fmt::print(stderr, "{}\n", job.status().to_string());
+          return 1;
+        }
+        for (const auto& r : *job) {
+          rows.push_back(r);
           if (o.json) {
             fmt::print("{}\n", r.dump());
-          } else {
-            const double exposed = r["exposed_comm_ms"], step = r["step_ms"];
-            fmt::print("{:<9} {:>5} {:<6} {:<7} {:>9.1f} {:>10.1f} {:>8.1f} {:>11.1f} {:>7.0f}% "
-                       "{:>9.0f} {:>8.0f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
-                       workload, n, mode, ov, step, double(r["compute_ms"]),
-                       double(r["comm_ms"]), exposed, 100.0 * exposed / step,
-                       double(r["peak_rss_mb"]), double(r["peak_alloc_mb"]),
-                       double(r["params_mb"]), double(r["grads_mb"]),
-                       double(r["optim_mb"]));
+            continue;
           }
-          std::fflush(stdout);
+          const double exposed = r["exposed_comm_ms"], step = r["step_ms"];
+          fmt::print("{:<9} {:>5} {:<6} {:<7} {:>9.1f} {:>10.1f} {:>8.1f} {:>11.1f} {:>7.1f}% "
+                     "{:>9.0f} {:>8.0f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
+                     workload, n, mode, bool(r["overlap"]) ? "on" : "off", step,
+                     double(r["compute_ms"]), double(r["comm_ms"]), exposed,
+                     100.0 * exposed / step, double(r["peak_rss_mb"]),
+                     double(r["peak_alloc_mb"]), double(r["params_mb"]), double(r["grads_mb"]),
+                     double(r["optim_mb"]));
         }
+        std::fflush(stdout);
+      }
   }
   if (o.json) return 0;
   // The bars, from the rows above.

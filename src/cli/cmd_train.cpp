@@ -56,9 +56,14 @@ int run_train(const TrainArgs& args) {
   }
   const train::Evaluation& e = summary->final_eval;
   if (quiet) return 0;
-  fmt::print("done: step {}, test accuracy {:.2f}% ({}/{}), test loss {:.4f}, {:.1f} s\n",
-             summary->last_step, 100.0 * e.accuracy, e.correct, e.total, e.loss,
-             summary->seconds);
+  if (e.classification) {
+    fmt::print("done: step {}, test accuracy {:.2f}% ({}/{}), test loss {:.4f}, {:.1f} s\n",
+               summary->last_step, 100.0 * e.accuracy, e.correct, e.total, e.loss,
+               summary->seconds);
+  } else {
+    fmt::print("done: step {}, validation loss {:.4f}, perplexity {:.2f}, {:.1f} s\n",
+               summary->last_step, e.loss, e.perplexity(), summary->seconds);
+  }
   return 0;
 }
 

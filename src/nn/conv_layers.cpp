@@ -17,12 +17,13 @@ Initializer uniform_bound(double bound) {
 Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
                const Conv2dOptions& options)
     : out_channels_(out_channels), options_(options) {
-  weight_ = &register_parameter("weight", {out_channels, in_channels, kernel_size, kernel_size},
+  const int64_t group_in = options.groups > 0 ? in_channels / options.groups : in_channels;
+  weight_ = &register_parameter("weight", {out_channels, group_in, kernel_size, kernel_size},
                                 [](Tensor& t, Pcg32& rng) {
                                   return kaiming_uniform(t, rng, {.a = std::sqrt(5.0)});
                                 });
   // nn.Conv2d.reset_parameters: the bias bound is 1/sqrt(fan_in) of the weight.
-  const int64_t fan_in = in_channels * kernel_size * kernel_size;
+  const int64_t fan_in = group_in * kernel_size * kernel_size;
   if (options.bias)
     bias_ = &register_parameter("bias", {out_channels},
                                 uniform_bound(fan_in > 0 ? 1.0 / std::sqrt(double(fan_in)) : 0.0));
@@ -40,7 +41,7 @@ Expected<Variable> Conv2d::forward(const Variable& x) {
     b = Variable(zero);
   }
   const int64_t s = options_.stride, p = options_.padding, d = options_.dilation;
-  return autograd::conv2d(x, w, b, {s, s}, {p, p}, {d, d});
+  return autograd::conv2d(x, w, b, {s, s}, {p, p}, {d, d}, options_.groups);
 }
 
 BatchNorm2d::BatchNorm2d(int64_t features, double eps, double momentum)

@@ -1,9 +1,9 @@
 // The torch.nn layers of convolutional networks, with PyTorch's names, shapes, default
 // initialisers and train/eval behaviour, each a thin module over the autograd ops.
 //
-//   Conv2d(in, out, k, {.stride, .padding, .dilation, .bias})
-//                        weight [out, in, k, k], bias [out]: kaiming_uniform(a = sqrt(5)), and
-//                        U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in * k * k
+//   Conv2d(in, out, k, {.stride, .padding, .dilation, .groups, .bias})
+//                        weight [out, in / groups, k, k], bias [out]: kaiming_uniform(a = sqrt(5)),
+//                        and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in / groups * k * k
 //   BatchNorm2d(c)       weight [c] = 1, bias [c] = 0; buffers running_mean [c] = 0,
 //                        running_var [c] = 1, num_batches_tracked [] = 0 (i64)
 //   MaxPool2d, AvgPool2d (kernel, stride = kernel, padding), no parameters
@@ -26,6 +26,7 @@ struct Conv2dOptions {
   int64_t stride = 1;
   int64_t padding = 0;
   int64_t dilation = 1;
+  int64_t groups = 1;  // in and out must be multiples of it
   bool bias = true;
 };
 

@@ -1,7 +1,10 @@
 // GPT (see gpt.h): nanoGPT's model on the autograd functional API.
 #include "nn/gpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
+#include <limits>
 #include <memory>
 
 #include "autograd/functional.h"
@@ -19,11 +22,24 @@ Initializer zeros_init() {
 }
 
 // nanoGPT's _init_weights: N(0, 0.02) weights, zero biases.
-std::unique_ptr<Linear> gpt_linear(int64_t in, int64_t out, double std = 0.02) {
-  auto linear = std::make_unique<Linear>(in, out);
+std::unique_ptr<Linear> gpt_linear(const GptConfig& config, int64_t in, int64_t out,
+                                   double std = 0.02) {
+  auto linear = std::make_unique<Linear>(in, out, config.bias);
   linear->weight().init = normal_init(std);
-  linear->bias()->init = zeros_init();
+  if (linear->bias()) linear->bias()->init = zeros_init();
   return linear;
+}
+
+// The k-th Dropout of the model gets a generator of its own.
+std::unique_ptr<Dropout> gpt_dropout(const GptConfig& config, uint64_t k) {
+  return std::make_unique<Dropout>(config.dropout,
+                                   config.dropout_seed + k * 0x9e3779b97f4a7c15ULL);
+}
+
+// Dropout modules in nanoGPT's order: transformer.drop, then per block attn_dropout,
+// resid_dropout, mlp.dropout.
+uint64_t block_dropout_index(int64_t layer, uint64_t which) {
+  return 1 + 3 * static_cast<uint64_t>(layer) + which;
 }
 
 // The residual projections get 0.02 / sqrt(2 L) (GPT-2 paper, nanoGPT).
@@ -41,11 +57,17 @@ GptConfig gpt_mini() {
   return {.vocab_size = 65, .block_size = 256, .n_layer = 6, .n_head = 6, .n_embd = 384};
 }
 
-GptAttention::GptAttention(const GptConfig& config)
-    : n_head_(config.n_head), n_embd_(config.n_embd) {
-  c_attn_ = &register_module("c_attn", gpt_linear(config.n_embd, 3 * config.n_embd));
-  c_proj_ = &register_module("c_proj",
-                             gpt_linear(config.n_embd, config.n_embd, residual_std(config)));
+GptAttention::GptAttention(const GptConfig& config, int64_t layer)
+    : n_head_(config.n_head), n_embd_(config.n_embd), dropout_(config.dropout) {
+  c_attn_ = &register_module("c_attn", gpt_linear(config, config.n_embd, 3 * config.n_embd));
+  c_proj_ = &register_module(
+      "c_proj", gpt_linear(config, config.n_embd, config.n_embd, residual_std(config)));
+  if (config.dropout > 0) {
+    attn_dropout_ = &register_module(
+        "attn_dropout", gpt_dropout(config, block_dropout_index(layer, 0)));
+    resid_dropout_ = &register_module(
+        "resid_dropout", gpt_dropout(config, block_dropout_index(layer, 1)));
+  }
 }
 
 Expected<Variable> GptAttention::forward(const Variable& x) {
@@ -65,29 +87,47 @@ Expected<Variable> GptAttention::forward(const Variable& x) {
     TESSEL_ASSIGN_OR_RETURN(Variable split, autograd::reshape(part, {b, t, h, d}));
     TESSEL_ASSIGN_OR_RETURN(heads[i], autograd::permute(split, {0, 2, 1, 3}));
   }
-  TESSEL_ASSIGN_OR_RETURN(Variable y, autograd::causal_self_attention(heads[0], heads[1], heads[2]));
+  Variable y;
+  if (attn_dropout_ && is_training()) {
+    // Dropout on the attention weights sits inside the composite, so it is spelled out here.
+    TESSEL_ASSIGN_OR_RETURN(Variable kt, autograd::permute(heads[1], {0, 1, 3, 2}));
+    TESSEL_ASSIGN_OR_RETURN(Variable scores, autograd::matmul(heads[0], kt));
+    TESSEL_ASSIGN_OR_RETURN(scores, autograd::scale(scores, 1.0 / std::sqrt(double(d))));
+    TESSEL_ASSIGN_OR_RETURN(scores, autograd::causal_mask(scores));
+    TESSEL_ASSIGN_OR_RETURN(Variable weights, autograd::softmax(scores));
+    TESSEL_ASSIGN_OR_RETURN(weights, attn_dropout_->forward(weights));
+    TESSEL_ASSIGN_OR_RETURN(y, autograd::matmul(weights, heads[2]));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(y, autograd::causal_self_attention(heads[0], heads[1], heads[2]));
+  }
   TESSEL_ASSIGN_OR_RETURN(Variable merged, autograd::permute(y, {0, 2, 1, 3}));  // [B, T, H, D]
   TESSEL_ASSIGN_OR_RETURN(Variable flat, autograd::reshape(merged, {b, t, c}));  // copies
-  return c_proj_->forward(flat);
+  TESSEL_ASSIGN_OR_RETURN(Variable out, c_proj_->forward(flat));
+  if (resid_dropout_) return resid_dropout_->forward(out);
+  return out;
 }
 
-GptMlp::GptMlp(const GptConfig& config) {
-  c_fc_ = &register_module("c_fc", gpt_linear(config.n_embd, 4 * config.n_embd));
-  c_proj_ = &register_module("c_proj",
-                             gpt_linear(4 * config.n_embd, config.n_embd, residual_std(config)));
+GptMlp::GptMlp(const GptConfig& config, int64_t layer) {
+  c_fc_ = &register_module("c_fc", gpt_linear(config, config.n_embd, 4 * config.n_embd));
+  c_proj_ = &register_module(
+      "c_proj", gpt_linear(config, 4 * config.n_embd, config.n_embd, residual_std(config)));
+  if (config.dropout > 0)
+    dropout_ = &register_module("dropout", gpt_dropout(config, block_dropout_index(layer, 2)));
 }
 
 Expected<Variable> GptMlp::forward(const Variable& x) {
   TESSEL_ASSIGN_OR_RETURN(Variable h, c_fc_->forward(x));
   TESSEL_ASSIGN_OR_RETURN(h, autograd::gelu(h));  // tanh approximation, as GPT-2
-  return c_proj_->forward(h);
+  TESSEL_ASSIGN_OR_RETURN(h, c_proj_->forward(h));
+  if (dropout_) return dropout_->forward(h);
+  return h;
 }
 
-GptBlock::GptBlock(const GptConfig& config) {
-  ln_1_ = &register_module("ln_1", std::make_unique<LayerNorm>(config.n_embd));
-  attn_ = &register_module("attn", std::make_unique<GptAttention>(config));
-  ln_2_ = &register_module("ln_2", std::make_unique<LayerNorm>(config.n_embd));
-  mlp_ = &register_module("mlp", std::make_unique<GptMlp>(config));
+GptBlock::GptBlock(const GptConfig& config, int64_t layer) {
+  ln_1_ = &register_module("ln_1", std::make_unique<LayerNorm>(config.n_embd, 1e-5, config.bias));
+  attn_ = &register_module("attn", std::make_unique<GptAttention>(config, layer));
+  ln_2_ = &register_module("ln_2", std::make_unique<LayerNorm>(config.n_embd, 1e-5, config.bias));
+  mlp_ = &register_module("mlp", std::make_unique<GptMlp>(config, layer));
 }
 
 Expected<Variable> GptBlock::forward(const Variable& x) {
@@ -104,10 +144,11 @@ GPT::Transformer::Transformer(const GptConfig& config) {
   wpe = &register_module("wpe", std::make_unique<Embedding>(config.block_size, config.n_embd));
   wte->weight().init = normal_init(0.02);
   wpe->weight().init = normal_init(0.02);
+  if (config.dropout > 0) drop = &register_module("drop", gpt_dropout(config, 0));
   h = &register_module("h", std::make_unique<ModuleList>());
   for (int64_t i = 0; i < config.n_layer; ++i)
-    h->append(std::make_unique<GptBlock>(config));
-  ln_f = &register_module("ln_f", std::make_unique<LayerNorm>(config.n_embd));
+    h->append(std::make_unique<GptBlock>(config, i));
+  ln_f = &register_module("ln_f", std::make_unique<LayerNorm>(config.n_embd, 1e-5, config.bias));
 }
 
 GPT::GPT(const GptConfig& config) : config_(config) {
@@ -128,6 +169,9 @@ Expected<Variable> GPT::forward(const Variable& ids) {
   TESSEL_ASSIGN_OR_RETURN(Variable wpe, value(transformer_->wpe->weight()));
   TESSEL_ASSIGN_OR_RETURN(Variable positions, autograd::slice(wpe, 0, 0, t));  // [T, C]
   TESSEL_ASSIGN_OR_RETURN(Variable x, autograd::add(tokens, positions));
+  if (transformer_->drop) {
+    TESSEL_ASSIGN_OR_RETURN(x, transformer_->drop->forward(x));
+  }
   for (size_t i = 0; i < transformer_->h->size(); ++i) {
     Expected<Variable> next = (*transformer_->h)[i].forward(x);
     if (!next.ok()) return next.status().with_context("GPT: transformer.h.{}", i);
@@ -148,6 +192,62 @@ Expected<Variable> GPT::loss(const Variable& logits, const Variable& targets) co
   TESSEL_ASSIGN_OR_RETURN(Variable flat_logits, autograd::reshape(logits, {s[0] * s[1], s[2]}));
   TESSEL_ASSIGN_OR_RETURN(Variable flat_targets, autograd::reshape(targets, {s[0] * s[1]}));
   return autograd::cross_entropy(flat_logits, flat_targets);
+}
+
+Expected<std::vector<int64_t>> GPT::generate(std::vector<int64_t> tokens,
+                                             const GenerateOptions& options, Pcg32& rng) {
+  const int64_t v = config_.vocab_size;
+  if (tokens.empty()) return invalid_argument("GPT::generate: the prompt has no tokens");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= v)
+      return out_of_range("GPT::generate: prompt token {} at position {} is outside [0, {})",
+                          tokens[i], i, v);
+  if (!(options.temperature > 0.0))
+    return invalid_argument("GPT::generate: temperature must be > 0, got {}", options.temperature);
+  if (options.max_new_tokens < 0 || options.top_k < 0)
+    return invalid_argument("GPT::generate: max_new_tokens {} and top_k {} must be >= 0",
+                            options.max_new_tokens, options.top_k);
+  Device* device = transformer_->wte->weight().variable.data().device();
+  if (!device)
+    return failed_precondition("GPT::generate: the parameters have no memory yet "
+                               "(FlatParameters::create)");
+  autograd::NoGrad no_grad;
+  std::vector<double> weights(static_cast<size_t>(v));
+  for (int64_t n = 0; n < options.max_new_tokens; ++n) {
+    const int64_t t = std::min<int64_t>(static_cast<int64_t>(tokens.size()), config_.block_size);
+    std::vector<int64_t> window(tokens.end() - t, tokens.end());
+    TESSEL_ASSIGN_OR_RETURN(Tensor ids, Tensor::from_vector<int64_t>(window, {1, t}, device));
+    TESSEL_ASSIGN_OR_RETURN(Variable logits, forward(Variable(ids)));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<float> all, logits.data().to_vector<float>());
+    const float* last = all.data() + (t - 1) * v;  // the next token's logits
+    // Only the top_k likeliest stay: those at least as large as the k-th largest logit.
+    float threshold = -std::numeric_limits<float>::infinity();
+    if (options.top_k > 0 && options.top_k < v) {
+      std::vector<float> sorted(last, last + v);
+      std::nth_element(sorted.begin(), sorted.begin() + (options.top_k - 1), sorted.end(),
+                       std::greater<float>());
+      threshold = sorted[static_cast<size_t>(options.top_k - 1)];
+    }
+    const double top = *std::max_element(last, last + v);
+    double total = 0.0;
+    for (int64_t i = 0; i < v; ++i) {
+      weights[i] = last[i] >= threshold ? std::exp((last[i] - top) / options.temperature) : 0.0;
+      total += weights[i];
+    }
+    // Inverse CDF of a uniform draw in [0, total).
+    double u = total * (static_cast<double>(rng.next_u32()) / 4294967296.0);
+    int64_t next = v - 1;
+    for (int64_t i = 0; i < v; ++i) {
+      if (weights[i] > 0.0 && u < weights[i]) {
+        next = i;
+        break;
+      }
+      u -= weights[i];
+    }
+    while (weights[next] == 0.0) --next;  // rounding left u past the last candidate
+    tokens.push_back(next);
+  }
+  return tokens;
 }
 
 }  // namespace tessel::nn

@@ -25,11 +25,19 @@
 //
 // Initialisation is nanoGPT's: Linear and Embedding weights N(0, 0.02), biases 0, LayerNorm 1/0,
 // and every c_proj.weight N(0, 0.02 / sqrt(2 L)) (the residual projections).
-// Dropout is not modelled (nanoGPT's default for these sizes is 0).
+// bias = false drops every Linear and LayerNorm bias (nanoGPT's `bias` option). dropout > 0 adds
+// nanoGPT's Dropout modules (transformer.drop, attn.attn_dropout, attn.resid_dropout,
+// mlp.dropout; no parameters), each with a generator of its own seeded from dropout_seed, active
+// in training mode only; at 0 (the default) there are none.
+//
+// generate() writes text the way nanoGPT's does: the last block_size tokens in, the last
+// position's logits / temperature, optionally only the top_k likeliest tokens, a draw.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
+#include "nn/conv_layers.h"
 #include "nn/layers.h"
 
 namespace tessel::nn {
@@ -40,6 +48,15 @@ struct GptConfig {
   int64_t n_layer = 4;      // L
   int64_t n_head = 4;       // H
   int64_t n_embd = 128;     // C (a multiple of n_head)
+  double dropout = 0.0;     // probability, in [0, 1)
+  bool bias = true;         // biases in Linear and LayerNorm
+  uint64_t dropout_seed = 0;
+};
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 100;
+  double temperature = 1.0;  // > 0; logits are divided by it
+  int64_t top_k = 0;         // draw among the k likeliest tokens; 0: among all
 };
 
 // The workloads of shared/WORKLOADS.md.
@@ -48,7 +65,7 @@ GptConfig gpt_mini();  // V 65, T 256, L 6, H 6, C 384
 
 class GptAttention : public Module {
  public:
-  GptAttention(const GptConfig& config);
+  GptAttention(const GptConfig& config, int64_t layer = 0);
   // x [B, T, C] -> [B, T, C]
   Expected<Variable> forward(const Variable& x) override;
   std::string type_name() const override { return "CausalSelfAttention"; }
@@ -56,24 +73,28 @@ class GptAttention : public Module {
  private:
   Linear* c_attn_;
   Linear* c_proj_;
+  Dropout* attn_dropout_ = nullptr;  // only when dropout > 0
+  Dropout* resid_dropout_ = nullptr;
   int64_t n_head_;
   int64_t n_embd_;
+  double dropout_;
 };
 
 class GptMlp : public Module {
  public:
-  GptMlp(const GptConfig& config);
+  GptMlp(const GptConfig& config, int64_t layer = 0);
   Expected<Variable> forward(const Variable& x) override;
   std::string type_name() const override { return "MLP"; }
 
  private:
   Linear* c_fc_;
   Linear* c_proj_;
+  Dropout* dropout_ = nullptr;
 };
 
 class GptBlock : public Module {
  public:
-  GptBlock(const GptConfig& config);
+  GptBlock(const GptConfig& config, int64_t layer = 0);
   Expected<Variable> forward(const Variable& x) override;
   std::string type_name() const override { return "Block"; }
 
@@ -94,6 +115,12 @@ class GPT : public Module {
   std::string type_name() const override { return "GPT"; }
   const GptConfig& config() const { return config_; }
 
+  // `prompt` (at least one id in [0, V)) followed by max_new_tokens drawn one at a time from
+  // the model (see the top of this file), on the device of the parameters, without recording
+  // gradients; `rng` draws. Call eval() first to turn dropout off, as nanoGPT's sample.py does.
+  Expected<std::vector<int64_t>> generate(std::vector<int64_t> prompt,
+                                          const GenerateOptions& options, Pcg32& rng);
+
  private:
   // nanoGPT's `transformer` ModuleDict: wte, wpe, h, ln_f.
   class Transformer : public Module {
@@ -102,6 +129,7 @@ class GPT : public Module {
     std::string type_name() const override { return "ModuleDict"; }
     Embedding* wte;
     Embedding* wpe;
+    Dropout* drop = nullptr;
     ModuleList* h;
     LayerNorm* ln_f;
   };

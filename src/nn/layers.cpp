@@ -44,15 +44,23 @@ Expected<Variable> GELU::forward(const Variable& x) {
   return autograd::gelu(x);
 }
 
-LayerNorm::LayerNorm(int64_t features, double eps) : eps_(eps) {
+LayerNorm::LayerNorm(int64_t features, double eps, bool bias) : eps_(eps) {
   weight_ = &register_parameter("weight", {features}, [](Tensor& t, Pcg32&) { return ones(t); });
-  bias_ = &register_parameter("bias", {features}, [](Tensor& t, Pcg32&) { return zeros(t); });
+  if (bias)
+    bias_ = &register_parameter("bias", {features}, [](Tensor& t, Pcg32&) { return zeros(t); });
 }
 
 Expected<Variable> LayerNorm::forward(const Variable& x) {
   TESSEL_ASSIGN_OR_RETURN(Variable w, value(*weight_));
-  TESSEL_ASSIGN_OR_RETURN(Variable b, value(*bias_));
-  return autograd::layer_norm(x, w, b, eps_);
+  if (bias_) {
+    TESSEL_ASSIGN_OR_RETURN(Variable b, value(*bias_));
+    return autograd::layer_norm(x, w, b, eps_);
+  }
+  if (!zero_bias_.defined() || zero_bias_.device() != w.data().device()) {
+    TESSEL_ASSIGN_OR_RETURN(zero_bias_,
+                            Tensor::zeros(weight_->shape, weight_->dtype, w.data().device()));
+  }
+  return autograd::layer_norm(x, w, Variable(zero_bias_), eps_);
 }
 
 Embedding::Embedding(int64_t num_embeddings, int64_t embedding_dim) {

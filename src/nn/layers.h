@@ -47,13 +47,15 @@ class GELU : public Module {
 
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(int64_t features, double eps = 1e-5);
+  // bias = false: no bias parameter (nanoGPT's LayerNorm(ndim, bias=False)).
+  explicit LayerNorm(int64_t features, double eps = 1e-5, bool bias = true);
   Expected<Variable> forward(const Variable& x) override;
   std::string type_name() const override { return "LayerNorm"; }
 
  private:
   Parameter* weight_;
-  Parameter* bias_;
+  Parameter* bias_ = nullptr;
+  Tensor zero_bias_;  // without a bias parameter: zeros on the weight's device, made once
   double eps_;
 };
 

@@ -1,13 +1,23 @@
-// NCHW convolution and pooling. conv2d is im2col (kernels/conv.tile) + the batched gemm, with the
-// bias added by the broadcasting add; its gradient recomputes the columns from the saved input
-// rather than keeping them (they are kh * kw times the input's size) and folds the column
-// gradient back with col2im. Pooling is the pool2d / pool2d_grad kernels.
+// NCHW convolution and pooling (kernels/conv.tile). conv2d is im2col + one gemm launch over
+// every (image, group) pair with the bias in its epilogue. Its gradient recomputes the columns
+// from the saved input rather than keeping them (they are kh kw times the input's size); the
+// weight and bias gradients come from one kernel that sums over the batch, and the input
+// gradient is a gemm folded back onto the input by col2im. Pooling is pool2d; its gradient
+// writes each window directly where windows tile the input (the usual 2x2 / stride 2), and
+// otherwise gathers, per input element, from the windows that contain it.
+#include <algorithm>
+
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
+#include "support/thread_pool.h"
 
 namespace tessel::ops {
 namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
 
 struct Window {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
@@ -45,16 +55,39 @@ std::vector<KernelArg> window_args(const Window& w, bool dilation) {
 }
 
 // ---- conv2d ----
+//
+// Shapes: x [N, C, H, W], weight [O, C / G, KH, KW], bias [O], G groups; K = (C / G) KH KW rows
+// of columns per group, L = OH OW output positions. The columns of all groups are one im2col
+// tensor [N, G, K, L] (a group's rows are its channels' rows), and every gemm runs over the
+// (image, group) pairs in one launch.
+
+struct ConvShape {
+  int64_t n, c, o, groups, oh, ow;
+  int64_t k;  // rows of columns per group: (c / groups) kh kw
+  int64_t l() const { return oh * ow; }
+};
+
+ConvShape conv_shape(const Tensor& x, const Tensor& weight, int64_t groups, const Window& w) {
+  return ConvShape{x.size(0), x.size(1),          weight.size(0),
+                   groups,    w.out_h(x.size(2)), w.out_w(x.size(3)),
+                   weight.size(1) * w.kh * w.kw};
+}
+
+int64_t groups_of(const Attrs& a) {
+  return a.get_int("groups", 1);
+}
 
 Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& a) {
   const Shape &x = in[0].shape, &w = in[1].shape, &b = in[2].shape;
   bool f32 = in[0].dtype == DType::kF32 && in[1].dtype == DType::kF32 && in[2].dtype == DType::kF32;
-  if (x.size() != 4 || w.size() != 4 || b != Shape{w[0]} || x[1] != w[1] || !f32)
+  const int64_t g = groups_of(a);
+  if (g < 1) return invalid_argument("conv2d: groups must be >= 1, got {}", g);
+  if (x.size() != 4 || w.size() != 4 || b != Shape{w[0]} || !f32 || x[1] != w[1] * g ||
+      w[0] % g != 0)
     return invalid_argument(
-        "conv2d: needs f32 x [N, C, H, W], weight [O, C, KH, KW], bias [O], got {}",
-        shapes_string(in));
-  if (a.get_int("groups", 1) != 1)
-    return unimplemented("conv2d: groups = {} (only 1 so far)", a.get_int("groups", 1));
+        "conv2d: needs f32 x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] with C and O "
+        "multiples of groups = {}, got {}",
+        g, shapes_string(in));
   TESSEL_ASSIGN_OR_RETURN(Window win, window_of("conv2d", a, w[2], w[3]));
   int64_t oh = win.out_h(x[2]), ow = win.out_w(x[3]);
   if (oh < 1 || ow < 1)
@@ -64,56 +97,110 @@ Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& 
   return TensorMeta{{x[0], w[0], oh, ow}, DType::kF32};
 }
 
-Expected<Tensor> im2col(const Tensor& x, const Window& w, int64_t oh, int64_t ow) {
-  const int64_t n = x.size(0), k = x.size(1) * w.kh * w.kw, l = oh * ow;
-  TESSEL_ASSIGN_OR_RETURN(Tensor cols, empty_like_device({n, k, l}, x.dtype(), x));
-  std::vector<KernelArg> args{x, cols, ow};
-  for (KernelArg& s : window_args(w, true))
-    args.push_back(s);
+bool unit_strides(const Window& w) {
+  return w.sh == 1 && w.sw == 1;
+}
+
+// The columns of x: [N, G, K, L] (as [N, G K, OH, OW] for the kernel).
+Expected<Tensor> im2col(const Tensor& x, const Window& w, const ConvShape& s) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor cols,
+                          empty_like_device({s.n, s.groups, s.k, s.l()}, x.dtype(), x));
+  const int64_t rows = s.groups * s.k;
+  View out{cols, {s.n, rows, s.oh, s.ow}, {rows * s.l(), s.l(), s.ow, 1}};
+  std::vector<KernelArg> args{x, out};
+  for (KernelArg& a : window_args(w, true))
+    args.push_back(a);
   TESSEL_TRY(launch_kernel("im2col", {}, args));
   return cols;
+}
+
+// [N, O, OH, OW] (or any [N, O, L] layout) as [N, G, O / G, L].
+View grouped(const Tensor& t, const ConvShape& s) {
+  const Strides& st = t.strides();
+  const int64_t og = s.o / s.groups;
+  int64_t l_stride = t.rank() == 4 ? st[3] : st[2];
+  return View{t, {s.n, s.groups, og, s.l()}, {st[0], og * st[1], st[1], l_stride}};
+}
+
+// Block sizes per device kind, as for matmul: the CPU keeps the kernels' defaults.
+KernelParams conv_gemm_params(const Tensor& t) {
+  if (t.device()->kind() == DeviceKind::kCpu) return {};
+  return {{"BM", "32"}, {"BN", "32"}, {"BK", "8"}};
 }
 
 Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
                               const TensorMeta& out) {
   const Tensor &x = in[0], &weight = in[1];
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
-  const int64_t o = weight.size(0), oh = out.shape[2], ow = out.shape[3];
-  TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, oh, ow));
-  TESSEL_ASSIGN_OR_RETURN(Tensor w2, reshape(weight, {o, -1}));
-  TESSEL_ASSIGN_OR_RETURN(Tensor y, matmul(w2, cols));  // [N, O, OH OW]
-  TESSEL_ASSIGN_OR_RETURN(Tensor b, reshape(in[2], {o, 1}));
-  TESSEL_ASSIGN_OR_RETURN(Tensor yb, add(y, b));
-  return reshape(yb, out.shape);
+  const ConvShape s = conv_shape(x, weight, groups_of(a), w);
+  TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+  const int64_t og = s.o / s.groups;
+  View a_view{wc, {s.groups, og, s.k}, {og * s.k, s.k, 1}};
+  View b_view{cols, {s.n, s.groups, s.k, s.l()}, {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
+  View bias{in[2], {s.groups, og}, {og * in[2].strides()[0], in[2].strides()[0]}};
+  KernelParams params = conv_gemm_params(y);
+  params["BIAS"] = "1";
+  TESSEL_TRY(launch_kernel("conv_gemm", params, {a_view, b_view, grouped(y, s), bias}));
+  return y;
+}
+
+// How many splits of the batch the weight-gradient kernel sums separately: enough blocks for
+// every thread (about four each), never more splits than images.
+int64_t weight_grad_splits(const ConvShape& s, const Tensor& like) {
+  const bool cpu = like.device()->kind() == DeviceKind::kCpu;
+  const int64_t bm = cpu ? 192 : 32, bn = cpu ? 256 : 32;
+  const int64_t blocks = ceil_div(s.o / s.groups, bm) * ceil_div(s.k, bn) * s.groups;
+  const int64_t want = cpu ? 4 * ThreadPool::global().num_threads() : 64;
+  return std::clamp<int64_t>(ceil_div(want, blocks), 1, s.n);
 }
 
 Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   const Tensor &x = b.inputs[0], &weight = b.inputs[1];
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", b.attrs, weight.size(2), weight.size(3)));
-  const int64_t n = x.size(0), o = weight.size(0), oh = b.grad_output.size(2),
-                ow = b.grad_output.size(3);
-  TESSEL_ASSIGN_OR_RETURN(Tensor g, reshape(b.grad_output, {n, o, oh * ow}));
+  const ConvShape s = conv_shape(x, weight, groups_of(b.attrs), w);
+  const int64_t og = s.o / s.groups;
+  TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(b.grad_output));
+  const View g_view = grouped(g, s);
   std::vector<Tensor> grads(3);
-  if (b.needs_grad[1]) {  // dW = sum_n g_n cols_n^T
-    TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, oh, ow));
-    TESSEL_ASSIGN_OR_RETURN(Tensor ct, cols.transpose(1, 2));
-    TESSEL_ASSIGN_OR_RETURN(Tensor per_sample, matmul(g, ct));
-    TESSEL_ASSIGN_OR_RETURN(Tensor dw, sum(per_sample, {0}));
+  if (b.needs_grad[1] || b.needs_grad[2]) {
+    // dW[g] = sum_n G[n, g] cols[n, g]^T and db = the row sums of G, over S splits of the batch.
+    TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
+    const int64_t splits = weight_grad_splits(s, x), per = ceil_div(s.n, splits);
+    View cols_t{cols, {s.n, s.groups, s.l(), s.k}, {s.groups * s.k * s.l(), s.k * s.l(), 1, s.l()}};
+    TESSEL_ASSIGN_OR_RETURN(Tensor dw_parts,
+                            empty_like_device({splits, s.groups, og, s.k}, DType::kF32, x));
+    TESSEL_ASSIGN_OR_RETURN(Tensor db_parts,
+                            empty_like_device({splits, s.groups, og}, DType::kF32, x));
+    TESSEL_TRY(launch_kernel("conv_weight_grad", conv_gemm_params(x),
+                             {g_view, cols_t, dw_parts, db_parts, per}));
+    Tensor dw = dw_parts, db = db_parts;
+    if (splits > 1) {
+      TESSEL_ASSIGN_OR_RETURN(dw, sum(dw_parts, {0}));
+      TESSEL_ASSIGN_OR_RETURN(db, sum(db_parts, {0}));
+    }
     TESSEL_ASSIGN_OR_RETURN(grads[1], reshape(dw, weight.shape()));
+    TESSEL_ASSIGN_OR_RETURN(grads[2], reshape(db, {s.o}));
   }
-  if (b.needs_grad[0]) {  // dcols = W^T g, folded back onto the input
-    TESSEL_ASSIGN_OR_RETURN(Tensor w2, reshape(weight, {o, -1}));
-    TESSEL_ASSIGN_OR_RETURN(Tensor wt, w2.transpose(0, 1));
-    TESSEL_ASSIGN_OR_RETURN(Tensor dcols, matmul(wt, g));
+  if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input
+    TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+    View wt{wc, {s.groups, s.k, og}, {og * s.k, 1, s.k}};
+    TESSEL_ASSIGN_OR_RETURN(Tensor dcols,
+                            empty_like_device({s.n, s.groups, s.k, s.l()}, x.dtype(), x));
+    View dcols_view{dcols, {s.n, s.groups, s.k, s.l()},
+                    {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
+    View no_bias{wc, {s.groups, s.k}, {0, 0}};  // unread with BIAS = 0
+    TESSEL_TRY(
+        launch_kernel("conv_gemm", conv_gemm_params(x), {wt, g_view, dcols_view, no_bias}));
     TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), x.dtype(), x));
-    std::vector<KernelArg> args{dcols, dx, oh, ow};
-    for (KernelArg& s : window_args(w, true))
-      args.push_back(s);
-    TESSEL_TRY(launch_kernel("col2im", {}, args));
+    const int64_t rows = s.groups * s.k;
+    View dcols4{dcols, {s.n, rows, s.oh, s.ow}, {rows * s.l(), s.l(), s.ow, 1}};
+    std::vector<KernelArg> args{dcols4, dx};
+    for (KernelArg& a : window_args(w, true))
+      args.push_back(a);
+    TESSEL_TRY(launch_kernel("col2im", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
     grads[0] = dx;
-  }
-  if (b.needs_grad[2]) {
-    TESSEL_ASSIGN_OR_RETURN(grads[2], sum(g, {0, 2}));
   }
   return grads;
 }
@@ -122,20 +209,21 @@ RefTensor conv_reference(const std::vector<RefTensor>& in, const Attrs& a) {
   const Shape &xs = in[0].shape, &ws = in[1].shape;
   Window w = window_of("conv2d", a, ws[2], ws[3]).value();
   const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], oh = w.out_h(h),
-                ow = w.out_w(wd);
+                ow = w.out_w(wd), groups = groups_of(a), cg = c / groups, og = o / groups;
   RefTensor out{{n, o, oh, ow}, std::vector<double>(n * o * oh * ow)};
   for (int64_t b = 0; b < n; ++b)
     for (int64_t f = 0; f < o; ++f)
       for (int64_t y = 0; y < oh; ++y)
         for (int64_t x = 0; x < ow; ++x) {
           double s = in[2].values[f];
-          for (int64_t ch = 0; ch < c; ++ch)
+          for (int64_t cl = 0; cl < cg; ++cl)
             for (int64_t i = 0; i < w.kh; ++i)
               for (int64_t j = 0; j < w.kw; ++j) {
                 int64_t iy = y * w.sh - w.ph + i * w.dh, ix = x * w.sw - w.pw + j * w.dw;
                 if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                const int64_t ch = f / og * cg + cl;
                 s += in[0].values[((b * c + ch) * h + iy) * wd + ix] *
-                     in[1].values[((f * c + ch) * w.kh + i) * w.kw + j];
+                     in[1].values[((f * cg + cl) * w.kh + i) * w.kw + j];
               }
           out.values[((b * o + f) * oh + y) * ow + x] = s;
         }
@@ -166,6 +254,22 @@ Expected<Window> pool_window(const std::string& op, const Attrs& a) {
   return w;
 }
 
+// x [N, C, H, W] as the planes [N C, H, W] the pooling kernels take (copied when N and C do not
+// merge).
+Expected<View> planes(const Tensor& x) {
+  Tensor t = x;
+  if (t.strides()[0] != t.size(1) * t.strides()[1]) {
+    TESSEL_ASSIGN_OR_RETURN(t, contiguous_on_device(t));
+  }
+  const Strides& st = t.strides();
+  return View{t, {t.size(0) * t.size(1), t.size(2), t.size(3)}, {st[1], st[2], st[3]}};
+}
+
+// Windows that tile the input (stride = window, no padding): each element in at most one.
+bool windows_tile(const Window& w) {
+  return w.sh == w.kh && w.sw == w.kw && w.ph == 0 && w.pw == 0;
+}
+
 OpDef pool_op(const std::string& name, bool is_max) {
   OpDef op;
   op.name = name;
@@ -185,9 +289,10 @@ OpDef pool_op(const std::string& name, bool is_max) {
   op.forward = [name, is_max](const std::vector<Tensor>& in, const Attrs& a,
                               const TensorMeta& out) -> Expected<Tensor> {
     TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, a));
-    TESSEL_ASSIGN_OR_RETURN(Tensor x, contiguous_on_device(in[0]));
-    TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
-    std::vector<KernelArg> args{x, y};
+    TESSEL_ASSIGN_OR_RETURN(View x, planes(in[0]));
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, in[0]));
+    TESSEL_ASSIGN_OR_RETURN(View yp, planes(y));
+    std::vector<KernelArg> args{x, yp};
     for (KernelArg& s : window_args(w, false))
       args.push_back(s);
     TESSEL_TRY(launch_kernel("pool2d", {{"MAX", is_max ? "1" : "0"}}, args));
@@ -213,22 +318,37 @@ OpDef pool_op(const std::string& name, bool is_max) {
         }
     return out;
   };
+  // Max pooling's backward finds each window's first maximum again from x (cheaper than keeping
+  // an index tensor alive from forward to backward); average pooling needs nothing.
   op.save_inputs = {is_max};
-  op.save_output = is_max;
   op.backward = [name, is_max](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
     TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, b.attrs));
-    TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(b.grad_output));
-    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(b.input_meta[0].shape, DType::kF32, g));
-    // Average pooling reads neither X nor Y: dx and g stand in for them.
-    Tensor x = dx, y = g;
+    const Shape& xs = b.input_meta[0].shape;
+    TESSEL_ASSIGN_OR_RETURN(View g, planes(b.grad_output));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(xs, DType::kF32, b.grad_output));
+    TESSEL_ASSIGN_OR_RETURN(View dxp, planes(dx));
+    // Average pooling reads no x: dx stands in for it.
+    View x = dxp;
     if (is_max) {
-      TESSEL_ASSIGN_OR_RETURN(x, contiguous_on_device(b.inputs[0]));
-      y = b.output;
+      TESSEL_ASSIGN_OR_RETURN(x, planes(b.inputs[0]));
     }
-    std::vector<KernelArg> args{x, y, g, dx};
+    const KernelParams params{{"MAX", is_max ? "1" : "0"}, {"T", "f32"}};
+    if (windows_tile(w)) {
+      TESSEL_TRY(launch_kernel("pool2d_grad_tiled", params, {x, g, dxp, w.kh, w.kw}));
+      return std::vector<Tensor>{dx};
+    }
+    const int64_t p = xs[0] * xs[1], oh = g.shape[1], ow = g.shape[2];
+    TESSEL_ASSIGN_OR_RETURN(Tensor first, empty_like_device({p, oh, ow}, DType::kI32, dx));
+    if (is_max) {
+      std::vector<KernelArg> args{x, first};
+      for (KernelArg& s : window_args(w, false))
+        args.push_back(s);
+      TESSEL_TRY(launch_kernel("pool2d_argmax", {{"T", "f32"}}, args));
+    }
+    std::vector<KernelArg> args{first, g, dxp};
     for (KernelArg& s : window_args(w, false))
       args.push_back(s);
-    TESSEL_TRY(launch_kernel("pool2d_grad", {{"MAX", is_max ? "1" : "0"}}, args));
+    TESSEL_TRY(launch_kernel("pool2d_grad", params, args));
     return std::vector<Tensor>{dx};
   };
   return op;
@@ -244,12 +364,13 @@ void add_conv_ops(std::vector<OpDef>& ops) {
 
 Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         std::vector<int64_t> stride, std::vector<int64_t> padding,
-                        std::vector<int64_t> dilation) {
+                        std::vector<int64_t> dilation, int64_t groups) {
   return run("conv2d", {x, weight, bias},
              Attrs()
                  .set("stride", std::move(stride))
                  .set("padding", std::move(padding))
-                 .set("dilation", std::move(dilation)));
+                 .set("dilation", std::move(dilation))
+                 .set("groups", groups));
 }
 Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
                             std::vector<int64_t> stride, std::vector<int64_t> padding) {

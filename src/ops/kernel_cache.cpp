@@ -98,6 +98,12 @@ Expected<Launch> compile_for(Device* device, const tile::Kernel& kernel,
                        kernel.name, device->id());
 }
 
+}  // namespace
+
+bool launches_on(DeviceKind kind) { return kind != DeviceKind::kCuda; }
+
+namespace {
+
 struct Cache {
   std::mutex mutex;
   std::map<std::string, std::shared_ptr<Launch>> kernels;

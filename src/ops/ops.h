@@ -57,11 +57,11 @@ Expected<Tensor> causal_mask(const Tensor& scores);
 // x * keep / (1 - p); keep is a hash of (seed, position), so a seed gives the same mask anywhere.
 Expected<Tensor> dropout(const Tensor& x, double p, int64_t seed);
 
-// NCHW. conv2d: x [N, C, H, W], weight [O, C, KH, KW], bias [O]; stride, padding, dilation are
-// {h, w} pairs. Pooling windows are {h, w}; stride defaults to the window.
+// NCHW. conv2d: x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O]; stride, padding,
+// dilation are {h, w} pairs. Pooling windows are {h, w}; stride defaults to the window.
 Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
-                        std::vector<int64_t> dilation = {1, 1});
+                        std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
 Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
                             std::vector<int64_t> stride = {},
                             std::vector<int64_t> padding = {0, 0});

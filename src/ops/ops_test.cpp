@@ -159,7 +159,20 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d",
                {real({1, 2, 7, 5}), real({3, 2, 3, 2}), real({3})},
                Attrs().set("stride", {2, 1}).set("padding", {1, 0}).set("dilation", {1, 2})});
+  c.push_back({"conv2d",  // groups, padding past the window's reach, a ragged 8 x 32 tile
+               {real({2, 4, 9, 33}), real({6, 2, 3, 3}), real({6})},
+               Attrs().set("padding", {2, 1}).set("groups", 2)});
+  c.push_back({"conv2d",  // depthwise, strided and dilated
+               {real({1, 3, 6, 7}), real({3, 1, 2, 3}), real({3})},
+               Attrs().set("stride", {2, 2}).set("dilation", {2, 1}).set("groups", 3)});
   c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
+  c.push_back({"max_pool2d",  // windows that tile it, with a row and column left over
+               {real({1, 2, 7, 35})},
+               Attrs().set("window", {2, 2})});
+  c.push_back({"max_pool2d",  // overlapping, no padding
+               {real({2, 1, 6, 5})},
+               Attrs().set("window", {3, 2}).set("stride", {1, 1})});
+  c.push_back({"avg_pool2d", {real({1, 2, 9, 7})}, Attrs().set("window", {3, 3})});
   c.push_back({"max_pool2d",
                {real({1, 2, 5, 5})},
                Attrs().set("window", {3, 3}).set("stride", {2, 2}).set("padding", {1, 1})});

@@ -92,6 +92,20 @@ Status apply_options(const Config& config, TargetChoice& choice) {
 
 }  // namespace
 
+Expected<std::string> auto_device(const std::function<bool(const std::string& kind)>& usable) {
+  if (!usable || usable("cuda")) {
+    auto gpus = list_cuda_devices();
+    if (gpus && !gpus->empty()) return std::string("cuda:0");
+  }
+  if (!usable || usable("opencl")) {
+    auto opencl = list_opencl_devices();
+    if (opencl)
+      for (size_t i = 0; i < opencl->size(); ++i)
+        if ((*opencl)[i].type == "gpu") return "opencl:" + std::to_string(i);
+  }
+  return std::string("cpu");
+}
+
 Expected<TargetChoice> resolve_target_device(const std::string& device) {
   if (device == "cpu") return cpu_choice();
   if (device.rfind("opencl:", 0) == 0) {
@@ -103,13 +117,8 @@ Expected<TargetChoice> resolve_target_device(const std::string& device) {
     return cuda_choice(index);
   }
   if (device == "auto") {
-    auto gpus = list_cuda_devices();
-    if (gpus && !gpus->empty()) return cuda_choice(0);
-    auto opencl = list_opencl_devices();
-    if (opencl)
-      for (size_t i = 0; i < opencl->size(); ++i)
-        if ((*opencl)[i].type == "gpu") return opencl_choice(static_cast<int>(i));
-    return cpu_choice();
+    TESSEL_ASSIGN_OR_RETURN(std::string chosen, auto_device());
+    return resolve_target_device(chosen);
   }
   return invalid_argument("unknown device '{}': expected \"auto\", \"cpu\", \"opencl:N\" or \"cuda:N\"",
                           device);

@@ -17,6 +17,7 @@
 // table means "auto". Every wrong key or value is an error that names the key.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "support/config.h"
@@ -33,6 +34,12 @@ struct TargetChoice {
 
 // Reads `target` (and its per-target sub-tables) from a whole configuration file.
 Expected<TargetChoice> target_from_config(const Config& config);
+
+// The device "auto" stands for: the first CUDA device, else the first OpenCL GPU, else the CPU.
+// Kinds ("cuda", "opencl") that `usable` rejects are passed over: the trainer passes over those
+// its op library cannot launch on yet, and otherwise picks what [target] picks.
+Expected<std::string> auto_device(
+    const std::function<bool(const std::string& kind)>& usable = nullptr);
 
 // Resolves a device string ("auto", "cpu", "opencl:N", "cuda:N") to a target with the device's
 // own numbers (local/shared memory, threads), before any per-target options are applied.

@@ -4,9 +4,13 @@
 //   TESSEL_ASSIGN_OR_RETURN(auto model, make_model(cfg_model_table, {.input_shape = {28, 28},
 //                                                                    .classes = 10, .seed = 1}));
 //
-// Built in: "mlp" (key hidden = [512, 256], the sizes between input and classes) and "cnn" (the
-// small CNN of nn/cnn.h, no keys). A model added elsewhere registers itself once before configs
-// are read (add a line to builtin_models() in model_registry.cpp for models inside tessel).
+// Built in: "mlp" (key hidden = [512, 256], the sizes between input and classes), "cnn" (the
+// small CNN of nn/cnn.h, no keys), "gpt" (nn/gpt.h, on text data: n_layer, n_head, n_embd,
+// block_size (default: data.block_size), dropout, bias; defaults gpt_tiny's; the vocabulary is
+// the data's) and "resnet18", "resnet34", "resnet50" (nn/resnet.h; key stem = "imagenet"
+// (default) or "cifar"; channels and classes come from the data). A model added elsewhere
+// registers itself once before configs are read (add a line to builtin_models() in
+// model_registry.cpp for models inside tessel).
 // A factory must check its keys with Config::check_keys so a typo names the allowed keys.
 #pragma once
 
@@ -22,7 +26,7 @@ namespace tessel::train {
 
 // What a model factory may need to know about the data and the run.
 struct ModelContext {
-  Shape input_shape;    // of one example, e.g. {28, 28}
+  Shape input_shape;    // of one example, e.g. {28, 28}; {T} for token windows
   int64_t classes = 0;  // output classes (or vocabulary size for language models)
   uint64_t seed = 0;    // for modules with generators of their own (dropout)
 };

@@ -8,11 +8,13 @@
 
 namespace tessel::train {
 
-Progress::Progress(std::FILE* out, int64_t total_steps, int64_t start_step, int interactive)
+Progress::Progress(std::FILE* out, int64_t total_steps, int64_t start_step, int interactive,
+                   std::string unit)
     : out_(out),
       total_(total_steps),
       start_step_(start_step),
-      interactive_(interactive < 0 ? isatty(fileno(out)) != 0 : interactive != 0) {}
+      interactive_(interactive < 0 ? isatty(fileno(out)) != 0 : interactive != 0),
+      unit_(std::move(unit)) {}
 
 std::string Progress::format_duration(double seconds) {
   const int64_t s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
@@ -20,17 +22,17 @@ std::string Progress::format_duration(double seconds) {
   return fmt::format("{}:{:02}", s / 60, s % 60);
 }
 
-void Progress::update(int64_t step, double loss, double lr, double samples_per_s) {
+void Progress::update(int64_t step, double loss, double lr, double per_second) {
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const int64_t done = step - start_step_;
   // The average over this run so far: steady after a few updates, and includes evaluations.
   const double eta = done > 0 ? elapsed / double(done) * double(total_ - step) : 0.0;
   const int width = static_cast<int>(fmt::format("{}", total_).size());
-  std::string line = fmt::format("step {:>{}}/{} {:5.1f}%  loss {:.4f}  lr {:.2e}  {:.0f} samples/s"
+  std::string line = fmt::format("step {:>{}}/{} {:5.1f}%  loss {:.4f}  lr {:.2e}  {:.0f} {}/s"
                                  "  elapsed {}  eta {}",
                                  step, width, total_, 100.0 * double(step) / double(total_), loss,
-                                 lr, samples_per_s, format_duration(elapsed),
+                                 lr, per_second, unit_, format_duration(elapsed),
                                  format_duration(eta));
   if (interactive_) {
     fmt::print(out_, "\r{}\x1b[K", line);

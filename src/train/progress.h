@@ -17,9 +17,10 @@ namespace tessel::train {
 
 class Progress {
  public:
-  // `interactive` defaults to whether `out` is a terminal.
-  Progress(std::FILE* out, int64_t total_steps, int64_t start_step, int interactive = -1);
-  void update(int64_t step, double loss, double lr, double samples_per_s);
+  // `interactive` defaults to whether `out` is a terminal; `unit` is what throughput counts.
+  Progress(std::FILE* out, int64_t total_steps, int64_t start_step, int interactive = -1,
+           std::string unit = "samples");
+  void update(int64_t step, double loss, double lr, double per_second);
   void message(const std::string& line);
   // Ends the in-place line, if one is drawn.
   void finish();
@@ -31,6 +32,7 @@ class Progress {
   std::FILE* out_;
   int64_t total_, start_step_;
   bool interactive_;
+  std::string unit_;
   bool line_open_ = false;
   std::string last_line_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();

@@ -6,45 +6,12 @@
 #include <regex>
 
 #include "data/mnist.h"
+#include "ops/kernel_cache.h"
+#include "tile/target_config.h"
+#include "train/config_keys.h"
 
 namespace tessel::train {
 namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const std::string& n : names)
-    out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
-
-// A string key whose value must be one of `allowed`.
-Expected<std::string> get_choice(const Config& table, const std::string& key,
-                                 const std::vector<std::string>& allowed,
-                                 std::optional<std::string> fallback = std::nullopt) {
-  std::string value;
-  if (fallback) {
-    TESSEL_ASSIGN_OR_RETURN(value, table.get_or<std::string>(key, *fallback));
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(value, table.get<std::string>(key));
-  }
-  if (std::find(allowed.begin(), allowed.end(), value) == allowed.end())
-    return invalid_argument("{}: key '{}': '{}' is not allowed; allowed: {}", table.source(),
-                            table.path().empty() ? key : table.path() + "." + key, value,
-                            join(allowed));
-  return value;
-}
-
-// A number key with a lower bound (the fallback, when missing, is not checked); the message names the key and the bound.
-template <typename T>
-Expected<T> get_at_least(const Config& table, const std::string& key, T fallback, T minimum) {
-  if (!table.has(key)) return fallback;
-  TESSEL_ASSIGN_OR_RETURN(T value, table.get<T>(key));
-  if (value < minimum)
-    return invalid_argument("{}: key '{}': must be >= {}, got {}", table.source(),
-                            table.path().empty() ? key : table.path() + "." + key, minimum,
-                            value);
-  return value;
-}
 
 Expected<Config> optional_table(const Config& config, const std::string& key) {
   if (!config.has(key)) return Config::parse("", config.source());
@@ -131,10 +98,35 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   return ok_status();
 }
 
+Status parse_sample(const Config& cfg, TrainConfig& out) {
+  if (!cfg.has("sample")) return ok_status();
+  if (out.data.name != "text")
+    return invalid_argument("{}: table [sample] needs text data (data.name = 'text'), not '{}'",
+                            out.source, out.data.name);
+  TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("sample"));
+  TESSEL_TRY(t.check_keys({"tokens", "temperature", "top_k", "prompt"}));
+  SampleConfig& s = out.sample;
+  TESSEL_ASSIGN_OR_RETURN(s.tokens, get_at_least<int64_t>(t, "tokens", s.tokens, 0));
+  TESSEL_ASSIGN_OR_RETURN(s.top_k, get_at_least<int64_t>(t, "top_k", s.top_k, 0));
+  TESSEL_ASSIGN_OR_RETURN(s.temperature, t.get_or<double>("temperature", s.temperature));
+  if (!(s.temperature > 0.0))
+    return invalid_argument("{}: key 'sample.temperature': must be > 0, got {}", t.source(),
+                            s.temperature);
+  TESSEL_ASSIGN_OR_RETURN(s.prompt, t.get_or<std::string>("prompt", s.prompt));
+  if (s.prompt.empty())
+    return invalid_argument("{}: key 'sample.prompt': must not be empty (\"\\n\" starts a line)",
+                            t.source());
+  return ok_status();
+}
+
 }  // namespace
 
 Expected<std::string> resolve_device_name(const std::string& name, const std::string& source) {
-  if (name == "auto") return std::string("cpu");
+  if (name == "auto") {
+    return tile::auto_device([](const std::string& kind) {
+      return ops::launches_on(kind == "cuda" ? DeviceKind::kCuda : DeviceKind::kOpenCL);
+    });
+  }
   static const std::regex pattern("cpu|(opencl|cuda):[0-9]+");
   if (!std::regex_match(name, pattern))
     return invalid_argument("{}: key 'device': '{}' is not allowed; allowed: auto, cpu, opencl:N, "
@@ -146,8 +138,8 @@ Expected<std::string> resolve_device_name(const std::string& name, const std::st
 Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TrainConfig out;
   out.source = cfg.source();
-  TESSEL_TRY(cfg.check_keys(
-      {"seed", "device", "model", "data", "optimizer", "schedule", "train", "distributed"}));
+  TESSEL_TRY(cfg.check_keys({"seed", "device", "model", "data", "optimizer", "schedule", "train",
+                             "sample", "distributed"}));
   TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
   out.seed = static_cast<uint64_t>(seed);
   TESSEL_ASSIGN_OR_RETURN(out.device, cfg.get_or<std::string>("device", "auto"));
@@ -159,18 +151,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
 
   if (!cfg.has("data")) return invalid_argument("{}: missing table [data]", out.source);
   TESSEL_ASSIGN_OR_RETURN(Config data, cfg.table("data"));
-  TESSEL_TRY(data.check_keys({"name", "path", "batch_size", "eval_batch_size"}));
-  TESSEL_ASSIGN_OR_RETURN(out.data.name, get_choice(data, "name", {"fashion_mnist", "mnist"}));
-  if (out.data.name == "fashion_mnist") {
-    TESSEL_ASSIGN_OR_RETURN(out.data.path, data.get_or<std::string>("path", kFashionMnistDir));
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(out.data.path, data.get<std::string>("path"));
-  }
-  TESSEL_ASSIGN_OR_RETURN(out.data.batch_size,
-                          get_at_least<int64_t>(data, "batch_size", out.data.batch_size, 1));
-  TESSEL_ASSIGN_OR_RETURN(
-      out.data.eval_batch_size,
-      get_at_least<int64_t>(data, "eval_batch_size", out.data.eval_batch_size, 1));
+  TESSEL_ASSIGN_OR_RETURN(out.data, parse_data_config(data));
 
   TESSEL_TRY(parse_optimizer(cfg, out.optimizer));
   TESSEL_TRY(parse_schedule(cfg, out.optimizer.lr(), out.schedule));
@@ -184,6 +165,10 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   if (t.has("steps") == t.has("epochs"))
     return invalid_argument("{}: [train] needs exactly one of 'train.steps' and 'train.epochs'",
                             out.source);
+  if (out.epochs > 0 && out.data.name == "text")
+    return invalid_argument("{}: key 'train.epochs': text data is drawn as random windows and has "
+                            "no epochs; use 'train.steps'",
+                            out.source);
   TESSEL_ASSIGN_OR_RETURN(out.clip_grad_norm, get_at_least(t, "clip_grad_norm", 0.0, 0.0));
   TESSEL_ASSIGN_OR_RETURN(out.log_interval, get_at_least<int64_t>(t, "log_interval", 50, 1));
   TESSEL_ASSIGN_OR_RETURN(out.eval_interval, get_at_least<int64_t>(t, "eval_interval", 0, 0));
@@ -193,6 +178,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(out.metrics_path, t.get_or<std::string>("metrics_path", ""));
   TESSEL_ASSIGN_OR_RETURN(out.grad_accum_steps,
                           get_at_least<int64_t>(t, "grad_accum_steps", 1, 1));
+  TESSEL_TRY(parse_sample(cfg, out));
   TESSEL_TRY(parse_distributed(cfg, out));
   return out;
 }

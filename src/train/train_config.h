@@ -2,10 +2,10 @@
 // and every wrong value is an error naming the file, the key and what is allowed.
 //
 //   seed = 1
-//   device = "auto"                   # "auto" | "cpu" | "opencl:N" | "cuda:N"  (auto: cpu today)
+//   device = "auto"                   # "auto" | "cpu" | "opencl:N" | "cuda:N"  (resolve_device_name)
 //   [model]     name = "cnn"          # model_registry.h: "mlp" (hidden = [...]) | "cnn" | ...
 //   [data]      name = "fashion_mnist"   path = "/usr/share/datasets/fashion-mnist"
-//               batch_size = 128   eval_batch_size = 1000
+//               batch_size = 128   eval_batch_size = 1000   (text, synthetic: data_source.h)
 //   [optimizer] name = "adamw"  lr = 2e-3  weight_decay = 0.01  betas = [0.9, 0.999]  eps = 1e-8
 //               (sgd: lr, momentum, dampening, nesterov, weight_decay)
 //   [schedule]  name = "cosine"   # constant | cosine | warmup_constant | warmup_cosine
@@ -15,6 +15,8 @@
 //               checkpoint_path = "runs/x/checkpoint.safetensors" ("" : none)
 //               metrics_path = "runs/x/metrics.jsonl" ("": none)
 //               grad_accum_steps = 1   (micro-batches of batch_size per optimizer step)
+//   [sample]    tokens = 300  temperature = 0.8  top_k = 0 (0: all)  prompt = "\n"
+//               (text data only: the text a language model writes at the end of the run)
 //   [distributed] backend = "shm"     # shm | mpi | nccl; ranks from `tessel launch` or mpirun
 //               zero_stage = 0  (0: DDP; 1, 2, 3: ZeRO)   bucket_cap_mb = 25.0
 //               first_bucket_mb = 1.0   overlap = true
@@ -29,15 +31,17 @@
 
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
+#include "train/data_source.h"
 #include "support/config.h"
 
 namespace tessel::train {
 
-struct DataConfig {
-  std::string name;  // "fashion_mnist" | "mnist"
-  std::string path;
-  int64_t batch_size = 128;
-  int64_t eval_batch_size = 1000;
+// Text sampled from a language model at the end of a run (see Trainer::sample).
+struct SampleConfig {
+  int64_t tokens = 300;      // 0: no sample
+  double temperature = 0.8;  // logits / temperature before the softmax
+  int64_t top_k = 0;         // sample among the k likeliest tokens; 0: all of them
+  std::string prompt = "\n";
 };
 
 struct OptimizerConfig {
@@ -63,6 +67,7 @@ struct TrainConfig {
   std::string device = "auto";
   std::optional<Config> model;  // the [model] table, read by the model's factory
   DataConfig data;
+  SampleConfig sample;
   OptimizerConfig optimizer;
   // total_steps is filled in by the trainer once the run's length is known.
   optim::Schedule schedule;
@@ -81,8 +86,10 @@ struct TrainConfig {
 Expected<TrainConfig> parse_train_config(const Config& config);
 Expected<TrainConfig> load_train_config(const std::string& path);
 
-// "auto" -> the device a run uses ("cpu" until the op library launches on GPUs); other names
-// are checked to be "cpu", "opencl:N" or "cuda:N".
+// "auto" -> the device a run uses: what the [target] table's "auto" picks (the first CUDA
+// device, else the first OpenCL GPU, else the CPU: tile::auto_device), passing over the kinds
+// the op library cannot launch on yet (CUDA today, so a CUDA machine trains on its OpenCL GPU or
+// CPU). Other names are checked to be "cpu", "opencl:N" or "cuda:N".
 Expected<std::string> resolve_device_name(const std::string& name, const std::string& source);
 
 }  // namespace tessel::train

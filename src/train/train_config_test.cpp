@@ -74,7 +74,7 @@ TEST(TrainConfig, UnknownKeysNameTheKeyAndTheAllowedOnes) {
                         "[optimizer]: name, lr, momentum, dampening, nesterov, weight_decay"));
   EXPECT_THAT(error_of(with("seed = 7", "seeds = 7")),
               HasSubstr("unknown key 'seeds' (did you mean 'seed'?); allowed in the top level: "
-                        "seed, device, model, data, optimizer, schedule, train"));
+                        "seed, device, model, data, optimizer, schedule, train, sample"));
   EXPECT_THAT(error_of(with("steps = 100", "step = 100")),
               HasSubstr("unknown key 'train.step' (did you mean 'steps'?)"));
 }
@@ -89,7 +89,8 @@ TEST(TrainConfig, WrongValuesNameTheKeyAndWhatIsAllowed) {
             "run.toml: key 'schedule.name': 'linear' is not allowed; allowed: constant, cosine, "
             "warmup_constant, warmup_cosine");
   EXPECT_EQ(error_of(with("name = \"fashion_mnist\"", "name = \"cifar10\"")),
-            "run.toml: key 'data.name': 'cifar10' is not allowed; allowed: fashion_mnist, mnist");
+            "run.toml: key 'data.name': 'cifar10' is not allowed; allowed: fashion_mnist, mnist, "
+            "text, synthetic");
   EXPECT_EQ(error_of(with("batch_size = 16", "batch_size = 0")),
             "run.toml: key 'data.batch_size': must be >= 1, got 0");
   EXPECT_EQ(error_of(with("steps = 100", "steps = 100\nepochs = 2")),

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -13,6 +14,7 @@
 #include "data/prefetch.h"
 #include "io/checkpoint.h"
 #include "nn/conv_layers.h"
+#include "nn/gpt.h"
 #include "optim/clip.h"
 #include "parallel/rank_shard.h"
 #include "train/model_registry.h"
@@ -50,6 +52,20 @@ Expected<double> scalar_of(const Tensor& t) {
   return double(v.at(0));
 }
 
+// Mean cross-entropy of logits [..., classes] against class ids [...]: labels [B] of a
+// classifier and next tokens [B, T] of a language model alike (rows flattened, views only).
+Expected<Variable> loss_of(const Variable& logits, const Variable& targets) {
+  const Shape& s = logits.shape();
+  if (s.size() == 2) return autograd::cross_entropy(logits, targets);
+  const int64_t rows = shape_numel(targets.shape());
+  TESSEL_ASSIGN_OR_RETURN(Variable flat_logits, autograd::reshape(logits, {rows, s.back()}));
+  TESSEL_ASSIGN_OR_RETURN(Variable flat_targets, autograd::reshape(targets, {rows}));
+  return autograd::cross_entropy(flat_logits, flat_targets);
+}
+
+// The generator streams of the run's seed used here (data_source.cpp has the data's).
+constexpr uint64_t kSampleStream = 6;
+
 }  // namespace
 
 Trainer::~Trainer() {
@@ -84,38 +100,28 @@ Status Trainer::build() {
     if (rank() != 0) options_.progress = nullptr;  // rank 0 reports for the job
   }
 
-  // Data: the training split shuffled per epoch, the test split in order. Every rank reads the
-  // same global batches of batch_size x ranks rows and keeps its own rows (RankShard).
-  Expected<ImageDataset> train_set = load_mnist(c.data.path, "train");
-  if (!train_set.ok()) return train_set.status().with_context("{}: [data]", c.source);
-  TESSEL_ASSIGN_OR_RETURN(ImageDataset test_set, load_mnist(c.data.path, "test"));
-  const bool fashion = c.data.name == "fashion_mnist";
-  const float mean = fashion ? kFashionMnistMean : kMnistMean;
-  const float std = fashion ? kFashionMnistStd : kMnistStd;
-  ModelContext context{.input_shape = {train_set->images.size(1), train_set->images.size(2)},
-                       .classes = train_set->num_classes,
-                       .seed = c.seed};
-  TESSEL_ASSIGN_OR_RETURN(
-      std::unique_ptr<ImageBatches> train,
-      ImageBatches::make(std::move(*train_set), {.batch_size = c.data.batch_size * world_size(),
-                                                 .shuffle = true,
-                                                 .seed = c.seed,
-                                                 .drop_last = true,
-                                                 .mean = mean,
-                                                 .std = std}));
-  const int64_t per_epoch = train->batches_per_epoch();
-  std::unique_ptr<BatchSource> global_batches = std::move(train);
+  // Data: training batches through a prefetch thread; evaluation batches made per evaluation.
+  // In a data-parallel job every rank reads the same global batches of batch_size x ranks rows
+  // and keeps its own rows (RankShard), so the job trains as one process with the global batch.
+  DataConfig global_data = c.data;
+  global_data.batch_size *= world_size();
+  TESSEL_ASSIGN_OR_RETURN(data_, DataSource::open(global_data, c.seed, c.source));
+  ModelContext context{
+      .input_shape = data_->example_shape(), .classes = data_->classes(), .seed = c.seed};
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> train, data_->train_batches());
   if (group_)
-    global_batches =
-        std::make_unique<parallel::RankShard>(std::move(global_batches), rank(), world_size());
-  train_batches_ = std::make_unique<Prefetcher>(std::move(global_batches), /*depth=*/4);
-  TESSEL_ASSIGN_OR_RETURN(eval_batches_,
-                          ImageBatches::make(std::move(test_set), {.batch_size = c.data.eval_batch_size,
-                                                                   .shuffle = false,
-                                                                   .mean = mean,
-                                                                   .std = std}));
-  eval_batch_count_ = eval_batches_->batches_per_epoch();
+    train = std::make_unique<parallel::RankShard>(std::move(train), rank(), world_size());
+  train_batches_ = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
+  const int64_t per_epoch = data_->batches_per_epoch();
+  if (c.epochs > 0 && per_epoch == 0)
+    return invalid_argument("{}: key 'train.epochs': data '{}' has no epochs; use 'train.steps'",
+                            c.source, c.data.name);
   total_steps_ = c.steps > 0 ? c.steps : c.epochs * per_epoch / c.grad_accum_steps;
+  // A prompt the vocabulary cannot encode fails now, not after the run.
+  if (data_->text() && c.sample.tokens > 0) {
+    Expected<std::vector<int64_t>> prompt = data_->text()->encode(c.sample.prompt);
+    if (!prompt.ok()) return prompt.status().with_context("{}: key 'sample.prompt'", c.source);
+  }
 
   // Model, parameters, optimizer, schedule.
   TESSEL_ASSIGN_OR_RETURN(model_, make_model(*c.model, context));
@@ -242,22 +248,27 @@ Status Trainer::write_metrics(const std::string& json_line) {
   return ok_status();
 }
 
+double Evaluation::perplexity() const { return std::exp(loss); }
+
 Expected<Evaluation> Trainer::evaluate() {
   autograd::NoGrad no_grad;
   model_->eval();
-  const DataPosition first_batch;
-  TESSEL_TRY(eval_batches_->restore(first_batch));
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> batches, data_->eval_batches());
   Evaluation e;
+  e.classification = data_->task() == DataTask::kClassification;
   double loss_sum = 0.0;
-  for (int64_t b = 0; b < eval_batch_count_; ++b) {
-    TESSEL_ASSIGN_OR_RETURN(Batch batch, eval_batches_->next());
+  for (int64_t b = 0; b < data_->eval_batch_count(); ++b) {
+    TESSEL_ASSIGN_OR_RETURN(Batch batch, batches->next());
     TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
     TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
     TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
-    TESSEL_ASSIGN_OR_RETURN(Variable loss, autograd::cross_entropy(logits, Variable(y)));
+    TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
     TESSEL_ASSIGN_OR_RETURN(double mean_loss, scalar_of(loss.data()));
-    const int64_t n = batch.targets.size(0), classes = logits.shape()[1];
+    const int64_t n = batch.targets.numel();
     loss_sum += mean_loss * double(n);
+    e.total += n;
+    if (!e.classification) continue;
+    const int64_t classes = logits.shape().back();
     TESSEL_ASSIGN_OR_RETURN(std::vector<float> scores, logits.data().to_vector<float>());
     TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> labels, batch.targets.to_vector<int64_t>());
     for (int64_t i = 0; i < n; ++i) {
@@ -267,12 +278,31 @@ Expected<Evaluation> Trainer::evaluate() {
         if (row[k] > row[best]) best = k;
       e.correct += best == labels[i];
     }
-    e.total += n;
   }
   model_->train();
   e.loss = e.total > 0 ? loss_sum / double(e.total) : 0.0;
   e.accuracy = e.total > 0 ? double(e.correct) / double(e.total) : 0.0;
   return e;
+}
+
+Expected<std::string> Trainer::sample(const SampleConfig& options) {
+  const CharDataset* text = data_->text();
+  auto* gpt = dynamic_cast<nn::GPT*>(model_.get());
+  if (!text || !gpt)
+    return failed_precondition("{}: a sample needs a language model (gpt) on text data",
+                               config_.source);
+  Expected<std::vector<int64_t>> prompt = text->encode(options.prompt);
+  if (!prompt.ok()) return prompt.status().with_context("{}: key 'sample.prompt'", config_.source);
+  Pcg32 rng(config_.seed, kSampleStream);
+  model_->eval();
+  Expected<std::vector<int64_t>> tokens = gpt->generate(
+      std::move(*prompt),
+      {.max_new_tokens = options.tokens, .temperature = options.temperature,
+       .top_k = options.top_k},
+      rng);
+  model_->train();
+  if (!tokens.ok()) return tokens.status();
+  return text->decode(*tokens);
 }
 
 Expected<RunSummary> Trainer::run(int64_t stop_at) {
@@ -283,15 +313,22 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   std::unique_ptr<Progress> progress;
   if (options_.progress)
     progress = std::make_unique<Progress>(options_.progress, total_steps_, step_,
-                                          options_.interactive);
+                                          options_.interactive, data_->throughput_unit());
   auto say = [&](const std::string& line) {
     if (progress) progress->message(line);
   };
   auto run_eval = [&]() -> Expected<Evaluation> {
     TESSEL_ASSIGN_OR_RETURN(Evaluation e, evaluate());
-    say(fmt::format("step {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", step_,
-                    100.0 * e.accuracy, e.correct, e.total, e.loss));
-    nlohmann::json j = {{"step", step_}, {"eval_loss", e.loss}, {"eval_accuracy", e.accuracy}};
+    nlohmann::json j = {{"step", step_}, {"eval_loss", e.loss}};
+    if (e.classification) {
+      say(fmt::format("step {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", step_,
+                      100.0 * e.accuracy, e.correct, e.total, e.loss));
+      j["eval_accuracy"] = e.accuracy;
+    } else {
+      say(fmt::format("step {}: validation loss {:.4f}, perplexity {:.2f} ({} tokens)", step_,
+                      e.loss, e.perplexity(), e.total));
+      j["eval_perplexity"] = e.perplexity();
+    }
     TESSEL_TRY(write_metrics(j.dump()));
     return e;
   };
@@ -311,7 +348,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
       TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
       TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
-      TESSEL_ASSIGN_OR_RETURN(Variable loss, autograd::cross_entropy(logits, Variable(y)));
+      TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
       // The step's gradient is the mean over its micro-batches.
       TESSEL_ASSIGN_OR_RETURN(Tensor seed, Tensor::full(loss.shape(), 1.0 / double(c.grad_accum_steps),
                                                         loss.data().dtype(), device_));
@@ -342,15 +379,18 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
 
     if (step_ % c.log_interval == 0 || step_ == end) {
       const double seconds = seconds_since(window_start);
-      const double samples_per_s =
-          seconds > 0 ? double(window_steps * c.data.batch_size * world_size() * c.grad_accum_steps) / seconds
-                      : 0.0;
+      // Batches of the whole job (data_ reads global batches): every micro-step's, every rank's.
+      const double per_step =
+          seconds > 0 ? double(window_steps * c.grad_accum_steps) / seconds : 0.0;
       const double mean_loss = window_loss / double(window_steps);
-      if (progress) progress->update(step_, mean_loss, lr, samples_per_s);
+      if (progress)
+        progress->update(step_, mean_loss, lr, per_step * double(data_->throughput_per_batch()));
       nlohmann::json j = {{"step", step_},
                           {"loss", mean_loss},
                           {"lr", lr},
-                          {"samples_per_s", samples_per_s}};
+                          {"samples_per_s", per_step * double(c.data.batch_size * world_size())}};
+      if (data_->throughput_unit() == "tokens")
+        j["tokens_per_s"] = per_step * double(data_->throughput_per_batch());
       TESSEL_TRY(write_metrics(j.dump()));
       window_start = Clock::now();
       window_steps = 0;
@@ -372,6 +412,14 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     say(fmt::format("checkpoint: {} (step {})", c.checkpoint_path, step_));
   }
   if (progress) progress->finish();
+  if (data_->text() && c.sample.tokens > 0 && dynamic_cast<nn::GPT*>(model_.get())) {
+    TESSEL_ASSIGN_OR_RETURN(summary.sample, sample(c.sample));
+    if (options_.progress) {
+      fmt::print(options_.progress, "sample ({} tokens, temperature {}, top_k {}):\n{}\n",
+                 c.sample.tokens, c.sample.temperature, c.sample.top_k, summary.sample);
+      std::fflush(options_.progress);
+    }
+  }
   summary.last_step = step_;
   summary.seconds = seconds_since(start);
   return summary;

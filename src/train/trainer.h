@@ -7,12 +7,18 @@
 //   if (resume) TESSEL_TRY(trainer->resume("runs/cnn/checkpoint.safetensors"));
 //   TESSEL_ASSIGN_OR_RETURN(RunSummary summary, trainer->run());
 //
+// Data comes from a DataSource (data_source.h) chosen by [data] name; the loss is the
+// cross-entropy of logits [..., classes] against targets [...], so classifiers (targets [B]) and
+// language models (targets [B, T]) share the loop. A language model trained on text writes a
+// sample at the end ([sample]: Trainer::sample).
+//
 // Reproducibility: the seed fixes the initial weights (Pcg32(seed, 1)), the shuffles of every
-// epoch (ImageBatches) and dropout's generators. A checkpoint holds the weights and buffers, the
+// epoch (ImageBatches), the text windows (TextBatches), the samples and dropout's generators. A checkpoint holds the weights and buffers, the
 // optimizer state and its step count, the step, the training data's position and the dropout
 // generators' states, so a resumed run computes the same losses as one never interrupted.
-// Metrics: one JSON object per line, {"step", "loss", "lr", "samples_per_s"} every log_interval
-// steps and {"step", "eval_loss", "eval_accuracy"} after each evaluation; a resumed run appends.
+// Metrics: one JSON object per line, {"step", "loss", "lr", "samples_per_s"} (text adds
+// "tokens_per_s") every log_interval steps and {"step", "eval_loss", "eval_accuracy"} after each
+// evaluation (language models: {"step", "eval_loss", "eval_perplexity"}); a resumed run appends.
 #pragma once
 
 #include <cstdio>
@@ -25,14 +31,17 @@
 #include "nn/module.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "train/data_source.h"
 #include "train/train_config.h"
 
 namespace tessel::train {
 
 struct Evaluation {
-  double loss = 0.0;      // mean cross-entropy over the test split
-  double accuracy = 0.0;  // fraction of examples whose largest logit is the label
-  int64_t correct = 0, total = 0;
+  bool classification = true;  // false for language models: no accuracy, a perplexity
+  double loss = 0.0;      // mean cross-entropy over the evaluation targets (examples or tokens)
+  double accuracy = 0.0;  // classification: fraction of examples whose largest logit is the label
+  int64_t correct = 0, total = 0;  // total: targets evaluated
+  double perplexity() const;       // exp(loss)
 };
 
 struct RunSummary {
@@ -40,6 +49,7 @@ struct RunSummary {
   int64_t last_step = 0;        // the step it reached
   std::vector<double> losses;   // the training loss of every step run
   Evaluation final_eval;        // after the last step
+  std::string sample;           // the text written at the end (language models on text)
   double seconds = 0.0;         // wall time of the loop, evaluations included
 };
 
@@ -62,8 +72,12 @@ class Trainer {
   // short, as a preempted job would be); evaluates and checkpoints at the configured intervals
   // and at the end.
   Expected<RunSummary> run(int64_t stop_at = -1);
-  // Accuracy and loss on the test split, in eval mode without recording gradients.
+  // Loss (and accuracy for classifiers) on the evaluation batches, in eval mode without recording
+  // gradients.
   Expected<Evaluation> evaluate();
+  // Text the model writes after `options.prompt` (a GPT on text data; decoded with the data's
+  // vocabulary), drawn with Pcg32(seed, 6): the same text for the same weights and seed.
+  Expected<std::string> sample(const SampleConfig& options);
   Status save_checkpoint(const std::string& path);
 
   int64_t step() const { return step_; }
@@ -94,9 +108,8 @@ class Trainer {
   std::unique_ptr<nn::Module> model_;
   std::unique_ptr<nn::FlatParameters> params_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<DataSource> data_;
   std::unique_ptr<BatchSource> train_batches_;
-  std::unique_ptr<ImageBatches> eval_batches_;
-  int64_t eval_batch_count_ = 0;
   int64_t total_steps_ = 0;
   int64_t step_ = 0;
   bool resumed_ = false;
