@@ -281,6 +281,42 @@ TEST(Autograd, GradientsAccumulateUntilZeroed) {
   EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{1, 1, 1}));
 }
 
+TEST(Autograd, LinearGradientsAccumulateInPlaceIntoLeafGradients) {
+  // Backward adds dW and db into the gradients the leaves have (a gemm with beta = 1 and column
+  // sums into the leaf where kernels can write in place, else add and copy): after two backwards,
+  // twice the plain-C++ gradient, still in the views at offsets into one buffer that
+  // nn::FlatParameters would have installed, with the bytes around them untouched.
+  const int64_t m = 5, k = 7, n = 3;
+  RefTensor x = random_ref({m, k}, 1), w = random_ref({n, k}, 2), b = random_ref({n}, 3);
+  std::vector<double> dw(n * k, 0.0), db(n, 0.0);  // of sum(x @ w^T + b): dW[j, p] = sum_i x[i, p]
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      db[j] += 1;
+      for (int64_t p = 0; p < k; ++p)
+        dw[j * k + p] += x.values[i * k + p];
+    }
+  for (Device* device : test_devices()) {
+    SCOPED_TRACE(device->id());
+    Variable xv(device_tensor(x, device)), wv(device_tensor(w, device), true),
+        bv(device_tensor(b, device), true);
+    Tensor flat = Tensor::zeros({64}, DType::kF32, device).value();
+    wv.state()->grad = flat.slice(0, 16, 16 + n * k).value().reshape({n, k}).value();
+    bv.state()->grad = flat.slice(0, 48, 48 + n).value();
+    for (int round = 0; round < 2; ++round)
+      ASSERT_TRUE(sum(linear(xv, wv, bv).value()).value().backward().ok());
+    EXPECT_EQ(wv.grad().storage(), flat.storage());
+    EXPECT_EQ(bv.grad().storage(), flat.storage());
+    EXPECT_EQ(flat.to_vector<float>().value()[0], 0.0f);
+    std::vector<double> dw2(dw), db2(db);
+    for (double& v : dw2)
+      v *= 2;
+    for (double& v : db2)
+      v *= 2;
+    expect_close(wv.grad(), dw2, "dW after two backwards");
+    expect_close(bv.grad(), db2, "db after two backwards");
+  }
+}
+
 TEST(Autograd, VariableUsedTwiceGetsBothContributions) {
   // y = x * x + x: dy/dx = 2x + 1. Also the seed is a caller's tensor that must not alias x.grad.
   Variable x(Tensor::from_vector<float>({0.5f, -1.5f}, {2}).value(), true);

@@ -3,11 +3,21 @@
 
 #include <cmath>
 
+#include "autograd/autocast.h"
 #include "ops/ops.h"
 
 namespace tessel::autograd {
 
 using ops::Attrs;
+
+namespace {
+// The gemm ops carry the autocast scope's dtype as their "compute" attr (autocast.h).
+Attrs autocast_attrs(Attrs attrs = {}) {
+  if (autocast_dtype() != DType::kF32)
+    attrs.set("compute", static_cast<int64_t>(autocast_dtype()));
+  return attrs;
+}
+}  // namespace
 
 Expected<Variable> add(const Variable& a, const Variable& b) {
   return apply("add", {a, b});
@@ -46,10 +56,10 @@ Expected<Variable> scale(const Variable& x, double factor) {
   return apply("scale", {x}, Attrs().set("factor", factor));
 }
 Expected<Variable> matmul(const Variable& a, const Variable& b) {
-  return apply("matmul", {a, b});
+  return apply("matmul", {a, b}, autocast_attrs());
 }
 Expected<Variable> linear(const Variable& x, const Variable& weight, const Variable& bias) {
-  return apply("linear", {x, weight, bias});
+  return apply("linear", {x, weight, bias}, autocast_attrs());
 }
 Expected<Variable> sum(const Variable& x, std::vector<int64_t> axes, bool keepdim) {
   return apply("sum", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
@@ -94,11 +104,11 @@ Expected<Variable> conv2d(const Variable& x, const Variable& weight, const Varia
                           std::vector<int64_t> stride, std::vector<int64_t> padding,
                           std::vector<int64_t> dilation, int64_t groups) {
   return apply("conv2d", {x, weight, bias},
-               Attrs()
-                   .set("stride", std::move(stride))
-                   .set("padding", std::move(padding))
-                   .set("dilation", std::move(dilation))
-                   .set("groups", groups));
+               autocast_attrs(Attrs()
+                                  .set("stride", std::move(stride))
+                                  .set("padding", std::move(padding))
+                                  .set("dilation", std::move(dilation))
+                                  .set("groups", groups)));
 }
 namespace {
 Attrs pool_attrs(std::vector<int64_t> window, std::vector<int64_t> stride,
@@ -131,49 +141,14 @@ Expected<Variable> slice(const Variable& x, int64_t dim, int64_t start, int64_t 
 
 Expected<Variable> batch_norm(const Variable& x, const Variable& weight, const Variable& bias,
                               BatchNormState& state, bool training, double momentum, double eps) {
-  const int64_t rank = x.data().rank();
-  if ((rank != 2 && rank != 4) || weight.shape() != Shape{x.shape()[1]} ||
-      bias.shape() != weight.shape())
-    return invalid_argument(
-        "batch_norm: needs x [N, C] or [N, C, H, W] with weight and bias [C], got {}, {}, {}",
-        shape_string(x.shape()), shape_string(weight.shape()), shape_string(bias.shape()));
-  const int64_t c = x.shape()[1];
-  Shape per_channel(rank, 1);
-  per_channel[1] = c;
-  std::vector<int64_t> axes = rank == 4 ? std::vector<int64_t>{0, 2, 3} : std::vector<int64_t>{0};
-  Device* device = x.data().device();
-  TESSEL_ASSIGN_OR_RETURN(Tensor eps_t, Tensor::full({1}, eps, DType::kF32, device));
-  Variable centered, var;
-  if (training) {
-    TESSEL_ASSIGN_OR_RETURN(Variable mu, mean(x, axes, true));
-    TESSEL_ASSIGN_OR_RETURN(centered, sub(x, mu));
-    TESSEL_ASSIGN_OR_RETURN(Variable sq, mul(centered, centered));
-    TESSEL_ASSIGN_OR_RETURN(var, mean(sq, axes, true));
-    // Running statistics, outside the graph.
-    NoGrad no_grad;
-    const int64_t n = x.data().numel() / c;
-    const double unbias = n > 1 ? static_cast<double>(n) / static_cast<double>(n - 1) : 1.0;
-    TESSEL_ASSIGN_OR_RETURN(Tensor batch_mean, ops::reshape(mu.data(), {c}));
-    TESSEL_ASSIGN_OR_RETURN(Tensor batch_var, ops::reshape(var.data(), {c}));
-    TESSEL_ASSIGN_OR_RETURN(Tensor old_mean, ops::scale(state.running_mean, 1.0 - momentum));
-    TESSEL_ASSIGN_OR_RETURN(Tensor new_mean, ops::scale(batch_mean, momentum));
-    TESSEL_ASSIGN_OR_RETURN(state.running_mean, ops::add(old_mean, new_mean));
-    TESSEL_ASSIGN_OR_RETURN(Tensor old_var, ops::scale(state.running_var, 1.0 - momentum));
-    TESSEL_ASSIGN_OR_RETURN(Tensor new_var, ops::scale(batch_var, momentum * unbias));
-    TESSEL_ASSIGN_OR_RETURN(state.running_var, ops::add(old_var, new_var));
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(Tensor rm, ops::reshape(state.running_mean, per_channel));
-    TESSEL_ASSIGN_OR_RETURN(Tensor rv, ops::reshape(state.running_var, per_channel));
-    TESSEL_ASSIGN_OR_RETURN(centered, sub(x, Variable(rm)));
-    var = Variable(rv);
-  }
-  TESSEL_ASSIGN_OR_RETURN(Variable shifted, add(var, Variable(eps_t)));
-  TESSEL_ASSIGN_OR_RETURN(Variable inv_std, rsqrt(shifted));
-  TESSEL_ASSIGN_OR_RETURN(Variable normal, mul(centered, inv_std));
-  TESSEL_ASSIGN_OR_RETURN(Variable w, reshape(weight, per_channel));
-  TESSEL_ASSIGN_OR_RETURN(Variable b, reshape(bias, per_channel));
-  TESSEL_ASSIGN_OR_RETURN(Variable scaled, mul(normal, w));
-  return add(scaled, b);
+  // The op updates the running statistics in place (training) and takes them as inputs that get
+  // no gradient.
+  return apply("batch_norm",
+               {x, weight, bias, Variable(state.running_mean), Variable(state.running_var)},
+               Attrs()
+                   .set("training", training ? 1 : 0)
+                   .set("momentum", momentum)
+                   .set("eps", eps));
 }
 
 Expected<Variable> causal_self_attention(const Variable& q, const Variable& k, const Variable& v) {

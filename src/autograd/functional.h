@@ -4,8 +4,8 @@
 //   TESSEL_ASSIGN_OR_RETURN(Variable h, linear(x, w1, b1));
 //   TESSEL_ASSIGN_OR_RETURN(h, relu(h));
 //
-// The composites at the end (batch_norm, causal_self_attention) are made of recorded ops, so
-// their gradients come from those ops' rules.
+// causal_self_attention at the end is a composite of recorded ops, so its gradient comes from
+// those ops' rules.
 #pragma once
 
 #include "autograd/variable.h"
@@ -55,18 +55,19 @@ Expected<Variable> permute(const Variable& x, const std::vector<int64_t>& order)
 Expected<Variable> slice(const Variable& x, int64_t dim, int64_t start, int64_t end,
                          int64_t step = 1);
 
-// ---- Composites ----
-
-// Batch norm over N, H, W of x [N, C, H, W] (or N of [N, C]) with weight and bias [C]. Training:
-// normalises with the batch's statistics and moves the running ones towards them by `momentum`
-// (the running variance is the unbiased one, as in PyTorch); evaluation: uses the running ones.
+// Batch norm over N, H, W of x [N, C, H, W] (or N of [N, C]) with weight and bias [C] (the
+// batch_norm op). Training: normalises with the batch's statistics and moves the running ones
+// towards them by `momentum`, in place (the running variance is the unbiased one, as in
+// PyTorch); evaluation: uses the running ones.
 struct BatchNormState {
-  Tensor running_mean;  // [C]
+  Tensor running_mean;  // [C], f32, on x's device
   Tensor running_var;   // [C]
 };
 Expected<Variable> batch_norm(const Variable& x, const Variable& weight, const Variable& bias,
                               BatchNormState& state, bool training, double momentum = 0.1,
                               double eps = 1e-5);
+
+// ---- Composites ----
 
 // softmax(q k^T / sqrt(D), causally masked) v for q, k, v [..., T, D].
 Expected<Variable> causal_self_attention(const Variable& q, const Variable& k, const Variable& v);

@@ -119,8 +119,21 @@ Status accumulate_into_leaf(VariableState& leaf, Tensor g) {
     TESSEL_ASSIGN_OR_RETURN(leaf.grad, owned(std::move(g)));
     return ok_status();
   }
+  if (leaf.grad.is_contiguous() && leaf.grad.device() == g.device() &&
+      ops::kernel_writable_in_place(leaf.grad))
+    return ops::add_into(leaf.grad, g);
   TESSEL_ASSIGN_OR_RETURN(Tensor sum, ops::add(leaf.grad, g));
   return leaf.grad.copy_from(sum);
+}
+
+// The gradient an edge's leaf already has, when a backward rule may add into it in place.
+Tensor accumulation_target(const Edge& e, const ops::TensorMeta& meta) {
+  if (!e.leaf) return Tensor();
+  const Tensor& g = e.leaf->grad;
+  if (!g.defined() || !g.is_contiguous() || g.shape() != meta.shape || g.dtype() != meta.dtype ||
+      !ops::kernel_writable_in_place(g))
+    return Tensor();
+  return g;
 }
 
 }  // namespace
@@ -176,9 +189,14 @@ Status Variable::backward(const Tensor& grad_output) const {
       return failed_precondition(
           "backward through '{}' a second time: its saved tensors were freed by the first",
           n->op->name);
-    ops::BackwardArgs args{n->saved_inputs, n->saved_output, n->input_meta, n->attrs, grads[n], {}};
-    for (const Edge& e : n->edges)
+    ops::BackwardArgs args{
+        n->saved_inputs, n->saved_output, n->input_meta, n->attrs, grads[n], {}, {}};
+    args.grad_into.resize(n->edges.size());
+    for (size_t i = 0; i < n->edges.size(); ++i) {
+      const Edge& e = n->edges[i];
       args.needs_grad.push_back(e.node || e.leaf);
+      args.grad_into[i] = accumulation_target(e, n->input_meta[i]);
+    }
     grads.erase(n);
     Expected<std::vector<Tensor>> input_grads = n->op->backward(args);
     if (!input_grads.ok())
@@ -190,6 +208,15 @@ Status Variable::backward(const Tensor& grad_output) const {
       const Edge& e = n->edges[i];
       if (!e.node && !e.leaf) continue;
       Tensor& g = (*input_grads)[i];
+      // A leaf with a hook hears of its last contribution, however it arrived.
+      auto delivered = [&](VariableState& leaf) -> Status {
+        if (!leaf.on_grad_ready || --pending_leaves[&leaf] > 0) return ok_status();
+        return leaf.on_grad_ready(leaf);
+      };
+      if (!g.defined() && e.leaf && args.grad_into[i].defined()) {  // added in place
+        TESSEL_TRY(delivered(*e.leaf));
+        continue;
+      }
       if (!g.defined())
         return internal_error("backward of '{}' gave no gradient for input {}", n->op->name, i);
       if (g.shape() != n->input_meta[i].shape)
@@ -198,8 +225,7 @@ Status Variable::backward(const Tensor& grad_output) const {
                               shape_string(n->input_meta[i].shape));
       if (e.leaf) {
         TESSEL_TRY(accumulate_into_leaf(*e.leaf, std::move(g)));
-        if (e.leaf->on_grad_ready && --pending_leaves[e.leaf.get()] == 0)
-          TESSEL_TRY(e.leaf->on_grad_ready(*e.leaf));
+        TESSEL_TRY(delivered(*e.leaf));
       } else {
         TESSEL_ASSIGN_OR_RETURN(grads[e.node.get()], accumulate(grads[e.node.get()], std::move(g)));
         if (--pending[e.node.get()] == 0) ready.push_back(e.node.get());

@@ -41,6 +41,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/autocast.h"
 #include "autograd/functional.h"
 #include "cli/commands.h"
 #include "dist/launcher.h"
@@ -61,6 +62,7 @@ struct Options {
   std::vector<int> ranks = {2, 4};
   std::vector<std::string> modes = {"ddp", "zero1", "zero2", "zero3"};
   std::vector<std::string> overlap = {"on", "off"};
+  std::vector<std::string> precisions = {"fp32"};
   std::string backend = "shm";
   int steps = 4;
   int warmup = 2;
@@ -176,7 +178,14 @@ Status run_worker(const Options& o) {
                     .overlap = true}));
   // Overlap settings take turns step by step in one job (a paired measurement): a shared
   // machine's load drifts over minutes and would otherwise favour whichever job ran in a calm.
-  const std::vector<bool> settings = o.overlap_settings;
+  struct Setting {
+    bool overlap;
+    std::string precision;
+  };
+  std::vector<Setting> settings;
+  for (const std::string& precision : o.precisions)
+    for (bool overlap : o.overlap_settings)
+      settings.push_back({overlap, precision});
   struct Samples {
     std::vector<double> step_ms, exposed_ms, max_wait_ms;
   };
@@ -184,10 +193,14 @@ Status run_worker(const Options& o) {
   const int rounds = o.warmup + o.steps;
   for (int s = 0; s < rounds * int(settings.size()); ++s) {
     const size_t which = size_t(s) % settings.size();
-    dp->set_overlap(settings[which]);
+    dp->set_overlap(settings[which].overlap);
     TESSEL_TRY(group->barrier());  // every rank starts the step together
     const Clock::time_point start = Clock::now();
     {
+      // Mixed precision as the trainer does it: 16-bit gemms, f32 everywhere else.
+      autograd::Autocast autocast(settings[which].precision == "bf16"   ? DType::kBF16
+                                  : settings[which].precision == "fp16" ? DType::kF16
+                                                                        : DType::kF32);
       TESSEL_ASSIGN_OR_RETURN(Variable logits, w.model->forward(Variable(w.inputs)));
       TESSEL_ASSIGN_OR_RETURN(Variable loss, w.loss(logits, Variable(w.targets)));
       TESSEL_TRY(loss.backward());
@@ -227,8 +240,8 @@ Status run_worker(const Options& o) {
                           {"ranks", group->size()},
                           {"backend", group->backend()},
                           {"mode", o.mode},
-                          {"overlap", bool(settings[i])},
-                          {"precision", "fp32"},
+                          {"overlap", settings[i].overlap},
+                          {"precision", settings[i].precision},
                           {"buckets", dp->num_buckets()},
                           {"bucket_cap_mb", o.bucket_cap_mb},
                           {"step_ms", step},
@@ -258,14 +271,17 @@ std::string self_path() {
 // One job: a workload, rank count and mode, with every overlap setting asked for; its rows.
 Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::string& workload,
                                               int nranks, const std::string& mode) {
-  std::string overlap;
-  for (const std::string& setting : o.overlap)
-    overlap += (overlap.empty() ? "" : ",") + setting;
+  auto join = [](const std::vector<std::string>& items) {
+    std::string out;
+    for (const std::string& item : items)
+      out += (out.empty() ? "" : ",") + item;
+    return out;
+  };
   dist::LaunchOptions launch;
   launch.nranks = nranks;
   TESSEL_ASSIGN_OR_RETURN(launch.backend, dist::parse_backend(o.backend));
   launch.command = {self_path(), "bench",   "ddp",       "--worker",  "--workload",
-                    workload,    "--mode",  mode,        "--overlap", overlap,
+                    workload,    "--mode",  mode,        "--overlap", join(o.overlap), "--precision", join(o.precisions),
                     "--steps",   std::to_string(o.steps), "--warmup", std::to_string(o.warmup),
                     "--bucket-cap-mb", fmt::format("{}", o.bucket_cap_mb),
                     "--first-bucket-mb", fmt::format("{}", o.first_bucket_mb)};
@@ -286,7 +302,7 @@ Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::strin
     size_t brace = line.find('{');
     if (brace != std::string::npos) rows.push_back(nlohmann::json::parse(line.substr(brace)));
   }
-  if (rows.size() == o.overlap.size()) return rows;
+  if (rows.size() == o.overlap.size() * o.precisions.size()) return rows;
   return internal_error("{} {} ranks {}: rank 0 printed no result\n{}", workload, nranks, mode,
                         output);
 }
@@ -305,12 +321,12 @@ int run(const Options& o) {
   }
   std::vector<nlohmann::json> rows;
   if (!o.json)
-    fmt::print("tessel bench ddp: backend {}, {} timed steps after {} warm-up, f32, AdamW, buckets "
-               "{} MiB (first {} MiB); {} cores, load average {:.1f}\n\n{:<9} {:>5} {:<6} {:<7} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
+    fmt::print("tessel bench ddp: backend {}, {} timed steps after {} warm-up, AdamW, buckets "
+               "{} MiB (first {} MiB); {} cores, load average {:.1f}\n\n{:<9} {:>5} {:<6} {:<7} {:<5} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
                "{:>8} {:>8} {:>8}\n",
                o.backend, o.steps, o.warmup, o.bucket_cap_mb, o.first_bucket_mb,
                std::thread::hardware_concurrency(), load_average(), "workload",
-               "ranks", "mode", "overlap", "step_ms", "compute_ms", "comm_ms", "exposed_ms",
+               "ranks", "mode", "overlap", "prec", "step_ms", "compute_ms", "comm_ms", "exposed_ms",
                "exposed%", "rss_MB", "alloc_MB", "param_MB", "grad_MB", "optim_MB");
   for (const std::string& workload : o.workloads) {
     for (int n : o.ranks)
@@ -327,9 +343,10 @@ int run(const Options& o) {
             continue;
           }
           const double exposed = r["exposed_comm_ms"], step = r["step_ms"];
-          fmt::print("{:<9} {:>5} {:<6} {:<7} {:>9.1f} {:>10.1f} {:>8.1f} {:>11.1f} {:>7.1f}% "
+          fmt::print("{:<9} {:>5} {:<6} {:<7} {:<5} {:>9.1f} {:>10.1f} {:>8.1f} {:>11.1f} {:>7.1f}% "
                      "{:>9.0f} {:>8.0f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
-                     workload, n, mode, bool(r["overlap"]) ? "on" : "off", step,
+                     workload, n, mode, bool(r["overlap"]) ? "on" : "off",
+                     std::string(r["precision"]), step,
                      double(r["compute_ms"]), double(r["comm_ms"]), exposed,
                      100.0 * exposed / step, double(r["peak_rss_mb"]),
                      double(r["peak_alloc_mb"]), double(r["params_mb"]), double(r["grads_mb"]),
@@ -339,10 +356,12 @@ int run(const Options& o) {
       }
   }
   if (o.json) return 0;
-  // The bars, from the rows above.
-  auto find = [&](const std::string& w, int n, const std::string& mode, bool ov) -> const nlohmann::json* {
+  // The bars, from the rows above (fp32 rows; the bf16 ratio where both were run).
+  auto find = [&](const std::string& w, int n, const std::string& mode, bool ov,
+                  const std::string& precision = "fp32") -> const nlohmann::json* {
     for (const auto& r : rows)
-      if (r["workload"] == w && r["ranks"] == n && r["mode"] == mode && r["overlap"] == ov)
+      if (r["workload"] == w && r["ranks"] == n && r["mode"] == mode && r["overlap"] == ov &&
+          r["precision"] == precision)
         return &r;
     return nullptr;
   };
@@ -354,9 +373,22 @@ int run(const Options& o) {
         if (on && off && double((*off)["exposed_comm_ms"]) > 0)
           fmt::print("{} {} ranks {}: exposed communication with overlap / without = {:.2f} "
                      "(bar: <= 0.33)\n",
-                     w, n, mode, double((*on)["exposed_comm_ms"]) / double((*off)["exposed_comm_ms"]));
+                     w, n, mode,
+                     double((*on)["exposed_comm_ms"]) / double((*off)["exposed_comm_ms"]));
+        for (bool ov : {true, false}) {
+          const auto *fp32 = find(w, n, mode, ov), *bf16 = find(w, n, mode, ov, "bf16");
+          if (fp32 && bf16)
+            fmt::print("{} {} ranks {} overlap {}: bf16 / fp32 step time = {:.2f} (bar: <= 0.7)\n",
+                       w, n, mode, ov ? "on" : "off",
+                       double((*bf16)["step_ms"]) / double((*fp32)["step_ms"]));
+        }
       }
-      const auto *ddp = find(w, n, "ddp", true), *z2 = find(w, n, "zero2", true);
+      // One job measures every overlap setting, so either row has the job's peaks.
+      auto any_overlap = [&](const std::string& mode) {
+        const nlohmann::json* r = find(w, n, mode, true);
+        return r ? r : find(w, n, mode, false);
+      };
+      const auto *ddp = any_overlap("ddp"), *z2 = any_overlap("zero2");
       if (ddp && z2)
         fmt::print("{} {} ranks: ZeRO-2 / DDP peak memory per rank: RSS {:.2f}, tensors {:.2f} "
                    "(bar: < 1)\n",
@@ -383,6 +415,10 @@ void add_bench_ddp_command(CLI::App& bench) {
   cmd->add_option("--overlap", options->overlap, "on, off (default: both)")
       ->delimiter(',')
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--precision", options->precisions,
+                  "fp32 (default), bf16, fp16: 16-bit gemms as the trainer's precision option")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--backend", options->backend, "shm (default) or mpi")
       ->check(CLI::IsMember({"shm", "mpi"}));
   cmd->add_option("--steps", options->steps, "timed steps per job (default 4)")

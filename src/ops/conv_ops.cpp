@@ -5,8 +5,13 @@
 // gradient is a gemm folded back onto the input by col2im. Pooling is pool2d; its gradient
 // writes each window directly where windows tile the input (the usual 2x2 / stride 2), and
 // otherwise gathers, per input element, from the windows that contain it.
+// Precision (ops/gemm_precision.h): x and weight are f32, f16 or bf16; in a 16-bit compute dtype
+// x, weight and the output gradient are cast to it around the gemms (the columns are then 16-bit
+// too, half the bytes), which accumulate in f32; results and gradients before their final cast
+// are f32.
 #include <algorithm>
 
+#include "ops/gemm_precision.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -79,15 +84,16 @@ int64_t groups_of(const Attrs& a) {
 
 Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& a) {
   const Shape &x = in[0].shape, &w = in[1].shape, &b = in[2].shape;
-  bool f32 = in[0].dtype == DType::kF32 && in[1].dtype == DType::kF32 && in[2].dtype == DType::kF32;
+  const bool floats = is_float_operand(in[2].dtype);
   const int64_t g = groups_of(a);
   if (g < 1) return invalid_argument("conv2d: groups must be >= 1, got {}", g);
-  if (x.size() != 4 || w.size() != 4 || b != Shape{w[0]} || !f32 || x[1] != w[1] * g ||
+  if (x.size() != 4 || w.size() != 4 || b != Shape{w[0]} || !floats || x[1] != w[1] * g ||
       w[0] % g != 0)
     return invalid_argument(
-        "conv2d: needs f32 x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] with C and O "
+        "conv2d: needs x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] with C and O "
         "multiples of groups = {}, got {}",
         g, shapes_string(in));
+  TESSEL_TRY(gemm_compute_dtype("conv2d", {in[0], in[1]}, a).status());
   TESSEL_ASSIGN_OR_RETURN(Window win, window_of("conv2d", a, w[2], w[3]));
   int64_t oh = win.out_h(x[2]), ow = win.out_w(x[3]);
   if (oh < 1 || ow < 1)
@@ -128,9 +134,18 @@ KernelParams conv_gemm_params(const Tensor& t) {
   return {{"BM", "32"}, {"BN", "32"}, {"BK", "8"}};
 }
 
+// The dtype conv2d's gemms multiply in (gemm_precision.h).
+Expected<DType> conv_compute(const Tensor& x, const Tensor& weight, const Attrs& a) {
+  return gemm_compute_dtype("conv2d", {{x.shape(), x.dtype()}, {weight.shape(), weight.dtype()}},
+                            a);
+}
+
 Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
                               const TensorMeta& out) {
-  const Tensor &x = in[0], &weight = in[1];
+  TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(in[0], in[1], a));
+  TESSEL_ASSIGN_OR_RETURN(Tensor x, cast(in[0], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor weight, cast(in[1], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor bias_f32, cast(in[2], DType::kF32));
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
   const ConvShape s = conv_shape(x, weight, groups_of(a), w);
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
@@ -139,7 +154,7 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
   const int64_t og = s.o / s.groups;
   View a_view{wc, {s.groups, og, s.k}, {og * s.k, s.k, 1}};
   View b_view{cols, {s.n, s.groups, s.k, s.l()}, {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
-  View bias{in[2], {s.groups, og}, {og * in[2].strides()[0], in[2].strides()[0]}};
+  View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
   KernelParams params = conv_gemm_params(y);
   params["BIAS"] = "1";
   TESSEL_TRY(launch_kernel("conv_gemm", params, {a_view, b_view, grouped(y, s), bias}));
@@ -153,21 +168,28 @@ int64_t weight_grad_splits(const ConvShape& s, const Tensor& like) {
   const int64_t bm = cpu ? 192 : 32, bn = cpu ? 256 : 32;
   const int64_t blocks = ceil_div(s.o / s.groups, bm) * ceil_div(s.k, bn) * s.groups;
   const int64_t want = cpu ? 4 * ThreadPool::global().num_threads() : 64;
-  return std::clamp<int64_t>(ceil_div(want, blocks), 1, s.n);
+  // A divisor of the batch: the kernel's copies bound only the tile dimensions, so a last split
+  // running past the batch would read images that do not exist.
+  int64_t splits = std::clamp<int64_t>(ceil_div(want, blocks), 1, s.n);
+  while (s.n % splits != 0) --splits;
+  return splits;
 }
 
 Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
-  const Tensor &x = b.inputs[0], &weight = b.inputs[1];
+  TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(b.inputs[0], b.inputs[1], b.attrs));
+  TESSEL_ASSIGN_OR_RETURN(Tensor x, cast(b.inputs[0], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor weight, cast(b.inputs[1], compute));
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", b.attrs, weight.size(2), weight.size(3)));
   const ConvShape s = conv_shape(x, weight, groups_of(b.attrs), w);
   const int64_t og = s.o / s.groups;
-  TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(b.grad_output));
+  TESSEL_ASSIGN_OR_RETURN(Tensor g_compute, cast(b.grad_output, compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(g_compute));
   const View g_view = grouped(g, s);
   std::vector<Tensor> grads(3);
   if (b.needs_grad[1] || b.needs_grad[2]) {
     // dW[g] = sum_n G[n, g] cols[n, g]^T and db = the row sums of G, over S splits of the batch.
     TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
-    const int64_t splits = weight_grad_splits(s, x), per = ceil_div(s.n, splits);
+    const int64_t splits = weight_grad_splits(s, x), per = s.n / splits;
     View cols_t{cols, {s.n, s.groups, s.l(), s.k}, {s.groups * s.k * s.l(), s.k * s.l(), 1, s.l()}};
     TESSEL_ASSIGN_OR_RETURN(Tensor dw_parts,
                             empty_like_device({splits, s.groups, og, s.k}, DType::kF32, x));
@@ -180,32 +202,38 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
       TESSEL_ASSIGN_OR_RETURN(dw, sum(dw_parts, {0}));
       TESSEL_ASSIGN_OR_RETURN(db, sum(db_parts, {0}));
     }
-    TESSEL_ASSIGN_OR_RETURN(grads[1], reshape(dw, weight.shape()));
-    TESSEL_ASSIGN_OR_RETURN(grads[2], reshape(db, {s.o}));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
+    TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
+    TESSEL_ASSIGN_OR_RETURN(Tensor db1, reshape(db, {s.o}));
+    TESSEL_ASSIGN_OR_RETURN(grads[2], cast(db1, b.input_meta[2].dtype));
   }
   if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input
     TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
     View wt{wc, {s.groups, s.k, og}, {og * s.k, 1, s.k}};
     TESSEL_ASSIGN_OR_RETURN(Tensor dcols,
-                            empty_like_device({s.n, s.groups, s.k, s.l()}, x.dtype(), x));
+                            empty_like_device({s.n, s.groups, s.k, s.l()}, DType::kF32, x));
     View dcols_view{dcols, {s.n, s.groups, s.k, s.l()},
                     {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
-    View no_bias{wc, {s.groups, s.k}, {0, 0}};  // unread with BIAS = 0
+    View no_bias{dcols, {s.groups, s.k}, {0, 0}};  // unread with BIAS = 0
     TESSEL_TRY(
         launch_kernel("conv_gemm", conv_gemm_params(x), {wt, g_view, dcols_view, no_bias}));
-    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), x.dtype(), x));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), DType::kF32, x));
     const int64_t rows = s.groups * s.k;
     View dcols4{dcols, {s.n, rows, s.oh, s.ow}, {rows * s.l(), s.l(), s.ow, 1}};
     std::vector<KernelArg> args{dcols4, dx};
     for (KernelArg& a : window_args(w, true))
       args.push_back(a);
     TESSEL_TRY(launch_kernel("col2im", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
-    grads[0] = dx;
+    TESSEL_ASSIGN_OR_RETURN(grads[0], cast(dx, b.input_meta[0].dtype));
   }
   return grads;
 }
 
-RefTensor conv_reference(const std::vector<RefTensor>& in, const Attrs& a) {
+RefTensor conv_reference(std::vector<RefTensor> in, const Attrs& a) {
+  if (a.has("compute"))  // x and weight as the compute dtype rounds them
+    for (int i = 0; i < 2; ++i)
+      for (double& v : in[i].values)
+        v = round_to(v, static_cast<DType>(a.get_int("compute", 0)));
   const Shape &xs = in[0].shape, &ws = in[1].shape;
   Window w = window_of("conv2d", a, ws[2], ws[3]).value();
   const int64_t n = xs[0], c = xs[1], h = xs[2], wd = xs[3], o = ws[0], oh = w.out_h(h),
@@ -234,7 +262,7 @@ OpDef conv2d_op() {
   OpDef op;
   op.name = "conv2d";
   op.arity = 3;
-  op.attrs = {"stride", "padding", "dilation", "groups"};
+  op.attrs = {"stride", "padding", "dilation", "groups", "compute"};
   op.infer = infer_conv;
   op.forward = conv_forward;
   op.reference = conv_reference;

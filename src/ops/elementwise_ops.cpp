@@ -268,6 +268,10 @@ void add_elementwise_ops(std::vector<OpDef>& ops) {
   ops.push_back(scale_op());
 }
 
+Expected<Tensor> cast(const Tensor& x, DType dtype) {
+  if (x.dtype() == dtype) return x;
+  return run("cast", {x}, Attrs().set("dtype", static_cast<int64_t>(dtype)));
+}
 Expected<Tensor> add(const Tensor& a, const Tensor& b) {
   return run("add", {a, b});
 }
@@ -294,6 +298,19 @@ Expected<Tensor> sigmoid(const Tensor& x) {
 }
 Expected<Tensor> scale(const Tensor& x, double factor) {
   return run("scale", {x}, Attrs().set("factor", factor));
+}
+
+Status add_into(const Tensor& dst, const Tensor& src) {
+  if (!dst.defined() || !src.defined() || dst.shape() != src.shape() ||
+      dst.dtype() != src.dtype() || !is_floating_point(dst.dtype()) || !dst.is_contiguous() ||
+      dst.device() != src.device() || !kernel_writable_in_place(dst))
+    return invalid_argument(
+        "add_into: needs a contiguous destination and a source of its shape, "
+        "dtype and device, got {} and {}",
+        tensor_summary(dst), tensor_summary(src));
+  if (dst.numel() == 0) return ok_status();
+  // Element i reads dst[i] and src[i] and writes dst[i] only, so the output may alias an input.
+  return launch_elementwise("binary", {{"OP", std::to_string(kAdd)}}, {dst, src, dst}, {});
 }
 
 }  // namespace tessel::ops

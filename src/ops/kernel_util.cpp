@@ -77,4 +77,13 @@ Expected<View> rows_view(const Tensor& t) {
   return View{c, {rows, n}, {n, 1}};
 }
 
+bool kernel_writable_in_place(const Tensor& t) {
+  return t.defined() && (t.storage()->host_address() != nullptr || t.offset_bytes() == 0);
+}
+
+std::string tensor_summary(const Tensor& t) {
+  if (!t.defined()) return "undefined";
+  return shape_string(t.shape()) + " " + dtype_name(t.dtype()) + " on " + t.device()->id();
+}
+
 }  // namespace tessel::ops

@@ -1,5 +1,8 @@
 // matmul (batched, broadcasting batch dimensions) and linear (x @ weight^T + bias), on the gemm and
 // batched_gemm kernels. Transposed operands are strided views; nothing is transposed in memory.
+// Operands are f32, f16 or bf16 and multiply in the dtype gemm_precision.h chooses (the
+// "compute" attr); results are f32, gradients have their input's dtype.
+#include "ops/gemm_precision.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -42,13 +45,13 @@ Expected<View> batched_view(const Tensor& t, const Shape& batch) {
               {batch_stride, e.strides()[e.rank() - 2], e.strides()[e.rank() - 1]}};
 }
 
-Expected<TensorMeta> infer_matmul(const std::vector<TensorMeta>& in) {
+Expected<TensorMeta> infer_matmul(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
-  if (a.size() < 2 || b.size() < 2 || a.back() != b[b.size() - 2] || in[0].dtype != in[1].dtype ||
-      in[0].dtype != DType::kF32)
-    return invalid_argument("matmul: needs f32 [..., M, K] and [..., K, N], got {}",
+  if (a.size() < 2 || b.size() < 2 || a.back() != b[b.size() - 2])
+    return invalid_argument("matmul: needs [..., M, K] and [..., K, N], got {}",
                             shapes_string(in));
+  TESSEL_TRY(gemm_compute_dtype("matmul", in, attrs).status());
   Shape batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
   Expected<Shape> batch = broadcast_shapes(batch_a, batch_b);
   if (!batch.ok())
@@ -56,22 +59,51 @@ Expected<TensorMeta> infer_matmul(const std::vector<TensorMeta>& in) {
   Shape out = *batch;
   out.push_back(a[a.size() - 2]);
   out.push_back(b.back());
-  return TensorMeta{out, in[0].dtype};
+  return TensorMeta{out, DType::kF32};
 }
 
-Expected<Tensor> matmul_forward(const std::vector<Tensor>& in, const TensorMeta& out) {
+Expected<DType> compute_of(const std::string& op, const std::vector<Tensor>& in,
+                           const Attrs& attrs) {
+  std::vector<TensorMeta> meta;
+  for (const Tensor& t : in)
+    meta.push_back({t.shape(), t.dtype()});
+  return gemm_compute_dtype(op, meta, attrs);
+}
+
+Expected<Tensor> matmul_forward(const std::vector<Tensor>& in, const Attrs& attrs,
+                                const TensorMeta& out) {
   Shape batch(out.shape.begin(), out.shape.end() - 2);
   TESSEL_ASSIGN_OR_RETURN(Tensor c, empty_like_device(out.shape, out.dtype, in[0]));
   if (c.numel() == 0) return c;
+  TESSEL_ASSIGN_OR_RETURN(DType compute, compute_of("matmul", in, attrs));
+  TESSEL_ASSIGN_OR_RETURN(Tensor a16, gemm_operand(in[0], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor b16, gemm_operand(in[1], compute));
   const int64_t m = out.shape[out.shape.size() - 2], n = out.shape.back();
-  TESSEL_ASSIGN_OR_RETURN(View a, batched_view(in[0], batch));
-  TESSEL_ASSIGN_OR_RETURN(View b, batched_view(in[1], batch));
+  TESSEL_ASSIGN_OR_RETURN(View a, batched_view(a16, batch));
+  TESSEL_ASSIGN_OR_RETURN(View b, batched_view(b16, batch));
   View cv{c, {shape_numel(batch), m, n}, {m * n, n, 1}};
-  TESSEL_TRY(launch_kernel("batched_gemm", gemm_params(c), {a, b, cv, 1.0, 0.0}));
+  auto [kernel, params] = gemm_kernel(true, a16, b16, compute, gemm_params(c));
+  TESSEL_TRY(launch_kernel(kernel, params, {a, b, cv, 1.0, 0.0}));
   return c;
 }
 
-RefTensor matmul_reference(const std::vector<RefTensor>& in) {
+// The inputs as the compute dtype rounds them (16-bit inputs are exact already).
+std::vector<RefTensor> rounded_inputs(std::vector<RefTensor> in, const Attrs& attrs, size_t count) {
+  if (!attrs.has("compute")) return in;
+  const DType compute = static_cast<DType>(attrs.get_int("compute", 0));
+  for (size_t i = 0; i < count; ++i)
+    for (double& v : in[i].values)
+      v = round_to(v, compute);
+  return in;
+}
+
+// The gradient of a 16-bit input has the input's dtype.
+Expected<Tensor> as_input_dtype(const Tensor& grad, const TensorMeta& input) {
+  return cast(grad, input.dtype);
+}
+
+RefTensor matmul_reference(std::vector<RefTensor> in, const Attrs& attrs) {
+  in = rounded_inputs(std::move(in), attrs, 2);
   const Shape &as = in[0].shape, &bs = in[1].shape;
   const int64_t m = as[as.size() - 2], k = as.back(), n = bs.back();
   Shape batch_a(as.begin(), as.end() - 2), batch_b(bs.begin(), bs.end() - 2);
@@ -103,60 +135,66 @@ OpDef matmul_op() {
   OpDef op;
   op.name = "matmul";
   op.arity = 2;
-  op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return infer_matmul(in); };
-  op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
-    return matmul_forward(in, out);
-  };
-  op.reference = [](const std::vector<RefTensor>& in, const Attrs&) {
-    return matmul_reference(in);
-  };
+  op.attrs = {"compute"};
+  op.infer = infer_matmul;
+  op.forward = matmul_forward;
+  op.reference = matmul_reference;
   op.save_inputs = {true, true};
+  // The gradients' gemms compute in the forward's dtype.
   op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    TESSEL_ASSIGN_OR_RETURN(DType compute, gemm_compute_dtype("matmul", b.input_meta, b.attrs));
     std::vector<Tensor> grads(2);
     if (b.needs_grad[0]) {  // dA = dC @ B^T, summed over the batch dimensions A was broadcast in
       TESSEL_ASSIGN_OR_RETURN(Tensor bt, transposed(b.inputs[1]));
-      TESSEL_ASSIGN_OR_RETURN(Tensor full, matmul(b.grad_output, bt));
-      TESSEL_ASSIGN_OR_RETURN(grads[0], sum_to(full, b.input_meta[0].shape));
+      TESSEL_ASSIGN_OR_RETURN(Tensor full, matmul(b.grad_output, bt, compute));
+      TESSEL_ASSIGN_OR_RETURN(Tensor g, sum_to(full, b.input_meta[0].shape));
+      TESSEL_ASSIGN_OR_RETURN(grads[0], as_input_dtype(g, b.input_meta[0]));
     }
     if (b.needs_grad[1]) {  // dB = A^T @ dC
       TESSEL_ASSIGN_OR_RETURN(Tensor at, transposed(b.inputs[0]));
-      TESSEL_ASSIGN_OR_RETURN(Tensor full, matmul(at, b.grad_output));
-      TESSEL_ASSIGN_OR_RETURN(grads[1], sum_to(full, b.input_meta[1].shape));
+      TESSEL_ASSIGN_OR_RETURN(Tensor full, matmul(at, b.grad_output, compute));
+      TESSEL_ASSIGN_OR_RETURN(Tensor g, sum_to(full, b.input_meta[1].shape));
+      TESSEL_ASSIGN_OR_RETURN(grads[1], as_input_dtype(g, b.input_meta[1]));
     }
     return grads;
   };
   return op;
 }
 
-Expected<TensorMeta> infer_linear(const std::vector<TensorMeta>& in) {
+Expected<TensorMeta> infer_linear(const std::vector<TensorMeta>& in, const Attrs& attrs) {
   const Shape &x = in[0].shape, &w = in[1].shape, &bias = in[2].shape;
-  bool dtypes =
-      in[0].dtype == DType::kF32 && in[1].dtype == DType::kF32 && in[2].dtype == DType::kF32;
   if (x.empty() || w.size() != 2 || bias.size() != 1 || x.back() != w[1] || bias[0] != w[0] ||
-      !dtypes)
-    return invalid_argument("linear: needs f32 x [..., K], weight [N, K], bias [N], got {}",
+      !is_float_operand(in[2].dtype))
+    return invalid_argument("linear: needs x [..., K], weight [N, K], bias [N], got {}",
                             shapes_string(in));
+  TESSEL_TRY(gemm_compute_dtype("linear", {in[0], in[1]}, attrs).status());
   Shape out = x;
   out.back() = w[0];
-  return TensorMeta{out, in[0].dtype};
+  return TensorMeta{out, DType::kF32};
 }
 
-// y [M, N] = x [M, K] @ w^T + bias, one gemm with the bias in its epilogue.
-Expected<Tensor> linear_forward(const std::vector<Tensor>& in, const TensorMeta& out) {
+// y [M, N] = x [M, K] @ w^T + bias, one gemm with the bias (in f32) in its epilogue.
+Expected<Tensor> linear_forward(const std::vector<Tensor>& in, const Attrs& attrs,
+                                const TensorMeta& out) {
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, in[0]));
   if (y.numel() == 0) return y;
-  TESSEL_ASSIGN_OR_RETURN(View x, rows_view(in[0]));
-  const Tensor& w = in[1];
+  TESSEL_ASSIGN_OR_RETURN(DType compute, compute_of("linear", {in[0], in[1]}, attrs));
+  TESSEL_ASSIGN_OR_RETURN(Tensor x16, gemm_operand(in[0], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor w, gemm_operand(in[1], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor bias, cast(in[2], DType::kF32));
+  TESSEL_ASSIGN_OR_RETURN(View x, rows_view(x16));
   const int64_t m = x.shape[0], n = w.size(0), k = w.size(1);
   View wt{w, {k, n}, {w.strides()[1], w.strides()[0]}};
   View yv{y, {m, n}, {n, 1}};
   KernelParams params = gemm_params(y);
   params["BIAS"] = "1";
-  TESSEL_TRY(launch_kernel("gemm", params, {x, wt, yv, in[2], 1.0, 0.0}));
+  auto [kernel, kernel_params] = gemm_kernel(false, x16, w, compute, std::move(params));
+  TESSEL_TRY(launch_kernel(kernel, kernel_params, {x, wt, yv, bias, 1.0, 0.0}));
   return y;
 }
 
-RefTensor linear_reference(const std::vector<RefTensor>& in) {
+RefTensor linear_reference(std::vector<RefTensor> in, const Attrs& attrs) {
+  in = rounded_inputs(std::move(in), attrs, 2);
   const int64_t n = in[1].shape[0], k = in[1].shape[1], m = reference::numel(in[0].shape) / k;
   RefTensor out{in[0].shape, std::vector<double>(m * n)};
   out.shape.back() = n;
@@ -174,29 +212,49 @@ OpDef linear_op() {
   OpDef op;
   op.name = "linear";
   op.arity = 3;
-  op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return infer_linear(in); };
-  op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
-    return linear_forward(in, out);
-  };
-  op.reference = [](const std::vector<RefTensor>& in, const Attrs&) {
-    return linear_reference(in);
-  };
+  op.attrs = {"compute"};
+  op.infer = infer_linear;
+  op.forward = linear_forward;
+  op.reference = linear_reference;
   op.save_inputs = {true, true, false};
   op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    TESSEL_ASSIGN_OR_RETURN(
+        DType compute,
+        gemm_compute_dtype("linear", {b.input_meta[0], b.input_meta[1]}, b.attrs));
     std::vector<Tensor> grads(3);
     const int64_t n = b.input_meta[1].shape[0];
     TESSEL_ASSIGN_OR_RETURN(Tensor g2, reshape(b.grad_output, {-1, n}));  // [M, N]
     if (b.needs_grad[0]) {                                                // dx = dy @ w
-      TESSEL_ASSIGN_OR_RETURN(Tensor dx, matmul(g2, b.inputs[1]));
-      TESSEL_ASSIGN_OR_RETURN(grads[0], reshape(dx, b.input_meta[0].shape));
+      TESSEL_ASSIGN_OR_RETURN(Tensor dx, matmul(g2, b.inputs[1], compute));
+      TESSEL_ASSIGN_OR_RETURN(Tensor shaped, reshape(dx, b.input_meta[0].shape));
+      TESSEL_ASSIGN_OR_RETURN(grads[0], as_input_dtype(shaped, b.input_meta[0]));
     }
-    if (b.needs_grad[1]) {  // dw = dy^T @ x
+    if (b.needs_grad[1]) {  // dw = dy^T @ x, added straight into the leaf's gradient if it has one
       TESSEL_ASSIGN_OR_RETURN(Tensor gt, g2.transpose(0, 1));
       TESSEL_ASSIGN_OR_RETURN(Tensor x2, reshape(b.inputs[0], {-1, b.input_meta[1].shape[1]}));
-      TESSEL_ASSIGN_OR_RETURN(grads[1], matmul(gt, x2));
+      const Tensor& into = b.grad_into.empty() ? Tensor() : b.grad_into[1];
+      if (into.defined() && into.dtype() == DType::kF32) {
+        TESSEL_ASSIGN_OR_RETURN(Tensor g16, gemm_operand(gt, compute));
+        TESSEL_ASSIGN_OR_RETURN(Tensor x16, gemm_operand(x2, compute));
+        const int64_t m = x16.size(0), k = x16.size(1);
+        View a{g16, {1, n, m}, {0, g16.strides()[0], g16.strides()[1]}};
+        View x{x16, {1, m, k}, {0, x16.strides()[0], x16.strides()[1]}};
+        View c{into, {1, n, k}, {0, k, 1}};
+        auto [kernel, params] = gemm_kernel(true, g16, x16, compute, gemm_params(into));
+        TESSEL_TRY(launch_kernel(kernel, params, {a, x, c, 1.0, 1.0}));
+      } else {
+        TESSEL_ASSIGN_OR_RETURN(Tensor dw, matmul(gt, x2, compute));
+        TESSEL_ASSIGN_OR_RETURN(grads[1], as_input_dtype(dw, b.input_meta[1]));
+      }
     }
     if (b.needs_grad[2]) {  // dbias = column sums of dy
-      TESSEL_ASSIGN_OR_RETURN(grads[2], sum(g2, {0}));
+      const Tensor& into = b.grad_into.empty() ? Tensor() : b.grad_into[2];
+      if (into.defined() && into.dtype() == DType::kF32) {
+        TESSEL_TRY(sum_rows_into(g2, into));
+      } else {
+        TESSEL_ASSIGN_OR_RETURN(Tensor db, sum(g2, {0}));
+        TESSEL_ASSIGN_OR_RETURN(grads[2], as_input_dtype(db, b.input_meta[2]));
+      }
     }
     return grads;
   };
@@ -213,8 +271,15 @@ void add_matmul_ops(std::vector<OpDef>& ops) {
 Expected<Tensor> matmul(const Tensor& a, const Tensor& b) {
   return run("matmul", {a, b});
 }
+Expected<Tensor> matmul(const Tensor& a, const Tensor& b, DType compute) {
+  return run("matmul", {a, b}, Attrs().set("compute", static_cast<int64_t>(compute)));
+}
 Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return run("linear", {x, weight, bias});
+}
+Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        DType compute) {
+  return run("linear", {x, weight, bias}, Attrs().set("compute", static_cast<int64_t>(compute)));
 }
 
 }  // namespace tessel::ops

@@ -99,6 +99,15 @@ Expected<TensorMeta> infer_cross_entropy(const std::vector<TensorMeta>& in, cons
   return TensorMeta{{}, DType::kF32};
 }
 
+// The column block of the cross-entropy kernels for `n` classes: the smallest power of two that
+// holds a row, from 16 to the kernels' default 256, so 10 classes do not pay for 256 exp()s.
+KernelParams cross_entropy_params(int64_t n) {
+  int64_t bc = 16;
+  while (bc < n && bc < 256)
+    bc *= 2;
+  return {{"T", "f32"}, {"BC", std::to_string(bc)}};
+}
+
 // Per-row losses and kept-row flags, each summed: {total loss, rows kept}, each of shape [].
 Expected<std::pair<Tensor, Tensor>> cross_entropy_totals(const Tensor& logits, const Tensor& target,
                                                          const CrossEntropyAttrs& a) {
@@ -107,7 +116,7 @@ Expected<std::pair<Tensor, Tensor>> cross_entropy_totals(const Tensor& logits, c
   TESSEL_ASSIGN_OR_RETURN(Tensor loss, empty_like_device({m}, DType::kF32, logits));
   TESSEL_ASSIGN_OR_RETURN(Tensor weight, empty_like_device({m}, DType::kF32, logits));
   TESSEL_ASSIGN_OR_RETURN(Tensor t, contiguous_on_device(target));
-  TESSEL_TRY(launch_kernel("cross_entropy_rows", {{"T", "f32"}},
+  TESSEL_TRY(launch_kernel("cross_entropy_rows", cross_entropy_params(x.shape[1]),
                            {x, View{t, {m}, {1}}, loss, weight, a.ignore_index, a.smoothing}));
   TESSEL_ASSIGN_OR_RETURN(Tensor total, empty_like_device({}, DType::kF32, logits));
   TESSEL_ASSIGN_OR_RETURN(Tensor kept, empty_like_device({}, DType::kF32, logits));
@@ -139,7 +148,7 @@ Expected<std::vector<Tensor>> cross_entropy_backward(const BackwardArgs& b) {
   const int64_t m = x.shape[0], n = x.shape[1];
   TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(logits.shape(), DType::kF32, logits));
   TESSEL_ASSIGN_OR_RETURN(Tensor t, contiguous_on_device(target));
-  TESSEL_TRY(launch_kernel("cross_entropy_grad", {{"T", "f32"}},
+  TESSEL_TRY(launch_kernel("cross_entropy_grad", cross_entropy_params(n),
                            {x, View{t, {m}, {1}}, View{factor, {1}, {1}}, View{dx, {m, n}, {n, 1}},
                             a.ignore_index, a.smoothing}));
   return std::vector<Tensor>{dx, Tensor()};

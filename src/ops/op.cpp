@@ -2,6 +2,7 @@
 #include "ops/op.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace tessel::ops {
 
@@ -63,6 +64,7 @@ const std::vector<OpDef>& all_ops() {
     add_view_ops(list);
     add_mask_ops(list);
     add_conv_ops(list);
+    add_batch_norm_ops(list);
     for (OpDef& op : list) {
       TESSEL_CHECK(op.infer && op.forward && op.reference, "op '{}' is missing a part", op.name);
       op.save_inputs.resize(op.arity, false);
@@ -74,8 +76,14 @@ const std::vector<OpDef>& all_ops() {
 }
 
 Expected<const OpDef*> find_op(std::string_view name) {
-  for (const OpDef& op : all_ops())
-    if (op.name == name) return &op;
+  // Every typed function (ops::add, ...) looks its op up by name on each call: a hash, not a scan.
+  static const std::unordered_map<std::string_view, const OpDef*> by_name = [] {
+    std::unordered_map<std::string_view, const OpDef*> m;
+    for (const OpDef& op : all_ops())
+      m.emplace(op.name, &op);
+    return m;
+  }();
+  if (auto it = by_name.find(name); it != by_name.end()) return it->second;
   std::string known;
   for (const OpDef& op : all_ops())
     known += (known.empty() ? "" : ", ") + op.name;

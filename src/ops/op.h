@@ -70,6 +70,11 @@ struct BackwardArgs {
   const Attrs& attrs;
   Tensor grad_output;            // same shape as the output
   std::vector<bool> needs_grad;  // per input
+  // Per input, where defined: the leaf gradient this input's gradient is headed for (contiguous,
+  // the input's shape and dtype). A rule may add its gradient into it in place (a gemm with
+  // beta = 1) and return an undefined tensor for that input, which saves a temporary, an add and
+  // a copy per parameter; a rule that returns a tensor anyway is still correct.
+  std::vector<Tensor> grad_into;
 };
 
 struct OpDef {
@@ -115,6 +120,7 @@ void add_nn_ops(std::vector<OpDef>& ops);
 void add_view_ops(std::vector<OpDef>& ops);
 void add_mask_ops(std::vector<OpDef>& ops);
 void add_conv_ops(std::vector<OpDef>& ops);
+void add_batch_norm_ops(std::vector<OpDef>& ops);
 
 std::string shapes_string(const std::vector<TensorMeta>& inputs);
 

@@ -25,11 +25,20 @@ Expected<Tensor> silu(const Tensor& x);      // x sigmoid(x)
 Expected<Tensor> gelu_erf(const Tensor& x);  // the exact gelu, 0.5 x (1 + erf(x / sqrt 2))
 Expected<Tensor> rsqrt(const Tensor& x);
 Expected<Tensor> scale(const Tensor& x, double factor);  // factor * x
+// dst += src in place (same shape and dtype; dst contiguous): how gradients accumulate without
+// a temporary. Not an op: nothing records it.
+Status add_into(const Tensor& dst, const Tensor& src);
 
 // a [..., M, K] @ b [..., K, N] -> [..., M, N], batch dimensions broadcast.
+// The gemm ops (matmul, linear, conv2d) take f32, f16 and bf16 operands and return f32; they
+// multiply in `compute` (f32, bf16 or f16; by default the operands' 16-bit dtype, else f32),
+// accumulating in f32 (ops/gemm_precision.h). Gradients have their inputs' dtypes.
 Expected<Tensor> matmul(const Tensor& a, const Tensor& b);
+Expected<Tensor> matmul(const Tensor& a, const Tensor& b, DType compute);
 // x [..., K], weight [N, K], bias [N] -> x @ weight^T + bias, as torch.nn.functional.linear.
 Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
+Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        DType compute);
 
 // Over `axes` (empty: all), keeping them as size 1 when keepdim.
 Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
@@ -37,6 +46,8 @@ Expected<Tensor> mean(const Tensor& x, std::vector<int64_t> axes = {}, bool keep
 Expected<Tensor> max(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
 // The sum of `grad` over the dimensions that broadcasting to grad's shape added to `shape`.
 Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape);
+// y [N] += the column sums of x [M, N] (x's columns at unit stride): gradients added in place.
+Status sum_rows_into(const Tensor& x, const Tensor& y);
 
 // Over the last axis.
 Expected<Tensor> softmax(const Tensor& x);
@@ -68,6 +79,13 @@ Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
 Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
                             std::vector<int64_t> stride = {},
                             std::vector<int64_t> padding = {0, 0});
+
+// torch.nn.functional.batch_norm over N, H, W of x [N, C, H, W] (or N of [N, C]); weight, bias,
+// running_mean, running_var [C]. Training uses the batch's statistics and moves the running
+// ones towards them in place by `momentum` (unbiased variance); evaluation uses the running ones.
+Expected<Tensor> batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const Tensor& running_mean, const Tensor& running_var, bool training,
+                            double momentum = 0.1, double eps = 1e-5);
 
 // Views (no copy where the layout allows).
 Expected<Tensor> reshape(const Tensor& x, const Shape& shape);

@@ -104,6 +104,31 @@ std::vector<Case> all_cases() {
   c.push_back({"linear", {real({3, 5}), real({7, 5}), real({7})}, {}});
   c.push_back({"linear", {real({2, 3, 9}), real({4, 9}), real({4})}, {}});
   c.push_back({"linear", {transposed({3, 5}), real({2, 5}), real({2})}, {}});
+  // The gemm ops in 16 bits (ops/gemm_precision.h): 16-bit operands, or f32 operands with a
+  // "compute" dtype they are rounded to (the reference rounds them too; the gradient is checked
+  // against the unrounded product). Results accumulate in f32; the backward gemms round the f32
+  // output gradient to the compute dtype, hence the 16-bit tolerances.
+  auto computing = [](DType t) { return Attrs().set("compute", static_cast<int64_t>(t)); };
+  const DType bf16 = DType::kBF16, f16 = DType::kF16;
+  c.push_back({"matmul", {half(real({3, 5}), bf16), half(real({5, 7}), bf16)}, {}, 200});
+  c.push_back({"matmul", {half(real({2, 3, 4}), f16), half(real({4, 5}), f16)}, {}, 30});
+  c.push_back({"matmul", {real({3, 5}), real({5, 7})}, computing(bf16), 200});
+  c.push_back({"matmul", {transposed({3, 7}), transposed({7, 2})}, computing(bf16), 200});
+  c.push_back({"matmul", {real({1, 3, 4}), real({2, 4, 2})}, computing(f16), 30});
+  c.push_back({"matmul", {real({5, 520}), transposed({520, 3})}, computing(bf16), 200});
+  c.push_back({"matmul", {half(real({2, 4}), bf16), real({4, 3})}, computing(bf16), 200});
+  c.push_back({"linear", {real({2, 3, 9}), real({4, 9}), real({4})}, computing(bf16), 200});
+  c.push_back({"linear", {transposed({3, 5}), real({2, 5}), real({2})}, computing(f16), 30});
+  c.push_back(
+      {"linear", {half(real({3, 5}), bf16), half(real({7, 5}), bf16), real({7})}, {}, 200});
+  c.push_back({"conv2d",
+               {real({2, 3, 5, 6}), real({4, 3, 3, 3}), real({4})},
+               Attrs().set("padding", {1, 1}).set("compute", static_cast<int64_t>(bf16)),
+               200});
+  c.push_back({"conv2d",
+               {half(real({1, 2, 7, 5}), bf16), half(real({3, 2, 3, 2}), bf16), real({3})},
+               Attrs().set("stride", {2, 1}).set("padding", {1, 0}),
+               200});
   c.push_back({"sum", {real({3, 5})}, {}});
   c.push_back({"sum", {real({3, 5})}, Attrs().set("axes", {0})});
   c.push_back({"sum", {real({3, 5})}, Attrs().set("axes", {1}).set("keepdim", 1)});
@@ -181,6 +206,19 @@ std::vector<Case> all_cases() {
                {real({1, 1, 5, 7})},
                Attrs().set("window", {3, 2}).set("stride", {1, 2}).set("padding", {1, 1})});
   c.push_back({"avg_pool2d", {real({2, 3, 1, 1})}, Attrs().set("window", {1})});
+  // batch_norm: x, weight, bias, running_mean, running_var (no gradients for the last two).
+  c.push_back({"batch_norm",  // L = 70 spans two 64-wide lanes, N = 17 two 16-row ones
+               {real({17, 3, 7, 10}), real({3}), real({3}), real({3}), positive({3})},
+               Attrs().set("training", 1)});
+  c.push_back({"batch_norm",
+               {real({5, 4}), real({4}), real({4}), real({4}), positive({4})},
+               Attrs().set("training", 1).set("eps", 1e-3)});
+  c.push_back({"batch_norm",
+               {real({2, 3, 4, 5}), real({3}), real({3}), real({3}), positive({3})},
+               Attrs().set("training", 0)});
+  c.push_back({"batch_norm",
+               {transposed({2, 2, 5, 3}), real({2}), real({2}), real({2}), positive({2})},
+               Attrs().set("training", 1)});
   return c;
 }
 
@@ -333,7 +371,7 @@ void check_case(const Case& c, Device* device, int index) {
   }
   auto grad_output = from_floats(wf, out->shape(), out->dtype(), device);
   ASSERT_TRUE(grad_output.ok());
-  BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}};
+  BackwardArgs args{{}, {}, {}, c.attrs, *grad_output, {}, {}};
   for (size_t i = 0; i < in.size(); ++i) {
     args.inputs.push_back(op.save_inputs[i] ? in[i] : Tensor());
     args.input_meta.push_back({in[i].shape(), in[i].dtype()});
@@ -350,13 +388,17 @@ void check_case(const Case& c, Device* device, int index) {
     ASSERT_EQ(g.shape(), in[i].shape()) << "gradient shape of input " << i;
     std::vector<double> numeric(ref_in[i].values.size());
     const double h = 1e-4;
+    // Rounding to a compute dtype is piecewise constant: differentiate the unrounded op.
+    Attrs smooth;
+    for (const auto& [name, value] : c.attrs.values())
+      if (name != "compute") std::visit([&, n = name](const auto& v) { smooth.set(n, v); }, value);
     if (c.straight_through) numeric = w;
     for (size_t j = 0; j < numeric.size() && !c.straight_through; ++j) {
       std::vector<RefTensor> x = ref_in;
       x[i].values[j] += h;
-      double up = weighted_sum(op.reference(x, c.attrs), w);
+      double up = weighted_sum(op.reference(x, smooth), w);
       x[i].values[j] -= 2 * h;
-      double down = weighted_sum(op.reference(x, c.attrs), w);
+      double down = weighted_sum(op.reference(x, smooth), w);
       numeric[j] = (up - down) / (2 * h);
     }
     ASSERT_EQ(g.dtype(), in[i].dtype()) << "gradient dtype of input " << i;

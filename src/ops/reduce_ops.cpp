@@ -72,6 +72,13 @@ Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const Tenso
   if (y.numel() == 0) return y;
   auto rows = merge_group(x, kept);
   auto cols = merge_group(x, reduced);
+  const bool leading = !kept.empty() && reduced.back() < kept.front();
+  if (kind == 0 && leading && rows && cols && rows->second == 1) {
+    // A sum over leading axes of row-major data (a bias gradient): column sums, read along rows.
+    View xv{x, {cols->first, rows->first}, {cols->second, 1}};
+    TESSEL_TRY(launch_kernel("reduce_cols", {}, {xv, View{y, {y.numel()}, {1}}}));
+    return y;
+  }
   View xv;
   if (rows && cols) {
     xv = View{x, {rows->first, cols->first}, {rows->second, cols->second}};
@@ -218,6 +225,19 @@ Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
 }
 Expected<Tensor> mean(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
   return run("mean", {x}, Attrs().set("axes", std::move(axes)).set("keepdim", keepdim ? 1 : 0));
+}
+
+Status sum_rows_into(const Tensor& x, const Tensor& y) {
+  if (!x.defined() || !y.defined() || x.rank() != 2 || y.rank() != 1 || x.size(1) != y.size(0) ||
+      x.dtype() != y.dtype() || !y.is_contiguous() || x.strides()[1] != 1 ||
+      x.device() != y.device() || !kernel_writable_in_place(y))
+    return invalid_argument(
+        "sum_rows_into: needs x [M, N] with unit column stride and a contiguous y [N] of its "
+        "dtype and device, got {} and {}",
+        tensor_summary(x), tensor_summary(y));
+  if (y.numel() == 0) return ok_status();
+  View xv{x, {x.size(0), x.size(1)}, {x.strides()[0], 1}};
+  return launch_kernel("reduce_cols", {{"ACC", "1"}}, {xv, View{y, {y.numel()}, {1}}});
 }
 
 Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape) {

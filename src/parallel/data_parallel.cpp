@@ -93,6 +93,10 @@ optim::Optimizer& DataParallel::optimizer() {
   return *optimizer_;
 }
 
+const optim::Optimizer& DataParallel::optimizer() const {
+  return *optimizer_;
+}
+
 Expected<std::unique_ptr<DataParallel>> DataParallel::create(nn::FlatParameters& params,
                                                              dist::ProcessGroup& group,
                                                              OptimizerFactory make_optimizer,

@@ -101,12 +101,15 @@ class DataParallel {
   // false on the inner steps of gradient accumulation: DDP and ZeRO-1 then only accumulate
   // locally (no communication); ZeRO-2 and 3 still reduce into the shard.
   void set_sync(bool sync) { sync_ = sync; }
+  // Between steps: whether the next steps overlap communication with backward.
+  void set_overlap(bool overlap) { options_.overlap = overlap; }
   // After loss.backward(): queues every bucket not yet queued (parameters that got no gradient
   // this pass count as ready) and ends the pass.
   Status finish_backward();
   // The optimizer of the whole model: set_lr, step (waits for each bucket, updates it, and under
   // ZeRO all-gathers it), step_count; named_state for DDP (ZeRO's state is sharded: empty).
   optim::Optimizer& optimizer();
+  const optim::Optimizer& optimizer() const;
   // Waits for every gradient collective of the pass: DDP's averaged gradients are then all in
   // the flat buffer (clipping by the global norm needs them). optimizer().step() needs no call.
   Status wait_gradients();

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <optional>
 
 #include "runtime/cpu/strided_copy.h"
@@ -392,6 +393,27 @@ Status Tensor::copy_from(const Tensor& src) {
   return device()->copy_from_host(storage_->buffer(), begin, span.bytes.data(), span.bytes.size());
 }
 
+namespace {
+
+// `bytes` bytes at dst set to repetitions of the `size`-byte element: memset when its bytes are
+// equal (zero), else the first copies doubled with memcpy.
+void fill_bytes(void* dst, size_t bytes, const unsigned char* element, size_t size) {
+  auto* out = static_cast<unsigned char*>(dst);
+  if (std::all_of(element, element + size, [&](unsigned char b) { return b == element[0]; })) {
+    std::memset(out, element[0], bytes);
+    return;
+  }
+  size_t done = std::min(size, bytes);
+  std::memcpy(out, element, done);
+  while (done < bytes) {
+    const size_t n = std::min(done, bytes - done);
+    std::memcpy(out + done, out, n);
+    done += n;
+  }
+}
+
+}  // namespace
+
 Status Tensor::fill(double value) {
   if (!defined()) return failed_precondition("fill() of an undefined tensor");
   if (numel() == 0) return ok_status();
@@ -399,6 +421,10 @@ Status Tensor::fill(double value) {
   store_scalar(dtype_, value, element);
   const Strides repeat(shape_.size(), 0);  // every destination element reads the one element
   if (void* dst = host_data()) {
+    if (is_contiguous()) {  // zeroing gradients every step: memset, not an element-wise copy
+      fill_bytes(dst, nbytes(), element, element_size());
+      return ok_status();
+    }
     copy_strided(shape_, element_size(), dst, strides_, element, repeat);
     return ok_status();
   }

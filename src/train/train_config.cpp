@@ -159,7 +159,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(Config t, optional_table(cfg, "train"));
   TESSEL_TRY(t.check_keys({"steps", "epochs", "clip_grad_norm", "log_interval", "eval_interval",
                            "checkpoint_interval", "checkpoint_path", "metrics_path",
-                           "grad_accum_steps"}));
+                           "grad_accum_steps", "precision"}));
   TESSEL_ASSIGN_OR_RETURN(out.steps, get_at_least<int64_t>(t, "steps", 0, 1));
   TESSEL_ASSIGN_OR_RETURN(out.epochs, get_at_least<int64_t>(t, "epochs", 0, 1));
   if (t.has("steps") == t.has("epochs"))
@@ -178,9 +178,17 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(out.metrics_path, t.get_or<std::string>("metrics_path", ""));
   TESSEL_ASSIGN_OR_RETURN(out.grad_accum_steps,
                           get_at_least<int64_t>(t, "grad_accum_steps", 1, 1));
+  TESSEL_ASSIGN_OR_RETURN(out.precision,
+                          get_choice(t, "precision", {"fp32", "bf16", "fp16"}, "fp32"));
   TESSEL_TRY(parse_sample(cfg, out));
   TESSEL_TRY(parse_distributed(cfg, out));
   return out;
+}
+
+DType TrainConfig::compute_dtype() const {
+  if (precision == "bf16") return DType::kBF16;
+  if (precision == "fp16") return DType::kF16;
+  return DType::kF32;
 }
 
 Expected<TrainConfig> load_train_config(const std::string& path) {

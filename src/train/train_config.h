@@ -15,6 +15,9 @@
 //               checkpoint_path = "runs/x/checkpoint.safetensors" ("" : none)
 //               metrics_path = "runs/x/metrics.jsonl" ("": none)
 //               grad_accum_steps = 1   (micro-batches of batch_size per optimizer step)
+//               precision = "fp32" | "bf16" | "fp16"  (matmul/linear/conv in 16 bits, everything
+//               else and the master weights and optimizer state in f32; fp16 adds dynamic loss
+//               scaling; docs/DESIGN.md, "Mixed precision")
 //   [sample]    tokens = 300  temperature = 0.8  top_k = 0 (0: all)  prompt = "\n"
 //               (text data only: the text a language model writes at the end of the run)
 //   [distributed] backend = "shm"     # shm | mpi | nccl; ranks from `tessel launch` or mpirun
@@ -81,6 +84,9 @@ struct TrainConfig {
   std::string metrics_path;
   int64_t grad_accum_steps = 1;
   DistributedConfig distributed;
+  std::string precision = "fp32";  // "fp32" | "bf16" | "fp16"
+  // The dtype the gemm ops compute in (autograd/autocast.h): f32, bf16 or f16.
+  DType compute_dtype() const;
 };
 
 Expected<TrainConfig> parse_train_config(const Config& config);

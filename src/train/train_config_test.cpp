@@ -2,6 +2,7 @@
 // messages are written out here), and a good config reads back the values written.
 #include "train/train_config.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -99,6 +100,21 @@ TEST(TrainConfig, WrongValuesNameTheKeyAndWhatIsAllowed) {
               HasSubstr("key 'optimizer.lr': expected a number, got a string"));
   EXPECT_THAT(error_of(with("[model]\nname = \"mlp\"", "[model]")),
               HasSubstr("missing key 'model.name'"));
+}
+
+TEST(TrainConfig, PrecisionIsFp32Bf16OrFp16) {
+  TrainConfig fp32 = parse_train_config(Config::parse(kGood, "run.toml").value()).value();
+  EXPECT_EQ(fp32.precision, "fp32");
+  EXPECT_EQ(fp32.compute_dtype(), DType::kF32);
+  for (auto [name, dtype] : {std::pair{"bf16", DType::kBF16}, std::pair{"fp16", DType::kF16}}) {
+    std::string text =
+        with("clip_grad_norm = 1.0", fmt::format("clip_grad_norm = 1.0\nprecision = \"{}\"", name));
+    TrainConfig c = parse_train_config(Config::parse(text, "run.toml").value()).value();
+    EXPECT_EQ(c.precision, name);
+    EXPECT_EQ(c.compute_dtype(), dtype);
+  }
+  EXPECT_EQ(error_of(with("clip_grad_norm = 1.0", "precision = \"half\"")),
+            "run.toml: key 'train.precision': 'half' is not allowed; allowed: fp32, bf16, fp16");
 }
 
 TEST(ModelRegistry, UnknownModelsAndKeysAreNamed) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 
+#include "autograd/autocast.h"
 #include "autograd/functional.h"
 #include "data/prefetch.h"
 #include "io/checkpoint.h"
@@ -140,6 +141,7 @@ Status Trainer::build() {
     optimizer_ = std::move(*adamw);
   }
   if (group_) TESSEL_TRY(build_data_parallel());
+  if (c.precision == "fp16") grad_scaler_ = std::make_unique<optim::GradScaler>();
   config_.schedule.total_steps = total_steps_;
   Status schedule_ok = config_.schedule.validate();
   if (!schedule_ok.ok()) return schedule_ok.with_context("{}: [schedule]", c.source);
@@ -186,6 +188,9 @@ Status Trainer::save_checkpoint(const std::string& path) {
   ckpt.metadata["config"] = config_.source;
   for (auto& [name, d] : dropouts(*model_))
     ckpt.metadata["rng." + name] = d->rng().state_string();
+  if (grad_scaler_)
+    for (auto& [key, value] : grad_scaler_->state())
+      ckpt.metadata["grad_scaler." + key] = value;
   TESSEL_TRY(make_parent_folder(path));
   return tessel::save_checkpoint(path, ckpt);
 }
@@ -224,13 +229,21 @@ Status Trainer::resume(const std::string& checkpoint_path) {
   }
   TESSEL_ASSIGN_OR_RETURN(step_, ckpt.get_int("step"));
   TESSEL_ASSIGN_OR_RETURN(int64_t count, ckpt.get_int("optimizer.step_count"));
-  optimizer().set_step_count(count);
+  mutable_optimizer().set_step_count(count);
   TESSEL_ASSIGN_OR_RETURN(std::string position_text, ckpt.get("data.train"));
   TESSEL_ASSIGN_OR_RETURN(DataPosition position, DataPosition::parse(position_text));
   TESSEL_TRY(train_batches_->restore(position));
   for (auto& [name, d] : dropouts(*model_)) {
     TESSEL_ASSIGN_OR_RETURN(std::string state, ckpt.get("rng." + name));
     TESSEL_ASSIGN_OR_RETURN(d->rng(), Pcg32::from_state_string(state));
+  }
+  if (grad_scaler_) {
+    std::map<std::string, std::string> state;
+    for (const char* key : {"scale", "clean_steps"}) {
+      TESSEL_ASSIGN_OR_RETURN(state[key], ckpt.get(std::string("grad_scaler.") + key));
+    }
+    Status s = grad_scaler_->restore(state);
+    if (!s.ok()) return s.with_context("{}", checkpoint_path);
   }
   resumed_ = true;
   return ok_status();
@@ -250,8 +263,29 @@ Status Trainer::write_metrics(const std::string& json_line) {
 
 double Evaluation::perplexity() const { return std::exp(loss); }
 
+Expected<bool> Trainer::any_rank_found_inf(bool found_inf_here) {
+  if (!group_) return found_inf_here;
+  double flag = found_inf_here ? 1.0 : 0.0;
+  TESSEL_ASSIGN_OR_RETURN(dist::Work w,
+                          group_->all_reduce(&flag, 1, dist::DataType::kFloat64, dist::RedOp::kMax));
+  TESSEL_TRY(w.wait());
+  return flag > 0.0;
+}
+
+const nn::FlatParameters& Trainer::local_gradients() {
+  if (!data_parallel_ || config_.distributed.zero_stage == 0) return *params_;
+  // ZeRO: this rank's shards of the averaged gradients, as flat groups without values.
+  std::vector<nn::FlatParameters::Group> groups;
+  for (const Tensor& g : data_parallel_->local_gradients())
+    groups.push_back({g.dtype(), Tensor(), g});
+  gradient_shards_ = std::make_unique<nn::FlatParameters>(
+      nn::FlatParameters::over(device_, std::move(groups)));
+  return *gradient_shards_;
+}
+
 Expected<Evaluation> Trainer::evaluate() {
   autograd::NoGrad no_grad;
+  autograd::Autocast autocast(config_.compute_dtype());
   model_->eval();
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> batches, data_->eval_batches());
   Evaluation e;
@@ -347,11 +381,16 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
       TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
       TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
+      // Mixed precision: the gemm ops compute in 16 bits, the rest in f32 (autocast.h).
+      autograd::Autocast autocast(c.compute_dtype());
       TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
       TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
-      // The step's gradient is the mean over its micro-batches.
-      TESSEL_ASSIGN_OR_RETURN(Tensor seed, Tensor::full(loss.shape(), 1.0 / double(c.grad_accum_steps),
-                                                        loss.data().dtype(), device_));
+      // The step's gradient is the mean over its micro-batches; fp16 backward starts from
+      // scale * loss.
+      const double seed_value =
+          (grad_scaler_ ? grad_scaler_->scale() : 1.0) / double(c.grad_accum_steps);
+      TESSEL_ASSIGN_OR_RETURN(Tensor seed,
+                              Tensor::full(loss.shape(), seed_value, DType::kF32, device_));
       TESSEL_TRY(loss.backward(seed));
       if (data_parallel_) TESSEL_TRY(data_parallel_->finish_backward());
       TESSEL_ASSIGN_OR_RETURN(double micro_loss, scalar_of(loss.data()));
@@ -364,12 +403,23 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       TESSEL_ASSIGN_OR_RETURN(loss_reduction, group_->all_reduce(&loss_value, 1, dist::DataType::kFloat64,
                                                                  dist::RedOp::kAvg));
     }
-    if (c.clip_grad_norm > 0) {
-      if (data_parallel_) TESSEL_TRY(data_parallel_->wait_gradients());
-      TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+    // Whatever reads the gradients before the optimizer needs the ranks' averages in place.
+    if (data_parallel_ && (after_backward_ || grad_scaler_ || c.clip_grad_norm > 0))
+      TESSEL_TRY(data_parallel_->wait_gradients());
+    if (after_backward_) TESSEL_TRY(after_backward_(*params_, step_));
+    bool skip_step = false;
+    if (grad_scaler_) {
+      TESSEL_ASSIGN_OR_RETURN(bool found_inf_here, grad_scaler_->unscale(local_gradients()));
+      TESSEL_ASSIGN_OR_RETURN(skip_step, any_rank_found_inf(found_inf_here));
     }
-    optimizer().set_lr(lr);
-    TESSEL_TRY(optimizer().step());
+    if (!skip_step) {
+      if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+      mutable_optimizer().set_lr(lr);
+      TESSEL_TRY(mutable_optimizer().step());
+    } else if (data_parallel_) {
+      TESSEL_TRY(data_parallel_->skip_step());
+    }
+    if (grad_scaler_) grad_scaler_->update(skip_step);
     if (loss_reduction) TESSEL_TRY(loss_reduction->wait());
     summary.losses.push_back(loss_value);
     window_loss += loss_value;

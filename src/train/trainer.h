@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "data/batches.h"
 #include "dist/process_group.h"
 #include "nn/module.h"
+#include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
 #include "train/data_source.h"
@@ -80,7 +82,18 @@ class Trainer {
   Expected<std::string> sample(const SampleConfig& options);
   Status save_checkpoint(const std::string& path);
 
+  // Called after each backward, before the gradients are unscaled, clipped and applied (tests
+  // inject an inf here to see the loss scaler skip the step).
+  using GradientHook = std::function<Status(const nn::FlatParameters& params, int64_t step)>;
+  void set_after_backward(GradientHook hook) { after_backward_ = std::move(hook); }
+
   int64_t step() const { return step_; }
+  // The fp16 loss scaler; null for fp32 and bf16, which need none.
+  const optim::GradScaler* grad_scaler() const { return grad_scaler_.get(); }
+  // The optimizer the loop steps: the data-parallel one in distributed runs.
+  const optim::Optimizer& optimizer() const {
+    return data_parallel_ ? data_parallel_->optimizer() : *optimizer_;
+  }
   int64_t total_steps() const { return total_steps_; }
   nn::Module& model() { return *model_; }
   Device* device() const { return device_; }
@@ -95,12 +108,16 @@ class Trainer {
   Status build();
   Status build_data_parallel();
   Status write_metrics(const std::string& json_line);
-  // The optimizer the loop steps: the data-parallel one in distributed runs.
-  optim::Optimizer& optimizer() {
+  optim::Optimizer& mutable_optimizer() {
     return data_parallel_ ? data_parallel_->optimizer() : *optimizer_;
   }
   int rank() const { return group_ ? group_->rank() : 0; }
   int world_size() const { return group_ ? group_->size() : 1; }
+  // Whether any rank saw an inf or NaN gradient this step: every rank must skip the same steps.
+  Expected<bool> any_rank_found_inf(bool found_inf_here);
+  // The averaged gradients this rank's optimizer reads: the flat buffers, or under ZeRO this
+  // rank's shards (after DataParallel::wait_gradients()).
+  const nn::FlatParameters& local_gradients();
 
   TrainConfig config_;
   TrainerOptions options_;
@@ -108,6 +125,8 @@ class Trainer {
   std::unique_ptr<nn::Module> model_;
   std::unique_ptr<nn::FlatParameters> params_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::GradScaler> grad_scaler_;
+  GradientHook after_backward_;
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<BatchSource> train_batches_;
   int64_t total_steps_ = 0;
@@ -117,6 +136,7 @@ class Trainer {
   std::unique_ptr<dist::ProcessGroup> own_group_;
   dist::ProcessGroup* group_ = nullptr;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
+  std::unique_ptr<nn::FlatParameters> gradient_shards_;  // ZeRO: local_gradients()' view
 };
 
 }  // namespace tessel::train

@@ -47,9 +47,11 @@ the same way, with inputs `input.images` f32 [N, C, H, W] and `input.targets` i6
                          by up to lr per step, which training mode cancels and evaluation mode
                          does not; see the test's tolerances for after.*.)
 
-Convolution and linear weights are N(0, 1/fan_in), so activations stay of order 1 without
-torchvision's initialisation; batch norm weights 1 + N(0, 0.1), biases N(0, 0.1); other biases
-N(0, 0.05). Inputs are N(0, 1).
+Convolution and linear weights are normal with standard deviation 1/sqrt(fan_in), so activations
+stay of order 1 without torchvision's initialisation; batch norm weights 1 + N(0, 0.1), biases
+N(0, 0.1); other biases N(0, 0.05) (standard deviations, as above). Inputs are N(0, 1). The
+ResNet classes below are torchvision's with scalable widths; when torchvision is installed the
+script checks that at width 64 they give torchvision's names and shapes.
 
 The committed files stay small: SmallCnn takes 6x6 images (6 -> 3 -> 1 through the two 2x2
 max-pools, which also tests the pools' floor on odd sizes; fc1 is then 64 -> 128, not 3136 -> 128),

@@ -1,0 +1,376 @@
+// `tessel bench train`: training-step throughput and peak memory of tessel next to PyTorch's
+// (CPU, eager mode) on the workloads of shared/WORKLOADS.md, measured in the same invocation.
+//
+// Every implementation/workload pair runs in a process of its own, so each peak RSS is that
+// process's alone: tessel re-executes itself with the hidden `--worker NAME` flag
+// (train/workloads.h builds the workload), PyTorch runs tools/pytorch/bench_train.py under the
+// first Python of --python, $TESSEL_PYTHON, python3. Each worker does warm-up steps (kernel
+// compilation, allocator and cache warm-up), then timed steps, and prints one JSON line: the
+// median step time, the throughput it gives in the workload's unit and its peak RSS
+// (getrusage(RUSAGE_SELF).ru_maxrss: the worker's own pages, not those of compilers it ran).
+// Both get the same thread count (tessel's pool: one per physical core; --threads overrides).
+// The two implementations of a workload run one after the other, so the ratios come from the
+// same minute of a shared machine; rerun for a second sample.
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "support/thread_pool.h"
+#include "train/workloads.h"
+
+#ifndef TESSEL_SOURCE_DIR
+#define TESSEL_SOURCE_DIR "."
+#endif
+
+namespace tessel::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  bool json = false;
+  std::vector<std::string> workloads;  // empty: every workload of WORKLOADS.md
+  int steps = 0;                       // 0: at least 10 steps and 2 s
+  int warmup = 3;
+  int threads = 0;     // 0: tessel's pool size
+  std::string python;  // empty: $TESSEL_PYTHON, else python3
+  std::string script;  // empty: the one in the source tree
+  uint64_t seed = 1;
+  std::string worker;  // hidden: run one tessel workload and print its JSON
+};
+
+double peak_rss_mb() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB
+}
+
+// CPU time of all the process's threads: on a machine others are using, the CPU-milliseconds a
+// step costs say more about the work done than the wall time, which waits for a core.
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+// The timed loop the worker runs; also the auto rule --steps 0 states.
+bool enough_steps(int steps_wanted, size_t done, double seconds) {
+  if (steps_wanted > 0) return done >= static_cast<size_t>(steps_wanted);
+  return (done >= 10 && seconds >= 2.0) || done >= 500;
+}
+
+int run_worker(const Options& o) {
+  auto fail = [&](const Status& s) {
+    std::fprintf(stderr, "tessel bench train --worker %s: %s\n", o.worker.c_str(),
+                 s.to_string().c_str());
+    return 1;
+  };
+  Expected<std::unique_ptr<train::WorkloadRun>> run =
+      train::WorkloadRun::create(o.worker, cpu_device(), o.seed);
+  if (!run.ok()) return fail(run.status());
+  for (int i = 0; i < o.warmup; ++i)
+    if (Status s = (*run)->step(); !s.ok()) return fail(s);
+  std::vector<double> seconds;
+  const double cpu_start = process_cpu_seconds();
+  const Clock::time_point start = Clock::now();
+  while (!enough_steps(o.steps, seconds.size(),
+                       std::chrono::duration<double>(Clock::now() - start).count())) {
+    const Clock::time_point t0 = Clock::now();
+    if (Status s = (*run)->step(); !s.ok()) return fail(s);
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  Expected<double> loss = (*run)->last_loss();  // also waits for the device
+  if (!loss.ok()) return fail(loss.status());
+  const double cpu_per_step =
+      seconds.empty() ? 0.0 : (process_cpu_seconds() - cpu_start) / double(seconds.size());
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
+  const train::WorkloadSpec& spec = (*run)->spec();
+  nlohmann::json row = {{"workload", spec.name},
+                        {"impl", "tessel"},
+                        {"version", "0.1.0"},
+                        {"threads", ThreadPool::global().num_threads()},
+                        {"steps", seconds.size()},
+                        {"warmup", o.warmup},
+                        {"step_ms", median * 1e3},
+                        {"cpu_ms", cpu_per_step * 1e3},
+                        {"throughput", median > 0 ? double(spec.items_per_step) / median : 0.0},
+                        {"unit", spec.unit},
+                        {"peak_rss_mb", peak_rss_mb()},
+                        {"parameters", (*run)->parameter_count()},
+                        {"loss", *loss}};
+  std::printf("%s\n", row.dump().c_str());
+  return 0;
+}
+
+struct ChildResult {
+  int exit_code = -1;  // -1: did not start or was killed
+  std::string output;  // stdout and stderr together
+};
+
+// Runs argv with stdout and stderr captured; extra_env is added to the environment.
+ChildResult run_child(const std::vector<std::string>& argv,
+                      const std::vector<std::pair<std::string, std::string>>& extra_env = {}) {
+  ChildResult result;
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    result.output = "pipe() failed";
+    return result;
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    ::close(fds[0]);
+    ::close(fds[1]);
+    result.output = "fork() failed";
+    return result;
+  }
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    for (const auto& [key, value] : extra_env)
+      ::setenv(key.c_str(), value.c_str(), 1);
+    std::vector<char*> args;
+    for (const std::string& a : argv)
+      args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execvp(args[0], args.data());
+    std::fprintf(stderr, "cannot run %s\n", argv[0].c_str());
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  char buffer[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buffer, sizeof(buffer))) > 0 || (n < 0 && errno == EINTR))
+    if (n > 0) result.output.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+// The last line of `output` that parses as a JSON object.
+std::optional<nlohmann::json> last_json_line(const std::string& output) {
+  std::optional<nlohmann::json> found;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto row = nlohmann::json::parse(line, nullptr, false);
+    if (!row.is_discarded() && row.is_object()) found = row;
+  }
+  return found;
+}
+
+std::string self_path() {
+  char self[4096] = {};
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
+}
+
+std::string last_lines(const std::string& text, int count) {
+  size_t pos = text.size();
+  while (pos > 0 && text[pos - 1] == '\n')
+    --pos;
+  size_t end = pos;
+  for (int i = 0; i < count && pos > 0; ++i) {
+    pos = text.rfind('\n', pos - 1);
+    if (pos == std::string::npos) {
+      pos = 0;
+      break;
+    }
+  }
+  return text.substr(pos == 0 ? 0 : pos + 1, end - (pos == 0 ? 0 : pos + 1));
+}
+
+// Where PyTorch can be run from, or why not.
+struct Peer {
+  std::string python;
+  std::string script;
+  std::string version;  // empty: not available
+  std::string why_not;
+};
+
+Peer find_pytorch(const Options& o) {
+  Peer peer;
+  const char* env = std::getenv("TESSEL_PYTHON");
+  peer.python = !o.python.empty() ? o.python : (env && *env ? env : "python3");
+  peer.script = !o.script.empty()
+                    ? o.script
+                    : std::string(TESSEL_SOURCE_DIR) + "/tools/pytorch/bench_train.py";
+  if (::access(peer.script.c_str(), R_OK) != 0) {
+    peer.why_not =
+        fmt::format("PyTorch not measured: script {} is missing (--script)", peer.script);
+    return peer;
+  }
+  ChildResult probe = run_child({peer.python, "-c", "import torch; print(torch.__version__)"});
+  if (probe.exit_code != 0) {
+    peer.why_not = fmt::format(
+        "PyTorch not measured: '{}' cannot import torch (use --python or TESSEL_PYTHON): {}",
+        peer.python, last_lines(probe.output, 1));
+    return peer;
+  }
+  peer.version = last_lines(probe.output, 1);
+  return peer;
+}
+
+// One measurement: the worker's JSON row, or an error row naming what failed.
+nlohmann::json measure(const std::vector<std::string>& argv, const std::string& workload,
+                       const std::string& impl,
+                       const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  ChildResult child = run_child(argv, env);
+  std::optional<nlohmann::json> row = last_json_line(child.output);
+  if (child.exit_code == 0 && row && row->contains("throughput")) return *row;
+  return {{"workload", workload},
+          {"impl", impl},
+          {"error", fmt::format("exit {}: {}", child.exit_code, last_lines(child.output, 3))}};
+}
+
+std::string number(const nlohmann::json& row, const char* key, const char* format) {
+  if (!row.contains(key)) return "-";
+  return fmt::format(fmt::runtime(format), row[key].get<double>());
+}
+
+int run(const Options& o) {
+  if (!o.worker.empty()) return run_worker(o);
+  std::vector<std::string> names = o.workloads;
+  if (names.empty())
+    for (const train::WorkloadSpec& s : train::workload_specs())
+      names.push_back(s.name);
+  const int threads = o.threads > 0 ? o.threads : ThreadPool::global().num_threads();
+  const Peer peer = find_pytorch(o);
+  const std::string steps_text =
+      o.steps > 0 ? fmt::format("median of {} steps", o.steps) : "median of >= 10 steps and >= 2 s";
+  if (!o.json) {
+    std::printf(
+        "# tessel bench train: f32, forward + cross-entropy + backward + AdamW(lr 1e-3), batch in "
+        "memory; %s after %d warm-up; %d threads; one process per row; CPU ms: the process's "
+        "CPU time (all threads) per timed step\n",
+        steps_text.c_str(), o.warmup, threads);
+    if (peer.version.empty())
+      std::printf("# %s\n", peer.why_not.c_str());
+    else
+      std::printf("# PyTorch %s (eager, CPU, %d threads) from %s\n", peer.version.c_str(), threads,
+                  peer.python.c_str());
+    std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %-15s\n", "workload", "impl", "steps",
+                "step ms", "CPU ms", "throughput", "unit", "peak MB", "tessel/pytorch");
+    std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %7s %7s\n", "", "", "", "(median)",
+                "per step", "", "", "RSS", "thr", "mem");
+    std::fflush(stdout);
+  }
+  const std::vector<std::string> common = {"--steps",  std::to_string(o.steps),
+                                           "--warmup", std::to_string(o.warmup),
+                                           "--seed",   std::to_string(o.seed)};
+  for (const std::string& name : names) {
+    const train::WorkloadSpec spec = *train::find_workload(name);  // checked by the option
+    if (!spec.available) {
+      if (o.json)
+        std::printf("%s\n",
+                    nlohmann::json({{"workload", name}, {"available", false}, {"note", spec.note}})
+                        .dump()
+                        .c_str());
+      else
+        std::printf("%-9s skipped: %s\n", name.c_str(), spec.note.c_str());
+      std::fflush(stdout);
+      continue;
+    }
+    std::vector<std::string> tessel_argv = {self_path(), "bench", "train", "--worker", name};
+    tessel_argv.insert(tessel_argv.end(), common.begin(), common.end());
+    nlohmann::json mine =
+        measure(tessel_argv, name, "tessel", {{"TESSEL_THREADS", std::to_string(threads)}});
+    nlohmann::json theirs;
+    if (peer.version.empty()) {
+      theirs = {
+          {"workload", name}, {"impl", "pytorch"}, {"available", false}, {"note", peer.why_not}};
+    } else {
+      std::vector<std::string> py_argv = {peer.python, peer.script, "--workload",
+                                          name,        "--threads", std::to_string(threads)};
+      py_argv.insert(py_argv.end(), common.begin(), common.end());
+      theirs = measure(py_argv, name, "pytorch");
+    }
+    const bool both = mine.contains("throughput") && theirs.contains("throughput");
+    if (both) {
+      mine["throughput_ratio"] =
+          mine["throughput"].get<double>() / theirs["throughput"].get<double>();
+      mine["memory_ratio"] =
+          mine["peak_rss_mb"].get<double>() / theirs["peak_rss_mb"].get<double>();
+    }
+    for (const nlohmann::json* row : {&mine, &theirs}) {
+      if (o.json) {
+        std::printf("%s\n", row->dump().c_str());
+        continue;
+      }
+      const std::string impl = (*row)["impl"];
+      if (!row->contains("throughput")) {
+        std::string why = row->contains("error") ? (*row)["error"].get<std::string>()
+                                                 : "not measured (see above)";
+        std::replace(why.begin(), why.end(), '\n', ' ');
+        std::printf("%-9s %-8s %s\n", name.c_str(), impl.c_str(), why.c_str());
+        continue;
+      }
+      std::string ratios;
+      if (row == &mine && both)
+        ratios = fmt::format(" {:>6.2f}x {:>6.2f}x", mine["throughput_ratio"].get<double>(),
+                             mine["memory_ratio"].get<double>());
+      std::printf("%-9s %-8s %6d %9s %9s %11s %-10s %9s |%s\n", name.c_str(), impl.c_str(),
+                  (*row)["steps"].get<int>(), number(*row, "step_ms", "{:.2f}").c_str(),
+                  number(*row, "cpu_ms", "{:.2f}").c_str(),
+                  number(*row, "throughput", "{:.0f}").c_str(), spec.unit.c_str(),
+                  number(*row, "peak_rss_mb", "{:.1f}").c_str(), ratios.c_str());
+    }
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_train_command(CLI::App& bench) {
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = bench.add_subcommand(
+      "train", "training-step throughput and peak RSS on the WORKLOADS.md models vs PyTorch");
+  std::vector<std::string> names;
+  for (const train::WorkloadSpec& s : train::workload_specs())
+    names.push_back(s.name);
+  cmd->add_flag("--json", options->json, "one JSON object per line instead of the table");
+  cmd->add_option("--workloads", options->workloads,
+                  "workloads to run (default: all; those whose model is not built are skipped)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(names));
+  cmd->add_option("--steps", options->steps,
+                  "timed steps per run (default 0: at least 10 steps and 2 s)")
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--warmup", options->warmup, "untimed steps first (default 3)")
+      ->check(CLI::Range(0, 100000));
+  cmd->add_option("--threads", options->threads,
+                  "threads for both (default: tessel's pool, one per physical core)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--python", options->python,
+                  "Python with torch (default: $TESSEL_PYTHON, else python3)");
+  cmd->add_option("--script", options->script,
+                  "PyTorch side (default: tools/pytorch/bench_train.py in the source tree)");
+  cmd->add_option("--seed", options->seed, "initialisation and batch seed (default 1)");
+  cmd->add_option("--worker", options->worker)->group("")->check(CLI::IsMember(names));
+  cmd->callback([options] { exit_code = run(*options); });
+}
+
+}  // namespace tessel::cli

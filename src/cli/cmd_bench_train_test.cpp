@@ -1,0 +1,133 @@
+// `tessel bench train` as a user runs it (the built command, in a child process): argument
+// errors, the worker's JSON line, the rows when PyTorch is missing and for workloads not built.
+// Nothing here times anything: the figures are checked for consistency only (throughput is the
+// batch over the step time; the worker's peak RSS lies between what its flat buffers need and what
+// the kernel reports for the whole child).
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "train/workloads.h"
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+  double child_maxrss_mb = 0;  // from wait4: the child and the processes it waited for
+};
+
+Result run_tessel(const std::string& arguments) {
+  Result r;
+  int fds[2];
+  if (::pipe(fds) != 0) return r;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(fds[1], 1);
+    ::dup2(fds[1], 2);
+    ::close(fds[0]);
+    const std::string command = std::string("exec '") + TESSEL_CLI_PATH + "' " + arguments;
+    ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(fds[1]);
+  char buffer[4096];
+  ssize_t n;
+  while ((n = ::read(fds[0], buffer, sizeof(buffer))) > 0)
+    r.output.append(buffer, static_cast<size_t>(n));
+  ::close(fds[0]);
+  int status = 0;
+  rusage usage{};
+  ::wait4(pid, &status, 0, &usage);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.child_maxrss_mb = static_cast<double>(usage.ru_maxrss) / 1024.0;
+  return r;
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& output) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto row = nlohmann::json::parse(line, nullptr, false);
+    if (!row.is_discarded()) rows.push_back(row);
+  }
+  return rows;
+}
+
+TEST(BenchTrain, RejectsAnUnknownWorkloadNamingTheKnownOnes) {
+  Result r = run_tessel("bench train --workloads mlp,vgg");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("vgg"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gpt_tiny"), std::string::npos) << r.output;
+}
+
+TEST(BenchTrain, RejectsNegativeSteps) {
+  Result r = run_tessel("bench train --steps -1");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--steps"), std::string::npos) << r.output;
+}
+
+TEST(BenchTrain, WorkerPrintsOneConsistentJsonLine) {
+  Result r = run_tessel("bench train --worker mlp --steps 3 --warmup 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> rows = json_lines(r.output);
+  ASSERT_EQ(rows.size(), 1u) << r.output;
+  const nlohmann::json& row = rows[0];
+  EXPECT_EQ(row["workload"], "mlp");
+  EXPECT_EQ(row["impl"], "tessel");
+  EXPECT_EQ(row["unit"], "samples/s");
+  EXPECT_EQ(row["steps"], 3);
+  EXPECT_EQ(row["warmup"], 1);
+  EXPECT_EQ(row["parameters"], 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
+  const double step_ms = row["step_ms"];
+  ASSERT_GT(step_ms, 0);
+  EXPECT_NEAR(row["throughput"].get<double>(), 128 / (step_ms / 1e3),
+              1e-6 * row["throughput"].get<double>());
+  // Values, gradients and AdamW's two moments are four f32 copies of the parameters at least.
+  const double peak = row["peak_rss_mb"];
+  EXPECT_GT(peak, 4.0 * 4 * row["parameters"].get<double>() / (1 << 20));
+  EXPECT_LE(peak, r.child_maxrss_mb + 0.01);
+  EXPECT_TRUE(std::isfinite(row["loss"].get<double>()));
+}
+
+TEST(BenchTrain, SaysSoWhenPyTorchIsMissing) {
+  Result r = run_tessel(
+      "bench train --json --workloads mlp --steps 1 --warmup 0 --python /nonexistent/python3");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> rows = json_lines(r.output);
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  EXPECT_EQ(rows[0]["impl"], "tessel");
+  EXPECT_EQ(rows[0]["workload"], "mlp");
+  EXPECT_TRUE(rows[0].contains("throughput"));
+  EXPECT_FALSE(rows[0].contains("throughput_ratio"));
+  EXPECT_EQ(rows[1]["impl"], "pytorch");
+  EXPECT_EQ(rows[1]["available"], false);
+  EXPECT_NE(rows[1]["note"].get<std::string>().find("/nonexistent/python3"), std::string::npos);
+}
+
+TEST(BenchTrain, SkipsWorkloadsNotBuiltWithANote) {
+  std::string missing;
+  for (const auto& spec : tessel::train::workload_specs())
+    if (!spec.available) missing = spec.name;
+  if (missing.empty()) GTEST_SKIP() << "every workload is built";
+  Result r = run_tessel("bench train --json --python /nonexistent/python3 --workloads " + missing);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> rows = json_lines(r.output);
+  ASSERT_EQ(rows.size(), 1u) << r.output;
+  EXPECT_EQ(rows[0]["workload"], missing);
+  EXPECT_EQ(rows[0]["available"], false);
+  EXPECT_FALSE(rows[0]["note"].get<std::string>().empty());
+}
+
+}  // namespace
