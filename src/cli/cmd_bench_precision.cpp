@@ -3,11 +3,14 @@
 // fp32. A step is forward, cross-entropy, backward, AdamW (lr 1e-3) on a batch held in memory;
 // mixed precision is the trainer's (autograd/autocast.h: the gemm ops compute in 16 bits). The
 // precisions take turns in every round, so drift on a shared machine hits them alike; each figure
-// is the median over rounds, split into forward (with the loss), backward and optimizer.
+// is the median over rounds, split into forward (with the loss), backward and optimizer. CPU time
+// (all threads, getrusage) is printed beside wall time: on a machine shared with other jobs it
+// moves far less than wall time does.
 //
 //   tessel bench precision                       # gpt_mini, fp32 vs bf16
 //   tessel bench precision --workloads gpt_mini,mlp --precisions fp32,bf16,fp16 --json
 #include <fmt/format.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -51,6 +54,7 @@ struct Workload {
 
 struct StepTimes {
   double forward_ms = 0, backward_ms = 0, optimizer_ms = 0;
+  double cpu_ms = 0;  // user + system time of every thread of the process
   double total() const { return forward_ms + backward_ms + optimizer_ms; }
 };
 
@@ -96,6 +100,13 @@ Expected<Workload> make_workload(const std::string& name) {
   return w;
 }
 
+double cpu_ms_now() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto ms = [](const timeval& t) { return double(t.tv_sec) * 1e3 + double(t.tv_usec) * 1e-3; };
+  return ms(u.ru_utime) + ms(u.ru_stime);
+}
+
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
@@ -104,6 +115,7 @@ double ms_since(Clock::time_point t) {
 // and unscaling, without skipping: the bench's losses stay finite).
 Expected<StepTimes> train_step(Workload& w, DType compute, optim::GradScaler* scaler) {
   StepTimes t;
+  const double cpu_start = cpu_ms_now();
   Clock::time_point start = Clock::now();
   {
     autograd::Autocast autocast(compute);
@@ -132,6 +144,7 @@ Expected<StepTimes> train_step(Workload& w, DType compute, optim::GradScaler* sc
   TESSEL_TRY(w.optimizer->step());
   TESSEL_TRY(w.params->zero_grad());
   t.optimizer_ms = ms_since(start);
+  t.cpu_ms = cpu_ms_now() - cpu_start;
   return t;
 }
 
@@ -150,11 +163,12 @@ Status run(const Options& o) {
     if (p != "fp32" && p != "bf16" && p != "fp16")
       return invalid_argument("--precisions: '{}' is not one of fp32, bf16, fp16", p);
   if (!o.json)
-    fmt::print("training step, fp32 against 16-bit gemms (autocast); {} warm-up + {} timed "
-               "steps per precision, taking turns; medians\n\n"
-               "{:<9} {:<6} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9}\n",
-               o.warmup, o.rounds, "workload", "prec", "step ms", "fwd ms", "bwd ms", "opt ms",
-               "throughput", "vs fp32");
+    fmt::print(
+        "training step, fp32 against 16-bit gemms (autocast); {} warm-up + {} timed "
+        "steps per precision, taking turns; medians\n\n"
+        "{:<9} {:<6} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>9} {:>9}\n",
+        o.warmup, o.rounds, "workload", "prec", "step ms", "fwd ms", "bwd ms", "opt ms",
+        "throughput", "vs fp32", "cpu ms", "vs fp32");
   for (const std::string& name : o.workloads) {
     TESSEL_ASSIGN_OR_RETURN(Workload w, make_workload(name));
     std::map<std::string, std::unique_ptr<optim::GradScaler>> scalers;
@@ -166,30 +180,41 @@ Status run(const Options& o) {
         TESSEL_ASSIGN_OR_RETURN(StepTimes t, train_step(w, dtype_of(p), scalers[p].get()));
         if (round >= o.warmup) times[p].push_back(t);
       }
-    double fp32_ms = 0;
+    double fp32_ms = 0, fp32_cpu_ms = 0;
     for (const std::string& p : o.precisions) {
-      std::vector<double> total, fwd, bwd, opt;
+      std::vector<double> total, fwd, bwd, opt, cpu;
       for (const StepTimes& t : times[p]) {
         total.push_back(t.total());
+        cpu.push_back(t.cpu_ms);
         fwd.push_back(t.forward_ms);
         bwd.push_back(t.backward_ms);
         opt.push_back(t.optimizer_ms);
       }
-      const double step_ms = median(total);
-      if (p == "fp32") fp32_ms = step_ms;
+      const double step_ms = median(total), cpu_ms = median(cpu);
+      if (p == "fp32") {
+        fp32_ms = step_ms;
+        fp32_cpu_ms = cpu_ms;
+      }
       const double ratio = fp32_ms > 0 ? step_ms / fp32_ms : 0.0;
+      const double cpu_ratio = fp32_cpu_ms > 0 ? cpu_ms / fp32_cpu_ms : 0.0;
       const double throughput = double(w.items_per_step) / (step_ms / 1000.0);
       if (o.json) {
         nlohmann::json j = {{"workload", name},        {"precision", p},
                             {"step_ms", step_ms},      {"forward_ms", median(fwd)},
                             {"backward_ms", median(bwd)}, {"optimizer_ms", median(opt)},
                             {"throughput", throughput}, {"unit", w.unit}};
-        if (fp32_ms > 0) j["ratio_to_fp32"] = ratio;
+        j["cpu_ms"] = cpu_ms;
+        if (fp32_ms > 0) {
+          j["ratio_to_fp32"] = ratio;
+          j["cpu_ratio_to_fp32"] = cpu_ratio;
+        }
         fmt::print("{}\n", j.dump());
       } else {
-        fmt::print("{:<9} {:<6} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.0f} {:>9}\n", name, p,
-                   step_ms, median(fwd), median(bwd), median(opt), throughput,
-                   fp32_ms > 0 ? fmt::format("{:.2f}x", ratio) : "-");
+        fmt::print(
+            "{:<9} {:<6} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>12.0f} {:>9} {:>9.1f} {:>9}\n",
+            name, p, step_ms, median(fwd), median(bwd), median(opt), throughput,
+            fp32_ms > 0 ? fmt::format("{:.2f}x", ratio) : "-", cpu_ms,
+            fp32_cpu_ms > 0 ? fmt::format("{:.2f}x", cpu_ratio) : "-");
       }
     }
   }

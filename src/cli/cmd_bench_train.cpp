@@ -282,17 +282,6 @@ int run(const Options& o) {
                                            "--seed",   std::to_string(o.seed)};
   for (const std::string& name : names) {
     const train::WorkloadSpec spec = *train::find_workload(name);  // checked by the option
-    if (!spec.available) {
-      if (o.json)
-        std::printf("%s\n",
-                    nlohmann::json({{"workload", name}, {"available", false}, {"note", spec.note}})
-                        .dump()
-                        .c_str());
-      else
-        std::printf("%-9s skipped: %s\n", name.c_str(), spec.note.c_str());
-      std::fflush(stdout);
-      continue;
-    }
     std::vector<std::string> tessel_argv = {self_path(), "bench", "train", "--worker", name};
     tessel_argv.insert(tessel_argv.end(), common.begin(), common.end());
     nlohmann::json mine =
@@ -353,7 +342,7 @@ void add_bench_train_command(CLI::App& bench) {
     names.push_back(s.name);
   cmd->add_flag("--json", options->json, "one JSON object per line instead of the table");
   cmd->add_option("--workloads", options->workloads,
-                  "workloads to run (default: all; those whose model is not built are skipped)")
+                  "workloads to run (default: all of WORKLOADS.md)")
       ->delimiter(',')
       ->check(CLI::IsMember(names));
   cmd->add_option("--steps", options->steps,

@@ -1,5 +1,5 @@
 // `tessel bench train` as a user runs it (the built command, in a child process): argument
-// errors, the worker's JSON line, the rows when PyTorch is missing and for workloads not built.
+// errors, the worker's JSON line, the rows when PyTorch is missing.
 // Nothing here times anything: the figures are checked for consistency only (throughput is the
 // batch over the step time; the worker's peak RSS lies between what its flat buffers need and what
 // the kernel reports for the whole child).
@@ -15,8 +15,6 @@
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include "train/workloads.h"
 
 namespace {
 
@@ -114,20 +112,6 @@ TEST(BenchTrain, SaysSoWhenPyTorchIsMissing) {
   EXPECT_EQ(rows[1]["impl"], "pytorch");
   EXPECT_EQ(rows[1]["available"], false);
   EXPECT_NE(rows[1]["note"].get<std::string>().find("/nonexistent/python3"), std::string::npos);
-}
-
-TEST(BenchTrain, SkipsWorkloadsNotBuiltWithANote) {
-  std::string missing;
-  for (const auto& spec : tessel::train::workload_specs())
-    if (!spec.available) missing = spec.name;
-  if (missing.empty()) GTEST_SKIP() << "every workload is built";
-  Result r = run_tessel("bench train --json --python /nonexistent/python3 --workloads " + missing);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  std::vector<nlohmann::json> rows = json_lines(r.output);
-  ASSERT_EQ(rows.size(), 1u) << r.output;
-  EXPECT_EQ(rows[0]["workload"], missing);
-  EXPECT_EQ(rows[0]["available"], false);
-  EXPECT_FALSE(rows[0]["note"].get<std::string>().empty());
 }
 
 }  // namespace

@@ -79,11 +79,27 @@ Expected<Variable> GptAttention::forward(const Variable& x) {
     return invalid_argument("CausalSelfAttention: n_embd {} is not a multiple of n_head {}",
                             n_embd_, n_head_);
   const int64_t b = s[0], t = s[1], c = n_embd_, h = n_head_, d = c / h;
-  TESSEL_ASSIGN_OR_RETURN(Variable qkv, c_attn_->forward(x));  // [B, T, 3C]
-  // q, k, v: [B, T, C] column slices -> [B, T, H, D] -> [B, H, T, D], all views.
+  // q, k, v = x W_i^T + b_i with W_i, b_i the i-th row blocks of c_attn's fused [3C, C] weight
+  // and [3C] bias (views): three products instead of one, so that backward writes the
+  // gradients of the weight blocks ([C, C]) instead of three zero-padded [B, T, 3C] gradients
+  // of output slices, each the size of the whole activation. Then [B, T, C] -> [B, H, T, D].
+  TESSEL_ASSIGN_OR_RETURN(Variable w, value(c_attn_->weight()));
+  Variable bias;
+  const bool has_bias = c_attn_->bias() != nullptr;
+  if (has_bias) {
+    TESSEL_ASSIGN_OR_RETURN(bias, value(*c_attn_->bias()));
+  }
   Variable heads[3];
   for (int64_t i = 0; i < 3; ++i) {
-    TESSEL_ASSIGN_OR_RETURN(Variable part, autograd::slice(qkv, 2, i * c, (i + 1) * c));
+    TESSEL_ASSIGN_OR_RETURN(Variable wi, autograd::slice(w, 0, i * c, (i + 1) * c));
+    Variable part;
+    if (has_bias) {
+      TESSEL_ASSIGN_OR_RETURN(Variable bi, autograd::slice(bias, 0, i * c, (i + 1) * c));
+      TESSEL_ASSIGN_OR_RETURN(part, autograd::linear(x, wi, bi));
+    } else {
+      TESSEL_ASSIGN_OR_RETURN(Variable wt, autograd::permute(wi, {1, 0}));
+      TESSEL_ASSIGN_OR_RETURN(part, autograd::matmul(x, wt));
+    }
     TESSEL_ASSIGN_OR_RETURN(Variable split, autograd::reshape(part, {b, t, h, d}));
     TESSEL_ASSIGN_OR_RETURN(heads[i], autograd::permute(split, {0, 2, 1, 3}));
   }

@@ -103,6 +103,7 @@ Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& 
   return TensorMeta{{x[0], w[0], oh, ow}, DType::kF32};
 }
 
+
 bool unit_strides(const Window& w) {
   return w.sh == 1 && w.sw == 1;
 }
@@ -116,7 +117,7 @@ Expected<Tensor> im2col(const Tensor& x, const Window& w, const ConvShape& s) {
   std::vector<KernelArg> args{x, out};
   for (KernelArg& a : window_args(w, true))
     args.push_back(a);
-  TESSEL_TRY(launch_kernel("im2col", {}, args));
+  TESSEL_TRY(launch_kernel("im2col", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
   return cols;
 }
 
@@ -161,12 +162,20 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
   return y;
 }
 
+// Whether the weight gradient is computed transposed (dW^T = cols G^T): when the columns have
+// fewer rows than the output has channels, as in a first layer (9 rows for 32 channels), whose
+// dW rows would fill a quarter of a 12 x 32 CPU micro-tile.
+bool weight_grad_swapped(const ConvShape& s) {
+  return s.k < s.o / s.groups;
+}
+
 // How many splits of the batch the weight-gradient kernel sums separately: enough blocks for
 // every thread (about four each), never more splits than images.
-int64_t weight_grad_splits(const ConvShape& s, const Tensor& like) {
+int64_t weight_grad_splits(const ConvShape& s, const Tensor& like, bool swapped) {
   const bool cpu = like.device()->kind() == DeviceKind::kCpu;
   const int64_t bm = cpu ? 192 : 32, bn = cpu ? 256 : 32;
-  const int64_t blocks = ceil_div(s.o / s.groups, bm) * ceil_div(s.k, bn) * s.groups;
+  const int64_t rows = swapped ? s.k : s.o / s.groups, cols = swapped ? s.o / s.groups : s.k;
+  const int64_t blocks = ceil_div(rows, bm) * ceil_div(cols, bn) * s.groups;
   const int64_t want = cpu ? 4 * ThreadPool::global().num_threads() : 64;
   // A divisor of the batch: the kernel's copies bound only the tile dimensions, so a last split
   // running past the batch would read images that do not exist.
@@ -186,26 +195,39 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(g_compute));
   const View g_view = grouped(g, s);
   std::vector<Tensor> grads(3);
-  if (b.needs_grad[1] || b.needs_grad[2]) {
-    // dW[g] = sum_n G[n, g] cols[n, g]^T and db = the row sums of G, over S splits of the batch.
+  if (b.needs_grad[1]) {
+    // dW[g] = sum_n G[n, g] cols[n, g]^T over S splits of the batch (or dW^T = sum_n cols[n, g]
+    // G[n, g]^T, see conv_weight_grad).
     TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
-    const int64_t splits = weight_grad_splits(s, x), per = s.n / splits;
-    View cols_t{cols, {s.n, s.groups, s.l(), s.k}, {s.groups * s.k * s.l(), s.k * s.l(), 1, s.l()}};
-    TESSEL_ASSIGN_OR_RETURN(Tensor dw_parts,
+    const bool swap = weight_grad_swapped(s);
+    const int64_t splits = weight_grad_splits(s, x, swap), per = s.n / splits;
+    const int64_t cs = s.groups * s.k * s.l();  // image stride of the columns
+    View cols_t{cols, {s.n, s.groups, s.l(), s.k}, {cs, s.k * s.l(), 1, s.l()}};
+    View cols_v{cols, {s.n, s.groups, s.k, s.l()}, {cs, s.k * s.l(), s.l(), 1}};
+    const Strides& gs = g.strides();
+    View g_t{g, {s.n, s.groups, s.l(), og}, {gs[0], og * gs[1], gs[3], gs[1]}};
+    TESSEL_ASSIGN_OR_RETURN(Tensor parts,
                             empty_like_device({splits, s.groups, og, s.k}, DType::kF32, x));
-    TESSEL_ASSIGN_OR_RETURN(Tensor db_parts,
-                            empty_like_device({splits, s.groups, og}, DType::kF32, x));
+    View out = swap ? View{parts,
+                           {splits, s.groups, s.k, og},
+                           {s.groups * og * s.k, og * s.k, 1, s.k}}
+                    : View{parts, parts.shape(), parts.strides()};
     TESSEL_TRY(launch_kernel("conv_weight_grad", conv_gemm_params(x),
-                             {g_view, cols_t, dw_parts, db_parts, per}));
-    Tensor dw = dw_parts, db = db_parts;
+                             {swap ? cols_v : g_view, swap ? g_t : cols_t, out, per}));
+    Tensor dw = parts;
     if (splits > 1) {
-      TESSEL_ASSIGN_OR_RETURN(dw, sum(dw_parts, {0}));
-      TESSEL_ASSIGN_OR_RETURN(db, sum(db_parts, {0}));
+      const int64_t m = s.groups * og * s.k;
+      TESSEL_ASSIGN_OR_RETURN(dw, empty_like_device({m}, DType::kF32, x));
+      TESSEL_TRY(launch_kernel("sum_splits", {}, {View{parts, {splits, m}, {m, 1}}, dw}));
     }
     TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
     TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
-    TESSEL_ASSIGN_OR_RETURN(Tensor db1, reshape(db, {s.o}));
-    TESSEL_ASSIGN_OR_RETURN(grads[2], cast(db1, b.input_meta[2].dtype));
+  }
+  if (b.needs_grad[2]) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor db, empty_like_device({s.o}, DType::kF32, x));
+    View g3{g, {s.n, s.o, s.l()}, {g.strides()[0], g.strides()[1], 1}};
+    TESSEL_TRY(launch_kernel("conv_bias_grad", {}, {g3, db}));
+    TESSEL_ASSIGN_OR_RETURN(grads[2], cast(db, b.input_meta[2].dtype));
   }
   if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input
     TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
@@ -361,6 +383,21 @@ OpDef pool_op(const std::string& name, bool is_max) {
       TESSEL_ASSIGN_OR_RETURN(x, planes(b.inputs[0]));
     }
     const KernelParams params{{"MAX", is_max ? "1" : "0"}, {"T", "f32"}};
+    if (is_max && windows_tile(w) && w.kh == 2 && w.kw == 2) {
+      // [P, H, W] as [P, OH, 2, OW, 2]: whole windows only; an odd last row or column gets 0.
+      const int64_t oh = g.shape[1], ow = g.shape[2];
+      if (xs[2] % 2 != 0 || xs[3] % 2 != 0) {
+        TESSEL_ASSIGN_OR_RETURN(dx, Tensor::zeros(xs, DType::kF32, dx.device()));
+        TESSEL_ASSIGN_OR_RETURN(dxp, planes(dx));
+      }
+      auto windows = [&](const View& v) {
+        return View{v.tensor,
+                    {v.shape[0], oh, 2, ow, 2},
+                    {v.strides[0], 2 * v.strides[1], v.strides[1], 2 * v.strides[2], v.strides[2]}};
+      };
+      TESSEL_TRY(launch_kernel("max_pool2x2_grad", {{"T", "f32"}}, {windows(x), g, windows(dxp)}));
+      return std::vector<Tensor>{dx};
+    }
     if (windows_tile(w)) {
       TESSEL_TRY(launch_kernel("pool2d_grad_tiled", params, {x, g, dxp, w.kh, w.kw}));
       return std::vector<Tensor>{dx};

@@ -2,6 +2,8 @@
 // batched_gemm kernels. Transposed operands are strided views; nothing is transposed in memory.
 // Operands are f32, f16 or bf16 and multiply in the dtype gemm_precision.h chooses (the
 // "compute" attr); results are f32, gradients have their input's dtype.
+#include <optional>
+
 #include "ops/gemm_precision.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -15,6 +17,16 @@ namespace {
 KernelParams gemm_params(const Tensor& t) {
   if (t.device()->kind() == DeviceKind::kCpu) return {};
   return {{"BM", "32"}, {"BN", "32"}, {"BK", "8"}};
+}
+
+// Batched products of small matrices (attention: [T, D] @ [D, T] per head) get small CPU blocks:
+// a block clears and writes back its whole [BM, BN] accumulator, and the default 192 x 256 one
+// is 12 times a 64 x 64 product. 72 x 64 is a multiple of every CPU micro-tile (12 x 32, 6 x 16,
+// 4 x 16) and holds T = 64 in one block.
+KernelParams batched_gemm_params(const Tensor& c, int64_t m, int64_t n) {
+  if (c.device()->kind() == DeviceKind::kCpu && m <= 96 && n <= 128)
+    return {{"BM", "72"}, {"BN", "64"}};
+  return gemm_params(c);
 }
 
 // The [M, N] matrix `m` of a tensor [..., M, N] as a 3-d view [Z, M, N] over `batch` (the
@@ -43,6 +55,15 @@ Expected<View> batched_view(const Tensor& t, const Shape& batch) {
   return View{e,
               {z, e.size(-2), e.size(-1)},
               {batch_stride, e.strides()[e.rank() - 2], e.strides()[e.rank() - 1]}};
+}
+
+// [..., M, K] as the [rows, K] matrix it is when its leading dimensions merge (a view), so that
+// a product with a 2-d operand shared by the batch is one gemm: the tied GPT head's
+// x [B, T, C] @ wte^T, whose weight gradient is then X^T dY with K = B T, not B products summed.
+std::optional<Tensor> rows_matrix(const Tensor& t) {
+  Expected<Tensor> m = t.reshape({t.numel() / t.size(-1), t.size(-1)});
+  if (!m.ok()) return std::nullopt;
+  return *m;
 }
 
 Expected<TensorMeta> infer_matmul(const std::vector<TensorMeta>& in, const Attrs& attrs) {
@@ -79,10 +100,21 @@ Expected<Tensor> matmul_forward(const std::vector<Tensor>& in, const Attrs& attr
   TESSEL_ASSIGN_OR_RETURN(Tensor a16, gemm_operand(in[0], compute));
   TESSEL_ASSIGN_OR_RETURN(Tensor b16, gemm_operand(in[1], compute));
   const int64_t m = out.shape[out.shape.size() - 2], n = out.shape.back();
+  if (in[0].rank() > 2 && in[1].rank() == 2) {
+    if (std::optional<Tensor> a2 = rows_matrix(a16)) {  // one [rows, K] @ [K, N] product
+      const int64_t rows = a2->size(0), k = a2->size(1);
+      View av{*a2, {1, rows, k}, {0, a2->strides()[0], a2->strides()[1]}};
+      View bv{b16, {1, k, n}, {0, b16.strides()[0], b16.strides()[1]}};
+      View cv{c, {1, rows, n}, {0, n, 1}};
+      auto [kernel, params] = gemm_kernel(true, a16, b16, compute, batched_gemm_params(c, rows, n));
+      TESSEL_TRY(launch_kernel(kernel, params, {av, bv, cv, 1.0, 0.0}));
+      return c;
+    }
+  }
   TESSEL_ASSIGN_OR_RETURN(View a, batched_view(a16, batch));
   TESSEL_ASSIGN_OR_RETURN(View b, batched_view(b16, batch));
   View cv{c, {shape_numel(batch), m, n}, {m * n, n, 1}};
-  auto [kernel, params] = gemm_kernel(true, a16, b16, compute, gemm_params(c));
+  auto [kernel, params] = gemm_kernel(true, a16, b16, compute, batched_gemm_params(c, m, n));
   TESSEL_TRY(launch_kernel(kernel, params, {a, b, cv, 1.0, 0.0}));
   return c;
 }
@@ -151,6 +183,15 @@ OpDef matmul_op() {
       TESSEL_ASSIGN_OR_RETURN(grads[0], as_input_dtype(g, b.input_meta[0]));
     }
     if (b.needs_grad[1]) {  // dB = A^T @ dC
+      if (b.inputs[0].rank() > 2 && b.inputs[1].rank() == 2) {
+        std::optional<Tensor> a2 = rows_matrix(b.inputs[0]), g2 = rows_matrix(b.grad_output);
+        if (a2 && g2) {
+          TESSEL_ASSIGN_OR_RETURN(Tensor at, transposed(*a2));
+          TESSEL_ASSIGN_OR_RETURN(Tensor g, matmul(at, *g2, compute));
+          TESSEL_ASSIGN_OR_RETURN(grads[1], as_input_dtype(g, b.input_meta[1]));
+          return grads;
+        }
+      }
       TESSEL_ASSIGN_OR_RETURN(Tensor at, transposed(b.inputs[0]));
       TESSEL_ASSIGN_OR_RETURN(Tensor full, matmul(at, b.grad_output, compute));
       TESSEL_ASSIGN_OR_RETURN(Tensor g, sum_to(full, b.input_meta[1].shape));

@@ -98,6 +98,12 @@ std::vector<Case> all_cases() {
   c.push_back({"matmul", {real({1, 1}), real({1, 1})}, {}});
   c.push_back({"matmul", {real({3, 5}), real({5, 7})}, {}});
   c.push_back({"matmul", {real({2, 3, 4}), real({4, 5})}, {}});
+  // A 2-d right operand shared by a batch: one product over the merged rows (3 x 5 = 15 rows,
+  // past a 72-row CPU block), also with a transposed weight as the tied GPT head has.
+  c.push_back({"matmul", {real({3, 25, 6}), transposed({6, 70})}, {}});
+  // Batched products of small matrices (attention) and of larger ones: both CPU block shapes.
+  c.push_back({"matmul", {real({2, 80, 9}), real({2, 9, 70})}, {}});
+  c.push_back({"matmul", {real({2, 100, 3}), real({2, 3, 130})}, {}});
   c.push_back({"matmul", {real({1, 3, 4}), real({2, 4, 2})}, {}});
   c.push_back({"matmul", {transposed({3, 7}), transposed({7, 2})}, {}});
   c.push_back({"linear", {real({1, 1}), real({1, 1}), real({1})}, {}});
@@ -134,6 +140,12 @@ std::vector<Case> all_cases() {
   c.push_back({"sum", {real({3, 5})}, Attrs().set("axes", {1}).set("keepdim", 1)});
   c.push_back({"sum", {real({2, 3, 4})}, Attrs().set("axes", {0, 2})});
   c.push_back({"sum", {real({1, 300})}, Attrs().set("axes", {-1})});
+  // Outer axes reduced, kept ones contiguous (reduce_cols): more rows than a block, more
+  // columns than a block, two merged leading axes, max.
+  c.push_back({"sum", {real({37, 6})}, Attrs().set("axes", {0})});
+  c.push_back({"sum", {real({3, 300})}, Attrs().set("axes", {0}).set("keepdim", 1)});
+  c.push_back({"sum", {real({3, 4, 5})}, Attrs().set("axes", {0, 1})});
+  c.push_back({"max", {real({6, 5})}, Attrs().set("axes", {0})});
   c.push_back({"mean", {real({2, 3, 4})}, Attrs().set("axes", {-1})});
   c.push_back({"mean", {real({5})}, {}});
   c.push_back({"max", {real({3, 5})}, Attrs().set("axes", {1})});
@@ -190,6 +202,9 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d",  // depthwise, strided and dilated
                {real({1, 3, 6, 7}), real({3, 1, 2, 3}), real({3})},
                Attrs().set("stride", {2, 2}).set("dilation", {2, 1}).set("groups", 3)});
+  c.push_back({"conv2d",  // fewer column rows (4) than output channels (8): dW^T is computed
+               {real({3, 1, 6, 5}), real({8, 1, 2, 2}), real({8})},
+               Attrs().set("padding", {1, 0})});
   c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
   c.push_back({"max_pool2d",  // windows that tile it, with a row and column left over
                {real({1, 2, 7, 35})},

@@ -72,13 +72,6 @@ Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const Tenso
   if (y.numel() == 0) return y;
   auto rows = merge_group(x, kept);
   auto cols = merge_group(x, reduced);
-  const bool leading = !kept.empty() && reduced.back() < kept.front();
-  if (kind == 0 && leading && rows && cols && rows->second == 1) {
-    // A sum over leading axes of row-major data (a bias gradient): column sums, read along rows.
-    View xv{x, {cols->first, rows->first}, {cols->second, 1}};
-    TESSEL_TRY(launch_kernel("reduce_cols", {}, {xv, View{y, {y.numel()}, {1}}}));
-    return y;
-  }
   View xv;
   if (rows && cols) {
     xv = View{x, {rows->first, cols->first}, {rows->second, cols->second}};
@@ -237,7 +230,8 @@ Status sum_rows_into(const Tensor& x, const Tensor& y) {
         tensor_summary(x), tensor_summary(y));
   if (y.numel() == 0) return ok_status();
   View xv{x, {x.size(0), x.size(1)}, {x.strides()[0], 1}};
-  return launch_kernel("reduce_cols", {{"ACC", "1"}}, {xv, View{y, {y.numel()}, {1}}});
+  return launch_kernel("reduce_cols", {{"OP", "0"}, {"ACC", "1"}},
+                       {xv, View{y, {y.numel()}, {1}}});
 }
 
 Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape) {

@@ -7,6 +7,7 @@
 #include "nn/cnn.h"
 #include "nn/gpt.h"
 #include "nn/layers.h"
+#include "nn/resnet.h"
 #include "support/random.h"
 
 namespace tessel::train {
@@ -17,21 +18,18 @@ using autograd::Variable;
 std::vector<WorkloadSpec> make_specs() {
   const nn::GptConfig tiny = nn::gpt_tiny();
   const nn::GptConfig mini = nn::gpt_mini();
-  const std::string no_resnet = "ResNets are not in this build yet (nn/resnet.h)";
-  // name, model, batch input shape, items per step, unit, available, note
+  // name, model, batch input shape, items per step, unit
   // clang-format off
   return {
-      {"mlp", "784-512-256-10 MLP, ReLU", {128, 1, 28, 28}, 128, "samples/s", true, ""},
+      {"mlp", "784-512-256-10 MLP, ReLU", {128, 1, 28, 28}, 128, "samples/s"},
       {"cnn", "2x(conv3x3+BN+ReLU+maxpool2), linear 3136-128-10", {128, 1, 28, 28}, 128,
-       "samples/s", true, ""},
+       "samples/s"},
       {"gpt_tiny", "GPT-2 V65 T64 L4 H4 C128", {12, tiny.block_size}, 12 * tiny.block_size,
-       "tokens/s", true, ""},
+       "tokens/s"},
       {"gpt_mini", "GPT-2 V65 T256 L6 H6 C384", {8, mini.block_size}, 8 * mini.block_size,
-       "tokens/s", true, ""},
-      {"resnet18", "ResNet-18, CIFAR stem, 10 classes", {32, 3, 32, 32}, 32, "samples/s", false,
-       no_resnet},
-      {"resnet50", "ResNet-50, ImageNet stem, 1000 classes", {8, 3, 224, 224}, 8, "samples/s",
-       false, no_resnet},
+       "tokens/s"},
+      {"resnet18", "ResNet-18, CIFAR stem, 10 classes", {32, 3, 32, 32}, 32, "samples/s"},
+      {"resnet50", "ResNet-50, ImageNet stem, 1000 classes", {8, 3, 224, 224}, 8, "samples/s"},
   };
   // clang-format on
 }
@@ -75,7 +73,6 @@ Expected<WorkloadSpec> find_workload(const std::string& name) {
 Expected<std::unique_ptr<WorkloadRun>> WorkloadRun::create(const std::string& name, Device* device,
                                                            uint64_t seed) {
   TESSEL_ASSIGN_OR_RETURN(WorkloadSpec spec, find_workload(name));
-  if (!spec.available) return unimplemented("workload '{}': {}", name, spec.note);
   std::unique_ptr<WorkloadRun> run(new WorkloadRun);
   run->spec_ = spec;
   const Shape& in = spec.input_shape;
@@ -85,6 +82,14 @@ Expected<std::unique_ptr<WorkloadRun>> WorkloadRun::create(const std::string& na
     run->model_ = std::make_unique<nn::MLP>(std::vector<int64_t>{784, 512, 256, 10});
   } else if (name == "cnn") {
     run->model_ = std::make_unique<nn::SmallCnn>(10);
+  } else if (name == "resnet18" || name == "resnet50") {
+    const bool r18 = name == "resnet18";
+    classes = r18 ? 10 : 1000;
+    TESSEL_ASSIGN_OR_RETURN(
+        nn::ResNetConfig config,
+        nn::resnet_config(r18 ? 18 : 50, r18 ? nn::ResNetStem::kCifar : nn::ResNetStem::kImageNet,
+                          classes));
+    run->model_ = std::make_unique<nn::ResNet>(config);
   } else {  // gpt_tiny, gpt_mini
     const nn::GptConfig config = name == "gpt_tiny" ? nn::gpt_tiny() : nn::gpt_mini();
     run->model_ = std::make_unique<nn::GPT>(config);

@@ -28,11 +28,9 @@ struct WorkloadSpec {
   Shape input_shape;       // of one batch, e.g. {128, 1, 28, 28} or {12, 64} (token ids)
   int64_t items_per_step;  // samples or tokens a step consumes
   std::string unit;        // "samples/s" or "tokens/s"
-  bool available = true;   // false: the model is not in this build yet (see note)
-  std::string note;        // why it is not available
 };
 
-// Every workload of WORKLOADS.md in its order, available or not.
+// Every workload of WORKLOADS.md, in its order.
 const std::vector<WorkloadSpec>& workload_specs();
 // The spec of `name`; an unknown name lists the known ones.
 Expected<WorkloadSpec> find_workload(const std::string& name);
@@ -40,7 +38,6 @@ Expected<WorkloadSpec> find_workload(const std::string& name);
 class WorkloadRun {
  public:
   // Builds the model, its flat parameters (initialised from `seed`), AdamW and the batch on
-  // `device`. An unavailable workload is an error that says why.
   static Expected<std::unique_ptr<WorkloadRun>> create(const std::string& name, Device* device,
                                                        uint64_t seed);
   // One training step. The loss is kept as a device tensor (reading it back is the caller's

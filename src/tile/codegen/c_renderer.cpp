@@ -51,6 +51,29 @@ std::string CRenderer::float_literal(double v, const DType& t) const {
 
 // ----- expressions ------------------------------------------------------------------------------
 
+// Whether evaluating `e` can fault when the expression guarding it is false: an integer division
+// or remainder (by zero). Loads cannot: each carries its own bounds predicate.
+bool CRenderer::may_trap(const Expr& e) {
+  if (const Binary* b = e->as<Binary>()) {
+    bool divides = (b->op == BinaryOp::kDiv || b->op == BinaryOp::kMod || b->op == BinaryOp::kCDiv) &&
+                   b->type.is_int();
+    return divides || may_trap(b->a) || may_trap(b->b);
+  }
+  if (const Unary* u = e->as<Unary>()) return may_trap(u->a);
+  if (const Select* s = e->as<Select>()) return may_trap(s->cond) || may_trap(s->t) || may_trap(s->f);
+  if (const Cast* c = e->as<Cast>()) return may_trap(c->a);
+  if (const Call* c = e->as<Call>()) {
+    for (const Expr& a : c->args)
+      if (may_trap(a)) return true;
+    return false;
+  }
+  if (const Load* l = e->as<Load>()) {
+    for (const Expr& i : l->indices)
+      if (may_trap(i)) return true;
+  }
+  return false;
+}
+
 std::string CRenderer::cast(const std::string& value, const DType& from, const DType& to) {
   if (from == to) return value;
   if (to == kF16) return fmt::format("{}({})", d_.f16_round, cast(value, from, kF32));
@@ -62,8 +85,12 @@ std::string CRenderer::cast(const std::string& value, const DType& from, const D
 std::string CRenderer::global_offset(const Buffer& b, const std::vector<Expr>& idx) {
   std::string off;
   for (size_t d = 0; d < idx.size(); ++d) {
-    if (d + 1 == idx.size() && unit_last_stride_.count(b->name))
+    auto known = known_strides_.find(b->name);
+    int64_t stride = known == known_strides_.end() ? -1 : known->second[d];
+    if (stride == 1)
       off += fmt::format("{}{}", d ? " + " : "", expr(idx[d]));
+    else if (stride > 1)
+      off += fmt::format("{}{} * {}", d ? " + " : "", expr(idx[d]), stride);
     else
       off += fmt::format("{}{} * {}_stride{}", d ? " + " : "", expr(idx[d]), ident(b->name), d);
   }
@@ -114,7 +141,10 @@ std::string CRenderer::expr(const Expr& e) {
         case BinaryOp::kCDiv: return fmt::format("(({} + {} - 1) / {})", x, y, y);
         default: break;
       }
-      std::string r = fmt::format("({} {} {})", x, binary_op_name(b->op), y);
+      const char* op = binary_op_name(b->op);
+      if (d_.eager_logic && (b->op == BinaryOp::kAnd || b->op == BinaryOp::kOr) && !may_trap(b->b))
+        op = b->op == BinaryOp::kAnd ? "&" : "|";
+      std::string r = fmt::format("({} {} {})", x, op, y);
       // Arithmetic on 16-bit floats is done in f32 and rounded back, as the IR says.
       if (b->type.is_half() && !is_comparison(b->op)) return cast(r, kF32, b->type);
       return r;

@@ -25,6 +25,9 @@ struct CDialect {
   std::string f32_literal_suffix = "f";
   std::string i64_literal_suffix;
   bool suffix_every_i64 = false;  // OpenCL: min(32, n) with n a long is ambiguous without 32L
+  // Write `a && b` as `a & b` (and || as |) where b cannot trap (no division): the same value,
+  // without the branch that keeps a C compiler from vectorising the loop around it.
+  bool eager_logic = false;
   std::string infinity;  // an f32 expression for +inf
   std::string restrict_keyword;
   // Integer and floating-point min/max.
@@ -69,15 +72,17 @@ class CRenderer {
   virtual void gemm(const Gemm* g);
   virtual void barrier(const Barrier* b);
   void store(const Store* s);
+  static bool may_trap(const Expr& e);
   void emit(const std::string& line);
   void open(const std::string& line);   // emit "line {" and indent
   void close(const std::string& suffix = "");  // dedent and emit "}"
 
   const CDialect& d_;
   const Kernel* kernel_ = nullptr;
-  // Global tensors whose last dimension the code being rendered may assume contiguous (a
-  // run-time check chose this version of a loop), so the compiler sees unit-stride accesses.
-  std::set<std::string> unit_last_stride_;
+  // Strides of global tensors that the code being rendered may take as constants (a run-time
+  // check chose this version of a loop), so the compiler sees unit-stride and fixed-stride
+  // accesses: per tensor, one entry per dimension, the stride or -1 where it stays a variable.
+  std::map<std::string, std::vector<int64_t>> known_strides_;
   std::string out_;
   int indent_ = 0;
 };

@@ -210,7 +210,7 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   TESSEL_ASSIGN_OR_RETURN(fs::path include, header_dir(cache));
 
   std::vector<std::string> flags = {"-std=c++20", "-O3", "-fPIC", "-shared", "-fopenmp-simd",
-                                    "-fno-math-errno", "-ffp-contract=fast", "-w"};
+                                    "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-w"};
   flags.insert(flags.end(), options.isa.flags.begin(), options.isa.flags.end());
   KeyHasher h;
   h.add(source);

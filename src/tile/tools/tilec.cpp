@@ -25,6 +25,18 @@ namespace {
 using namespace tessel;
 using namespace tessel::tile;
 
+// Leaves a file that already holds `text` alone, so its time stamp stays and the build (which
+// reruns this tool whenever libtessel, and so the renderer, changes) recompiles only what did.
+Status write_if_changed(const std::string& path, const std::string& text) {
+  std::ifstream in(path, std::ios::binary);
+  if (in) {
+    std::ostringstream old;
+    old << in.rdbuf();
+    if (old.str() == text) return ok_status();
+  }
+  return write_file_atomic(path, text);
+}
+
 Status generate(const std::string& list_path, const std::string& kernel_dir, const std::string& out_dir) {
   std::ifstream list(list_path);
   if (!list) return not_found("cannot read {}", list_path);
@@ -57,8 +69,8 @@ Status generate(const std::string& list_path, const std::string& kernel_dir, con
     if (!lowered.ok()) return lowered.status().with_context("{}:{}", list_path, line_no);
     Kernel renamed = *lowered;
     renamed.name = aot_kernel_name(render_cpu(*lowered));
-    TESSEL_TRY(write_file_atomic(out_dir + "/aot_" + std::to_string(index++) + ".cpp",
-                                 render_cpu(renamed)));
+    TESSEL_TRY(write_if_changed(out_dir + "/aot_" + std::to_string(index++) + ".cpp",
+                                render_cpu(renamed)));
   }
   return ok_status();
 }

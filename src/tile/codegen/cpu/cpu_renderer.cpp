@@ -34,12 +34,13 @@ CDialect cpu_dialect() {
   d.i64_literal_suffix = "LL";
   d.infinity = "std::numeric_limits<float>::infinity()";
   d.restrict_keyword = "__restrict__";
+  d.eager_logic = true;
   d.int_min = "std::min<int64_t>";
   d.int_max = "std::max<int64_t>";
-  d.float_min = "std::fmin";
-  d.float_max = "std::fmax";
-  d.math = {{MathFn::kExp, "std::exp"},     {MathFn::kLog, "std::log"},
-            {MathFn::kTanh, "std::tanh"},   {MathFn::kErf, "std::erf"},
+  d.float_min = "tessel_cpu::tile_fmin";
+  d.float_max = "tessel_cpu::tile_fmax";
+  d.math = {{MathFn::kExp, "tessel_cpu::tile_exp"}, {MathFn::kLog, "std::log"},
+            {MathFn::kTanh, "tessel_cpu::tile_tanh"}, {MathFn::kErf, "std::erf"},
             {MathFn::kSqrt, "std::sqrt"},   {MathFn::kRsqrt, "tessel_cpu::tile_rsqrt"},
             {MathFn::kAbs, "std::fabs"},    {MathFn::kFloor, "std::floor"},
             {MathFn::kCeil, "std::ceil"},   {MathFn::kSigmoid, "tessel_cpu::tile_sigmoid"},
@@ -262,6 +263,10 @@ class CpuRenderer : public CRenderer {
 
   // Element loops over global tensors come in two versions: one for tensors whose last
   // dimension is contiguous (the usual case, which the compiler vectorises), one for any strides.
+  // Trailing dimensions of literal extent ([P, OH, 2, OW, 2]) are taken as contiguous with the
+  // dimension before them too, so their strides are constants in the first version: an access
+  // X[p, oh, 0, ow, 1] then reads as X[... + ow * 2 + 1], pairs of neighbours the compiler can
+  // vectorise.
   void parallel(const Parallel* p) override {
     struct Globals : IRVisitor {
       std::set<std::string> names;
@@ -282,12 +287,21 @@ class CpuRenderer : public CRenderer {
       const KernelArg* arg = nullptr;
       for (const KernelArg& a : kernel_->args)
         if (a.name == name) arg = &a;
-      check += fmt::format("{}{}_stride{} == 1", check.empty() ? "" : " && ", ident(name), arg->tensor->rank() - 1);
+      const BufferNode& t = *arg->tensor;
+      std::vector<int64_t> strides(t.rank(), -1);
+      int64_t span = 1;
+      for (int d = t.rank() - 1; d >= 0; --d) {
+        strides[d] = span;
+        check += fmt::format("{}{}_stride{} == {}", check.empty() ? "" : " && ", ident(name), d, span);
+        std::optional<int64_t> extent = const_int(t.shape[d]);
+        if (!extent) break;
+        span *= *extent;
+      }
+      known_strides_[name] = strides;
     }
     open(fmt::format("if ({})", check));
-    unit_last_stride_ = globals.names;
     loops(p);
-    unit_last_stride_.clear();
+    known_strides_.clear();
     --indent_;
     open("} else");
     loops(p);
