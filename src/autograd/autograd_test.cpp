@@ -329,6 +329,50 @@ TEST(Autograd, VariableUsedTwiceGetsBothContributions) {
       << "grad aliases the seed";
 }
 
+TEST(Autograd, GradReadyHookRunsOnceAfterTheLastContribution) {
+  // y = sum(x * x + x * w) with x used three times: the hook must see the finished gradient
+  // 2x + w, once per backward, and w's hook must run too (its gradient is x).
+  Variable x(Tensor::from_vector<float>({0.5f, -1.5f}, {2}).value(), true);
+  Variable w(Tensor::from_vector<float>({2.0f, 3.0f}, {2}).value(), true);
+  std::vector<std::vector<float>> seen_x;
+  int w_calls = 0;
+  x.state()->on_grad_ready = [&](VariableState& s) {
+    seen_x.push_back(s.grad.to_vector<float>().value());
+    return ok_status();
+  };
+  w.state()->on_grad_ready = [&](VariableState&) {
+    ++w_calls;
+    return ok_status();
+  };
+  Variable y = sum(add(mul(x, x).value(), mul(x, w).value()).value()).value();
+  ASSERT_TRUE(y.backward().ok());
+  ASSERT_EQ(seen_x.size(), 1u);
+  EXPECT_EQ(seen_x[0], (std::vector<float>{3.0f, 0.0f}));  // 2x + w
+  EXPECT_EQ(w_calls, 1);
+  x.state()->on_grad_ready = [](VariableState&) { return internal_error("hook says no"); };
+  Variable z = sum(mul(x, w).value()).value();
+  Status s = z.backward();
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("hook says no"), std::string::npos) << s.message();
+}
+
+TEST(Autograd, UseHookRunsBeforeAnOpReadsTheLeaf) {
+  // The hook replaces the leaf's value (as ZeRO-3 puts a gathered parameter in place): the op
+  // must compute with the new value.
+  Variable x(Tensor::from_vector<float>({0, 0}, {2}).value(), true);
+  int uses = 0;
+  x.state()->on_use = [&](VariableState& s) {
+    ++uses;
+    s.data = Tensor::from_vector<float>({1.5f, -2.0f}, {2}).value();
+    return ok_status();
+  };
+  Variable y = sum(mul(x, x).value()).value();
+  EXPECT_EQ(uses, 2);  // one op with x as both inputs: the hook runs per input that reads it
+  ASSERT_TRUE(y.backward().ok());
+  EXPECT_EQ(y.data().to_vector<float>().value(), (std::vector<float>{1.5f * 1.5f + 4.0f}));
+  EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{3.0f, -4.0f}));
+}
+
 TEST(Autograd, NoGradRecordsNothing) {
   const int64_t before = live_nodes();
   Variable x(Tensor::from_vector<float>({1, 2}, {2}).value(), true);

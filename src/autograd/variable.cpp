@@ -59,6 +59,8 @@ Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inpu
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (!inputs[i].defined())
       return invalid_argument("{}: input {} is an undefined variable", op.name, i);
+    VariableState& state = *inputs[i].state();
+    if (state.on_use && !state.grad_fn) TESSEL_TRY(state.on_use(state));
     values.push_back(inputs[i].data());
   }
   TESSEL_ASSIGN_OR_RETURN(Tensor out, ops::run(op, values, attrs));
@@ -155,18 +157,22 @@ Status Variable::backward(const Tensor& grad_output) const {
   }
   NoGrad no_grad;
   if (is_leaf()) {
-    return accumulate_into_leaf(*state_, seed);
+    TESSEL_TRY(accumulate_into_leaf(*state_, seed));
+    return state_->on_grad_ready ? state_->on_grad_ready(*state_) : ok_status();
   }
 
   // Count, for each node, how many edges from nodes reachable from the root point at it; a node
-  // runs once all of them have delivered their gradient.
+  // runs once all of them have delivered their gradient. Leaves with a hook are counted too: the
+  // hook runs when the last edge into the leaf has delivered.
   std::unordered_map<Node*, int> pending;
+  std::unordered_map<VariableState*, int> pending_leaves;
   std::vector<Node*> stack{state_->grad_fn.get()};
   pending[state_->grad_fn.get()] = 0;
   while (!stack.empty()) {
     Node* n = stack.back();
     stack.pop_back();
     for (const Edge& e : n->edges) {
+      if (e.leaf && e.leaf->on_grad_ready) pending_leaves[e.leaf.get()] += 1;
       if (!e.node) continue;
       if (pending.emplace(e.node.get(), 0).second) stack.push_back(e.node.get());
       pending[e.node.get()] += 1;
@@ -202,7 +208,15 @@ Status Variable::backward(const Tensor& grad_output) const {
       const Edge& e = n->edges[i];
       if (!e.node && !e.leaf) continue;
       Tensor& g = (*input_grads)[i];
-      if (!g.defined() && e.leaf && args.grad_into[i].defined()) continue;  // added in place
+      // A leaf with a hook hears of its last contribution, however it arrived.
+      auto delivered = [&](VariableState& leaf) -> Status {
+        if (!leaf.on_grad_ready || --pending_leaves[&leaf] > 0) return ok_status();
+        return leaf.on_grad_ready(leaf);
+      };
+      if (!g.defined() && e.leaf && args.grad_into[i].defined()) {  // added in place
+        TESSEL_TRY(delivered(*e.leaf));
+        continue;
+      }
       if (!g.defined())
         return internal_error("backward of '{}' gave no gradient for input {}", n->op->name, i);
       if (g.shape() != n->input_meta[i].shape)
@@ -211,6 +225,7 @@ Status Variable::backward(const Tensor& grad_output) const {
                               shape_string(n->input_meta[i].shape));
       if (e.leaf) {
         TESSEL_TRY(accumulate_into_leaf(*e.leaf, std::move(g)));
+        TESSEL_TRY(delivered(*e.leaf));
       } else {
         TESSEL_ASSIGN_OR_RETURN(grads[e.node.get()], accumulate(grads[e.node.get()], std::move(g)));
         if (--pending[e.node.get()] == 0) ready.push_back(e.node.get());

@@ -13,8 +13,15 @@
 // tensors as it goes; a second backward through the same graph is an error that says so.
 // Gradients of leaves accumulate (+=) across backward calls until zero_grad(). Inside a NoGrad
 // scope nothing is recorded.
+//
+// Leaf hooks are how data-parallel training (parallel/) sees the tape without owning it: a leaf's
+// `on_grad_ready` runs once per backward pass, right after the last contribution that pass makes
+// to its gradient (DDP starts a bucket's all-reduce there, while backward goes on), and its
+// `on_use` runs in apply() before an op reads the leaf's value (ZeRO-3 gathers the parameter
+// there and may replace it with set_data). An error from a hook fails the op or the backward.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string_view>
 #include <vector>
@@ -33,6 +40,9 @@ struct VariableState {
   Tensor grad;
   bool requires_grad = false;
   std::shared_ptr<Node> grad_fn;
+  // Leaf hooks (see the top of this file); empty: none.
+  std::function<Status(VariableState&)> on_grad_ready;
+  std::function<Status(VariableState&)> on_use;
 };
 
 class Variable {

@@ -41,14 +41,21 @@ int run_train(const TrainArgs& args) {
     }
     fmt::print("resumed from {} at step {}\n", args.resume, t.step());
   }
-  fmt::print("{}: {} parameters on {}, {} steps\n", args.config, t.model().num_parameters(),
-             t.device()->name(), t.total_steps());
+  // In a data-parallel job rank 0 speaks for all (errors still come from every rank).
+  const bool quiet = t.process_group() && t.process_group()->rank() != 0;
+  if (!quiet)
+    fmt::print("{}: {} parameters on {}, {} steps{}\n", args.config, t.model().num_parameters(),
+               t.device()->name(), t.total_steps(),
+               t.process_group() ? fmt::format(", {} ranks ({})", t.process_group()->size(),
+                                               t.process_group()->backend())
+                                 : "");
   Expected<train::RunSummary> summary = t.run();
   if (!summary.ok()) {
     fmt::print(stderr, "\nerror: {}\n", summary.status().message());
     return 1;
   }
   const train::Evaluation& e = summary->final_eval;
+  if (quiet) return 0;
   if (e.classification) {
     fmt::print("done: step {}, test accuracy {:.2f}% ({}/{}), test loss {:.4f}, {:.1f} s\n",
                summary->last_step, 100.0 * e.accuracy, e.correct, e.total, e.loss,

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   CLI::App& bench = tessel::cli::add_bench_command(app);
   tessel::cli::add_bench_gemm_command(bench);
   tessel::cli::add_bench_comm_command(bench);
+  tessel::cli::add_bench_ddp_command(bench);
   tessel::cli::add_bench_train_command(bench);
   tessel::cli::add_bench_precision_command(bench);
 

@@ -135,9 +135,34 @@ Expected<FlatParameters> FlatParameters::create(Module& root, Device* device, Pc
   return flat;
 }
 
+FlatParameters FlatParameters::over(Device* device, std::vector<Group> groups,
+                                    std::vector<Entry> entries) {
+  FlatParameters flat;
+  flat.device_ = device;
+  flat.groups_ = std::move(groups);
+  flat.entries_ = std::move(entries);
+  return flat;
+}
+
+void FlatParameters::release_grads() {
+  for (Group& g : groups_)
+    g.grads = Tensor();
+  for (Entry& e : entries_) {
+    e.parameter->grad = Tensor();
+    e.parameter->variable.state()->grad = Tensor();
+  }
+}
+
+void FlatParameters::release_values() {
+  for (Group& g : groups_)
+    g.values = Tensor();
+  for (Entry& e : entries_)
+    e.parameter->variable.set_data(Tensor());
+}
+
 Status FlatParameters::zero_grad() {
   for (Group& g : groups_)
-    TESSEL_TRY(g.grads.fill(0.0));
+    if (g.grads.defined()) TESSEL_TRY(g.grads.fill(0.0));
   for (Entry& e : entries_)
     e.parameter->variable.state()->grad = e.parameter->grad;
   return ok_status();

@@ -138,6 +138,10 @@ class FlatParameters {
   // `device` too (they are not flat: optimizers never touch them). The module must outlive this
   // object's use of its parameters.
   static Expected<FlatParameters> create(Module& root, Device* device, Pcg32& rng);
+  // Flat buffers that are a slice of some model's (a DDP bucket, a ZeRO shard), for an optimizer
+  // to update. `entries` (offsets into these groups) name the optimizer's state; none: unnamed.
+  static FlatParameters over(Device* device, std::vector<Group> groups,
+                             std::vector<Entry> entries = {});
 
   const std::vector<Entry>& entries() const { return entries_; }
   const std::vector<Group>& groups() const { return groups_; }
@@ -145,6 +149,12 @@ class FlatParameters {
   // Sets every gradient to zero (one fill per group) and re-installs the views as the leaves'
   // gradients.
   Status zero_grad();
+  // Frees the full gradient buffers (ZeRO-2 and 3 keep a shard elsewhere): the leaves' gradients
+  // are then autograd's own per backward, and zero_grad() only clears them.
+  void release_grads();
+  // Frees the full value buffers (ZeRO-3 keeps a shard elsewhere and puts gathered values in
+  // place with Variable::set_data while they are in use).
+  void release_values();
   // Name -> value view, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> named_tensors() const;
 

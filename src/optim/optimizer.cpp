@@ -18,6 +18,14 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::named_state() const {
   return out;
 }
 
+int64_t Optimizer::state_bytes() const {
+  int64_t bytes = 0;
+  for (const auto& buffers : state_)
+    for (const Tensor& t : buffers)
+      bytes += int64_t(t.nbytes());
+  return bytes;
+}
+
 Status Optimizer::add_state(const std::string& suffix) {
   std::vector<Tensor> buffers;
   for (const auto& g : params_->groups()) {

@@ -27,11 +27,14 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // Applies one update from the current gradients.
   virtual Status step() = 0;
-  std::vector<std::pair<std::string, Tensor>> named_state() const;
+  // Virtual for optimizers made of others (parallel/: one per DDP bucket).
+  virtual std::vector<std::pair<std::string, Tensor>> named_state() const;
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const { return step_count_; }
+  // Bytes of state (momentum buffers, exp_avg, ...) this optimizer holds.
+  int64_t state_bytes() const;
   void set_step_count(int64_t step) { step_count_ = step; }
 
  protected:

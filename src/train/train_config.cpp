@@ -67,6 +67,37 @@ Status parse_schedule(const Config& cfg, double lr, optim::Schedule& out) {
   return ok_status();
 }
 
+Status parse_distributed(const Config& cfg, TrainConfig& out) {
+  DistributedConfig& d = out.distributed;
+  d.enabled = cfg.has("distributed");
+  if (!d.enabled) return ok_status();
+  TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("distributed"));
+  TESSEL_TRY(t.check_keys({"backend", "zero_stage", "bucket_cap_mb", "first_bucket_mb", "overlap"}));
+  TESSEL_ASSIGN_OR_RETURN(d.backend, get_choice(t, "backend", {"shm", "mpi", "nccl"}, "shm"));
+  TESSEL_ASSIGN_OR_RETURN(int64_t stage, get_at_least<int64_t>(t, "zero_stage", 0, 0));
+  if (stage > 3)
+    return invalid_argument("{}: key 'distributed.zero_stage': must be 0 (DDP), 1, 2 or 3, got {}",
+                            t.source(), stage);
+  d.zero_stage = int(stage);
+  TESSEL_ASSIGN_OR_RETURN(d.bucket_cap_mb, get_at_least(t, "bucket_cap_mb", d.bucket_cap_mb, 0.001));
+  TESSEL_ASSIGN_OR_RETURN(d.first_bucket_mb,
+                          get_at_least(t, "first_bucket_mb", d.first_bucket_mb, 0.001));
+  TESSEL_ASSIGN_OR_RETURN(d.overlap, t.get_or<bool>("overlap", d.overlap));
+  // Sharded state lives on every rank in parts: neither a checkpoint nor a global gradient norm
+  // of it exists yet.
+  if (d.zero_stage > 0 && !out.checkpoint_path.empty())
+    return invalid_argument(
+        "{}: key 'train.checkpoint_path': checkpoints of ZeRO-sharded state are not supported "
+        "yet; use zero_stage = 0 or checkpoint_path = \"\"",
+        t.source());
+  if (d.zero_stage > 0 && out.clip_grad_norm > 0)
+    return invalid_argument(
+        "{}: key 'train.clip_grad_norm': clipping sharded gradients (zero_stage > 0) is not "
+        "supported yet",
+        t.source());
+  return ok_status();
+}
+
 Status parse_sample(const Config& cfg, TrainConfig& out) {
   if (!cfg.has("sample")) return ok_status();
   if (out.data.name != "text")
@@ -107,7 +138,8 @@ Expected<std::string> resolve_device_name(const std::string& name, const std::st
 Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TrainConfig out;
   out.source = cfg.source();
-  TESSEL_TRY(cfg.check_keys({"seed", "device", "model", "data", "optimizer", "schedule", "train", "sample"}));
+  TESSEL_TRY(cfg.check_keys({"seed", "device", "model", "data", "optimizer", "schedule", "train",
+                             "sample", "distributed"}));
   TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
   out.seed = static_cast<uint64_t>(seed);
   TESSEL_ASSIGN_OR_RETURN(out.device, cfg.get_or<std::string>("device", "auto"));
@@ -127,7 +159,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(Config t, optional_table(cfg, "train"));
   TESSEL_TRY(t.check_keys({"steps", "epochs", "clip_grad_norm", "log_interval", "eval_interval",
                            "checkpoint_interval", "checkpoint_path", "metrics_path",
-                           "precision"}));
+                           "grad_accum_steps", "precision"}));
   TESSEL_ASSIGN_OR_RETURN(out.steps, get_at_least<int64_t>(t, "steps", 0, 1));
   TESSEL_ASSIGN_OR_RETURN(out.epochs, get_at_least<int64_t>(t, "epochs", 0, 1));
   if (t.has("steps") == t.has("epochs"))
@@ -144,9 +176,12 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
                           get_at_least<int64_t>(t, "checkpoint_interval", 0, 0));
   TESSEL_ASSIGN_OR_RETURN(out.checkpoint_path, t.get_or<std::string>("checkpoint_path", ""));
   TESSEL_ASSIGN_OR_RETURN(out.metrics_path, t.get_or<std::string>("metrics_path", ""));
+  TESSEL_ASSIGN_OR_RETURN(out.grad_accum_steps,
+                          get_at_least<int64_t>(t, "grad_accum_steps", 1, 1));
   TESSEL_ASSIGN_OR_RETURN(out.precision,
                           get_choice(t, "precision", {"fp32", "bf16", "fp16"}, "fp32"));
   TESSEL_TRY(parse_sample(cfg, out));
+  TESSEL_TRY(parse_distributed(cfg, out));
   return out;
 }
 

@@ -14,11 +14,16 @@
 //               eval_interval = 0 (0: at the end only)   checkpoint_interval = 0 (0: at the end)
 //               checkpoint_path = "runs/x/checkpoint.safetensors" ("" : none)
 //               metrics_path = "runs/x/metrics.jsonl" ("": none)
+//               grad_accum_steps = 1   (micro-batches of batch_size per optimizer step)
 //               precision = "fp32" | "bf16" | "fp16"  (matmul/linear/conv in 16 bits, everything
 //               else and the master weights and optimizer state in f32; fp16 adds dynamic loss
 //               scaling; docs/DESIGN.md, "Mixed precision")
 //   [sample]    tokens = 300  temperature = 0.8  top_k = 0 (0: all)  prompt = "\n"
 //               (text data only: the text a language model writes at the end of the run)
+//   [distributed] backend = "shm"     # shm | mpi | nccl; ranks from `tessel launch` or mpirun
+//               zero_stage = 0  (0: DDP; 1, 2, 3: ZeRO)   bucket_cap_mb = 25.0
+//               first_bucket_mb = 1.0   overlap = true
+//               (batch_size is per rank: a step takes batch_size x ranks x grad_accum_steps)
 //
 // Only [model] and [data] are required; everything else has the defaults shown.
 #pragma once
@@ -49,6 +54,16 @@ struct OptimizerConfig {
   double lr() const { return name == "sgd" ? sgd.lr : adamw.lr; }
 };
 
+// The [distributed] table (parallel/data_parallel.h); absent: one process, no communication.
+struct DistributedConfig {
+  bool enabled = false;
+  std::string backend = "shm";
+  int zero_stage = 0;
+  double bucket_cap_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  bool overlap = true;
+};
+
 struct TrainConfig {
   std::string source;  // the file, for messages
   uint64_t seed = 0;
@@ -67,6 +82,8 @@ struct TrainConfig {
   int64_t checkpoint_interval = 0;
   std::string checkpoint_path;
   std::string metrics_path;
+  int64_t grad_accum_steps = 1;
+  DistributedConfig distributed;
   std::string precision = "fp32";  // "fp32" | "bf16" | "fp16"
   // The dtype the gemm ops compute in (autograd/autocast.h): f32, bf16 or f16.
   DType compute_dtype() const;

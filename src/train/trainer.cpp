@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "autograd/autocast.h"
@@ -16,6 +17,7 @@
 #include "nn/conv_layers.h"
 #include "nn/gpt.h"
 #include "optim/clip.h"
+#include "parallel/rank_shard.h"
 #include "train/model_registry.h"
 #include "train/progress.h"
 
@@ -84,18 +86,38 @@ Status Trainer::build() {
   if (!device.ok())
     return device.status().with_context("{}: key 'device' = '{}'", c.source, c.device);
   device_ = *device;
+  if (c.distributed.enabled) {  // join the job first: the data is cut by rank
+    if (options_.process_group) {
+      group_ = options_.process_group;
+    } else {
+      dist::ProcessGroupOptions group_options;
+      TESSEL_ASSIGN_OR_RETURN(group_options.backend, dist::parse_backend(c.distributed.backend));
+      Expected<std::unique_ptr<dist::ProcessGroup>> group =
+          dist::ProcessGroup::from_env(group_options);
+      if (!group.ok()) return group.status().with_context("{}: [distributed]", c.source);
+      own_group_ = std::move(*group);
+      group_ = own_group_.get();
+    }
+    if (rank() != 0) options_.progress = nullptr;  // rank 0 reports for the job
+  }
 
   // Data: training batches through a prefetch thread; evaluation batches made per evaluation.
-  TESSEL_ASSIGN_OR_RETURN(data_, DataSource::open(c.data, c.seed, c.source));
+  // In a data-parallel job every rank reads the same global batches of batch_size x ranks rows
+  // and keeps its own rows (RankShard), so the job trains as one process with the global batch.
+  DataConfig global_data = c.data;
+  global_data.batch_size *= world_size();
+  TESSEL_ASSIGN_OR_RETURN(data_, DataSource::open(global_data, c.seed, c.source));
   ModelContext context{
       .input_shape = data_->example_shape(), .classes = data_->classes(), .seed = c.seed};
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> train, data_->train_batches());
+  if (group_)
+    train = std::make_unique<parallel::RankShard>(std::move(train), rank(), world_size());
   train_batches_ = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
   const int64_t per_epoch = data_->batches_per_epoch();
   if (c.epochs > 0 && per_epoch == 0)
     return invalid_argument("{}: key 'train.epochs': data '{}' has no epochs; use 'train.steps'",
                             c.source, c.data.name);
-  total_steps_ = c.steps > 0 ? c.steps : c.epochs * per_epoch;
+  total_steps_ = c.steps > 0 ? c.steps : c.epochs * per_epoch / c.grad_accum_steps;
   // A prompt the vocabulary cannot encode fails now, not after the run.
   if (data_->text() && c.sample.tokens > 0) {
     Expected<std::vector<int64_t>> prompt = data_->text()->encode(c.sample.prompt);
@@ -118,6 +140,7 @@ Status Trainer::build() {
     if (!adamw.ok()) return adamw.status().with_context("{}: [optimizer]", c.source);
     optimizer_ = std::move(*adamw);
   }
+  if (group_) TESSEL_TRY(build_data_parallel());
   if (c.precision == "fp16") grad_scaler_ = std::make_unique<optim::GradScaler>();
   config_.schedule.total_steps = total_steps_;
   Status schedule_ok = config_.schedule.validate();
@@ -125,16 +148,42 @@ Status Trainer::build() {
   return ok_status();
 }
 
+Status Trainer::build_data_parallel() {
+  const DistributedConfig& d = config_.distributed;
+  const OptimizerConfig& o = config_.optimizer;
+  auto make_optimizer =
+      [o](nn::FlatParameters& part) -> Expected<std::unique_ptr<optim::Optimizer>> {
+    if (o.name == "sgd") {
+      TESSEL_ASSIGN_OR_RETURN(auto sgd, optim::Sgd::create(part, o.sgd));
+      return std::unique_ptr<optim::Optimizer>(std::move(sgd));
+    }
+    TESSEL_ASSIGN_OR_RETURN(auto adamw, optim::AdamW::create(part, o.adamw));
+    return std::unique_ptr<optim::Optimizer>(std::move(adamw));
+  };
+  parallel::DataParallelOptions options{
+      .zero_stage = d.zero_stage,
+      .bucket_cap_bytes = int64_t(d.bucket_cap_mb * double(1 << 20)),
+      .first_bucket_bytes = int64_t(d.first_bucket_mb * double(1 << 20)),
+      .overlap = d.overlap};
+  Expected<std::unique_ptr<parallel::DataParallel>> dp =
+      parallel::DataParallel::create(*params_, *group_, make_optimizer, options);
+  if (!dp.ok()) return dp.status().with_context("{}: [distributed]", config_.source);
+  data_parallel_ = std::move(*dp);
+  optimizer_.reset();  // each bucket has its own; the single-process one would only hold memory
+  return ok_status();
+}
+
 Status Trainer::save_checkpoint(const std::string& path) {
+  if (rank() != 0) return ok_status();  // the ranks hold the same model: rank 0 writes it
   Checkpoint ckpt;
   for (auto& [name, tensor] : params_->named_tensors())
     ckpt.model[name] = tensor;
   for (auto& [name, buffer] : model_->named_buffers())
     ckpt.model[name] = buffer->tensor;
-  for (auto& [name, tensor] : optimizer_->named_state())
+  for (auto& [name, tensor] : optimizer().named_state())
     ckpt.optimizer[name] = tensor;
   ckpt.metadata["step"] = std::to_string(step_);
-  ckpt.metadata["optimizer.step_count"] = std::to_string(optimizer_->step_count());
+  ckpt.metadata["optimizer.step_count"] = std::to_string(optimizer().step_count());
   ckpt.metadata["data.train"] = train_batches_->position().to_string();
   ckpt.metadata["config"] = config_.source;
   for (auto& [name, d] : dropouts(*model_))
@@ -172,7 +221,7 @@ Status Trainer::resume(const std::string& checkpoint_path) {
   if (ckpt.model.size() != expected_model_tensors)
     return invalid_argument("{}: holds {} model tensors, this model has {}", checkpoint_path,
                             ckpt.model.size(), expected_model_tensors);
-  for (auto& [name, tensor] : optimizer_->named_state()) {
+  for (auto& [name, tensor] : optimizer().named_state()) {
     TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.optimizer, name));
     Tensor target = tensor;
     Status s = target.copy_from(saved);
@@ -180,7 +229,7 @@ Status Trainer::resume(const std::string& checkpoint_path) {
   }
   TESSEL_ASSIGN_OR_RETURN(step_, ckpt.get_int("step"));
   TESSEL_ASSIGN_OR_RETURN(int64_t count, ckpt.get_int("optimizer.step_count"));
-  optimizer_->set_step_count(count);
+  mutable_optimizer().set_step_count(count);
   TESSEL_ASSIGN_OR_RETURN(std::string position_text, ckpt.get("data.train"));
   TESSEL_ASSIGN_OR_RETURN(DataPosition position, DataPosition::parse(position_text));
   TESSEL_TRY(train_batches_->restore(position));
@@ -201,7 +250,7 @@ Status Trainer::resume(const std::string& checkpoint_path) {
 }
 
 Status Trainer::write_metrics(const std::string& json_line) {
-  if (config_.metrics_path.empty()) return ok_status();
+  if (config_.metrics_path.empty() || rank() != 0) return ok_status();
   if (!metrics_) {
     TESSEL_TRY(make_parent_folder(config_.metrics_path));
     metrics_ = std::fopen(config_.metrics_path.c_str(), resumed_ ? "a" : "w");
@@ -215,8 +264,23 @@ Status Trainer::write_metrics(const std::string& json_line) {
 double Evaluation::perplexity() const { return std::exp(loss); }
 
 Expected<bool> Trainer::any_rank_found_inf(bool found_inf_here) {
-  // One process today; with a process group this is an all-reduce (max) of the flag.
-  return found_inf_here;
+  if (!group_) return found_inf_here;
+  double flag = found_inf_here ? 1.0 : 0.0;
+  TESSEL_ASSIGN_OR_RETURN(dist::Work w,
+                          group_->all_reduce(&flag, 1, dist::DataType::kFloat64, dist::RedOp::kMax));
+  TESSEL_TRY(w.wait());
+  return flag > 0.0;
+}
+
+const nn::FlatParameters& Trainer::local_gradients() {
+  if (!data_parallel_ || config_.distributed.zero_stage == 0) return *params_;
+  // ZeRO: this rank's shards of the averaged gradients, as flat groups without values.
+  std::vector<nn::FlatParameters::Group> groups;
+  for (const Tensor& g : data_parallel_->local_gradients())
+    groups.push_back({g.dtype(), Tensor(), g});
+  gradient_shards_ = std::make_unique<nn::FlatParameters>(
+      nn::FlatParameters::over(device_, std::move(groups)));
+  return *gradient_shards_;
 }
 
 Expected<Evaluation> Trainer::evaluate() {
@@ -309,52 +373,72 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   int64_t window_steps = 0;
   double window_loss = 0.0;
   while (step_ < end) {
-    TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
-    TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
-    TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
     const double lr = c.schedule.lr_at(step_);
-    {
+    double loss_value = 0.0;
+    for (int64_t micro = 0; micro < c.grad_accum_steps; ++micro) {
+      // Inner micro-steps only accumulate gradients; the last one synchronises the ranks.
+      if (data_parallel_) data_parallel_->set_sync(micro + 1 == c.grad_accum_steps);
+      TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
+      TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
+      TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
       // Mixed precision: the gemm ops compute in 16 bits, the rest in f32 (autocast.h).
       autograd::Autocast autocast(c.compute_dtype());
       TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
       TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
-      if (grad_scaler_) {  // fp16: backward from scale * loss
-        TESSEL_ASSIGN_OR_RETURN(Tensor seed, Tensor::full(loss.shape(), grad_scaler_->scale(),
-                                                          DType::kF32, device_));
-        TESSEL_TRY(loss.backward(seed));
-      } else {
-        TESSEL_TRY(loss.backward());
-      }
-      TESSEL_ASSIGN_OR_RETURN(double loss_value, scalar_of(loss.data()));
-      summary.losses.push_back(loss_value);
-      window_loss += loss_value;
+      // The step's gradient is the mean over its micro-batches; fp16 backward starts from
+      // scale * loss.
+      const double seed_value =
+          (grad_scaler_ ? grad_scaler_->scale() : 1.0) / double(c.grad_accum_steps);
+      TESSEL_ASSIGN_OR_RETURN(Tensor seed,
+                              Tensor::full(loss.shape(), seed_value, DType::kF32, device_));
+      TESSEL_TRY(loss.backward(seed));
+      if (data_parallel_) TESSEL_TRY(data_parallel_->finish_backward());
+      TESSEL_ASSIGN_OR_RETURN(double micro_loss, scalar_of(loss.data()));
+      loss_value += micro_loss / double(c.grad_accum_steps);
     }
+    // The loss of the whole global batch is the mean of the ranks'; queued behind the gradient
+    // buckets, it is waited for after the optimizer step so that it delays nothing.
+    std::optional<dist::Work> loss_reduction;
+    if (group_) {
+      TESSEL_ASSIGN_OR_RETURN(loss_reduction, group_->all_reduce(&loss_value, 1, dist::DataType::kFloat64,
+                                                                 dist::RedOp::kAvg));
+    }
+    // Whatever reads the gradients before the optimizer needs the ranks' averages in place.
+    if (data_parallel_ && (after_backward_ || grad_scaler_ || c.clip_grad_norm > 0))
+      TESSEL_TRY(data_parallel_->wait_gradients());
     if (after_backward_) TESSEL_TRY(after_backward_(*params_, step_));
     bool skip_step = false;
     if (grad_scaler_) {
-      TESSEL_ASSIGN_OR_RETURN(bool found_inf_here, grad_scaler_->unscale(*params_));
+      TESSEL_ASSIGN_OR_RETURN(bool found_inf_here, grad_scaler_->unscale(local_gradients()));
       TESSEL_ASSIGN_OR_RETURN(skip_step, any_rank_found_inf(found_inf_here));
     }
     if (!skip_step) {
       if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
-      optimizer_->set_lr(lr);
-      TESSEL_TRY(optimizer_->step());
+      mutable_optimizer().set_lr(lr);
+      TESSEL_TRY(mutable_optimizer().step());
+    } else if (data_parallel_) {
+      TESSEL_TRY(data_parallel_->skip_step());
     }
     if (grad_scaler_) grad_scaler_->update(skip_step);
+    if (loss_reduction) TESSEL_TRY(loss_reduction->wait());
+    summary.losses.push_back(loss_value);
+    window_loss += loss_value;
     TESSEL_TRY(params_->zero_grad());
     ++step_;
     ++window_steps;
 
     if (step_ % c.log_interval == 0 || step_ == end) {
       const double seconds = seconds_since(window_start);
-      const double per_step = seconds > 0 ? double(window_steps) / seconds : 0.0;
+      // Batches of the whole job (data_ reads global batches): every micro-step's, every rank's.
+      const double per_step =
+          seconds > 0 ? double(window_steps * c.grad_accum_steps) / seconds : 0.0;
       const double mean_loss = window_loss / double(window_steps);
       if (progress)
         progress->update(step_, mean_loss, lr, per_step * double(data_->throughput_per_batch()));
       nlohmann::json j = {{"step", step_},
                           {"loss", mean_loss},
                           {"lr", lr},
-                          {"samples_per_s", per_step * double(c.data.batch_size)}};
+                          {"samples_per_s", per_step * double(c.data.batch_size * world_size())}};
       if (data_->throughput_unit() == "tokens")
         j["tokens_per_s"] = per_step * double(data_->throughput_per_batch());
       TESSEL_TRY(write_metrics(j.dump()));

@@ -28,9 +28,11 @@
 #include <vector>
 
 #include "data/batches.h"
+#include "dist/process_group.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
+#include "parallel/data_parallel.h"
 #include "train/data_source.h"
 #include "train/train_config.h"
 
@@ -56,6 +58,9 @@ struct RunSummary {
 struct TrainerOptions {
   std::FILE* progress = stdout;  // nullptr: silent
   int interactive = -1;          // redraw in place: -1 = when `progress` is a terminal
+  // With a [distributed] table: this rank's group (tests run ranks as threads); null: the job in
+  // the environment (`tessel launch`, mpirun), joined with the configured backend.
+  dist::ProcessGroup* process_group = nullptr;
 };
 
 class Trainer {
@@ -85,18 +90,34 @@ class Trainer {
   int64_t step() const { return step_; }
   // The fp16 loss scaler; null for fp32 and bf16, which need none.
   const optim::GradScaler* grad_scaler() const { return grad_scaler_.get(); }
-  const optim::Optimizer& optimizer() const { return *optimizer_; }
+  // The optimizer the loop steps: the data-parallel one in distributed runs.
+  const optim::Optimizer& optimizer() const {
+    return data_parallel_ ? data_parallel_->optimizer() : *optimizer_;
+  }
   int64_t total_steps() const { return total_steps_; }
   nn::Module& model() { return *model_; }
   Device* device() const { return device_; }
+  // Distributed runs only (null otherwise): the ranks' group, for anything else that must agree
+  // across ranks (a mixed-precision overflow flag), and the data-parallel machinery.
+  dist::ProcessGroup* process_group() const { return group_; }
+  parallel::DataParallel* data_parallel() const { return data_parallel_.get(); }
 
  private:
   explicit Trainer(TrainConfig config, TrainerOptions options)
       : config_(std::move(config)), options_(options) {}
   Status build();
+  Status build_data_parallel();
   Status write_metrics(const std::string& json_line);
+  optim::Optimizer& mutable_optimizer() {
+    return data_parallel_ ? data_parallel_->optimizer() : *optimizer_;
+  }
+  int rank() const { return group_ ? group_->rank() : 0; }
+  int world_size() const { return group_ ? group_->size() : 1; }
   // Whether any rank saw an inf or NaN gradient this step: every rank must skip the same steps.
   Expected<bool> any_rank_found_inf(bool found_inf_here);
+  // The averaged gradients this rank's optimizer reads: the flat buffers, or under ZeRO this
+  // rank's shards (after DataParallel::wait_gradients()).
+  const nn::FlatParameters& local_gradients();
 
   TrainConfig config_;
   TrainerOptions options_;
@@ -112,6 +133,10 @@ class Trainer {
   int64_t step_ = 0;
   bool resumed_ = false;
   std::FILE* metrics_ = nullptr;
+  std::unique_ptr<dist::ProcessGroup> own_group_;
+  dist::ProcessGroup* group_ = nullptr;
+  std::unique_ptr<parallel::DataParallel> data_parallel_;
+  std::unique_ptr<nn::FlatParameters> gradient_shards_;  // ZeRO: local_gradients()' view
 };
 
 }  // namespace tessel::train

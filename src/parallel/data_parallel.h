@@ -1,0 +1,172 @@
+// Data-parallel training over a ProcessGroup: DDP (gradients all-reduced in buckets while
+// backward runs) and ZeRO stages 1, 2 and 3 (optimizer state, then gradients, then parameters
+// sharded across the ranks), on a model's flat parameters (nn::FlatParameters).
+//
+//   TESSEL_ASSIGN_OR_RETURN(auto dp, DataParallel::create(params, *group, make_adamw, options));
+//   // every step (set_sync(false) on the inner steps of gradient accumulation):
+//   loss.backward();                      // buckets start reducing from autograd's hooks
+//   TESSEL_TRY(dp->finish_backward());    // launches what is left (unused parameters)
+//   dp->optimizer().set_lr(lr);
+//   TESSEL_TRY(dp->optimizer().step());   // waits bucket by bucket, steps, gathers (ZeRO)
+//   TESSEL_TRY(params.zero_grad());
+//
+// Buckets. Parameters are taken in reverse named_parameters() order (the order backward produces
+// their gradients) into buckets of at most `bucket_cap_bytes` (the first `first_bucket_bytes`,
+// so that communication starts early), as PyTorch DDP does. A bucket is a contiguous range of a
+// dtype group's flat buffers, since parameters are contiguous there. Each parameter's leaf gets
+// an on_grad_ready hook (autograd/variable.h); when a bucket's last gradient of the pass is in,
+// its collective is queued on the group's stream, whose progress thread runs it while backward
+// goes on. Buckets are launched strictly in order (a bucket ready early waits for the ones
+// before it), so every rank issues the same collectives in the same order.
+//
+// The optimizer is one per bucket over that bucket's range (its shard under ZeRO): step() waits
+// for bucket 0's collective, updates bucket 0 while bucket 1's may still be running, and so on.
+//
+// Modes (rank r of n owns the r-th n-th of every bucket; a bucket's length is a multiple of
+// 1024 elements, so n must divide 1024):
+//   DDP     all-reduce (average) of each bucket in place in the flat gradients; full optimizer.
+//   ZeRO-1  reduce-scatter of each bucket into a gradient shard; the optimizer (and its state)
+//           covers only the shard; the updated shard is all-gathered into the flat values.
+//   ZeRO-2  as 1, and the flat gradient buffer is freed: a parameter's gradient is copied into
+//           its bucket's buffer as it becomes ready, the buffer lives only until its
+//           reduce-scatter is done. Gradient accumulation reduces every inner step (as
+//           DeepSpeed) and adds into the shard.
+//   ZeRO-3  as 2, and the flat values are freed: each rank keeps its shard; a bucket is
+//           all-gathered when an op first reads one of its parameters (autograd's on_use hook),
+//           and the next bucket in forward order is gathered ahead (prefetch). The gathered
+//           values are dropped when the bucket's gradients are complete; tensors that backward
+//           rules saved keep what they need alive until backward frees them, so backward never
+//           gathers again.
+//
+// A failure of any rank (a dead process, an abort) breaks the group: the wait that sees it
+// returns the error, naming the rank, and so do all later calls; nothing hangs.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist/process_group.h"
+#include "nn/module.h"
+#include "optim/optimizer.h"
+
+namespace tessel::parallel {
+
+struct DataParallelOptions {
+  int zero_stage = 0;  // 0: DDP; 1, 2, 3: ZeRO
+  int64_t bucket_cap_bytes = 25 << 20;
+  int64_t first_bucket_bytes = 1 << 20;
+  // false: no collective starts before finish_backward() (to measure what overlap saves).
+  bool overlap = true;
+};
+
+// What one step cost in communication, and when collectives ran relative to backward.
+struct StepStats {
+  // Time the training thread spent blocked on collectives in the step: the communication that
+  // computation did not hide (backward, optimizer updates of earlier buckets, forward for ZeRO-3).
+  double exposed_comm_ms = 0.0;
+  int buckets = 0;
+  // Buckets whose collective was queued before backward ended (finish_backward was called) and
+  // of those, how many had already finished then.
+  int launched_during_backward = 0;
+  int finished_during_backward = 0;
+};
+
+// Bytes this rank holds between steps, as ZeRO's paper counts them.
+struct MemoryAccount {
+  int64_t parameter_bytes = 0;
+  int64_t gradient_bytes = 0;
+  int64_t optimizer_bytes = 0;  // measured: the device allocator's growth when it was created
+};
+
+using OptimizerFactory =
+    std::function<Expected<std::unique_ptr<optim::Optimizer>>(nn::FlatParameters&)>;
+
+class DataParallel {
+ public:
+  // Broadcasts rank 0's parameters and buffers to every rank, lays out the buckets, installs the
+  // hooks and makes the per-bucket optimizers with `make_optimizer`. `params` and `group` must
+  // outlive this object.
+  static Expected<std::unique_ptr<DataParallel>> create(nn::FlatParameters& params,
+                                                        dist::ProcessGroup& group,
+                                                        OptimizerFactory make_optimizer,
+                                                        DataParallelOptions options);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // false on the inner steps of gradient accumulation: DDP and ZeRO-1 then only accumulate
+  // locally (no communication); ZeRO-2 and 3 still reduce into the shard.
+  void set_sync(bool sync) { sync_ = sync; }
+  // Between steps: whether the next steps overlap communication with backward.
+  void set_overlap(bool overlap) { options_.overlap = overlap; }
+  // After loss.backward(): queues every bucket not yet queued (parameters that got no gradient
+  // this pass count as ready) and ends the pass.
+  Status finish_backward();
+  // The optimizer of the whole model: set_lr, step (waits for each bucket, updates it, and under
+  // ZeRO all-gathers it), step_count; named_state for DDP (ZeRO's state is sharded: empty).
+  optim::Optimizer& optimizer();
+  const optim::Optimizer& optimizer() const;
+  // Waits for every gradient collective of the pass: DDP's averaged gradients are then all in
+  // the flat buffer (clipping by the global norm needs them). optimizer().step() needs no call.
+  Status wait_gradients();
+  // After wait_gradients(): the averaged gradients this rank's optimizer will read (DDP: the
+  // flat buffers; ZeRO: this rank's shard of each bucket), e.g. to unscale them or look for
+  // inf/NaN in mixed precision (all-reduce the flag over the group: each rank sees only its part).
+  std::vector<Tensor> local_gradients() const;
+  // Ends the step without updating (a mixed-precision step with inf/NaN gradients): waits for
+  // the collectives and forgets the pass's gradients, as optimizer().step() would.
+  Status skip_step();
+
+  int rank() const { return group_->rank(); }
+  int world_size() const { return group_->size(); }
+  const DataParallelOptions& options() const { return options_; }
+  // Of the step that last called optimizer().step() (finish_backward fills the backward part).
+  const StepStats& last_stats() const { return last_stats_; }
+  MemoryAccount memory() const { return memory_; }
+  size_t num_buckets() const { return buckets_.size(); }
+  // Element ranges [begin, end) of each bucket in its group's flat buffers, in launch order.
+  std::vector<std::pair<int64_t, int64_t>> bucket_ranges() const;
+  // Whether bucket b's gradient collective of the current pass has been queued / has finished.
+  bool bucket_launched(size_t b) const;
+  bool bucket_reduced(size_t b) const;
+  // Runs one step's collectives again, alone and back to back, and returns their time in ms:
+  // the communication a step needs when nothing else competes for the cores.
+  Expected<double> time_collectives_alone();
+
+ private:
+  struct Bucket;
+  class BucketedOptimizer;
+  using Clock = std::chrono::steady_clock;
+
+  DataParallel(nn::FlatParameters& params, dist::ProcessGroup& group, DataParallelOptions options);
+  Status build(const OptimizerFactory& make_optimizer);
+  Status grad_ready(size_t bucket, size_t entry, autograd::VariableState& leaf);
+  Status launch_ready_buckets();
+  Status launch_reduction(Bucket& b);
+  Status wait_reduction(Bucket& b);
+  Status launch_gather(Bucket& b);
+  Status ensure_gathered(size_t bucket);
+  Status step(double lr, int64_t step_count);
+  Status end_step();
+  Status wait(const dist::Work& work);
+
+  nn::FlatParameters* params_;
+  dist::ProcessGroup* group_;
+  DataParallelOptions options_;
+  std::vector<std::unique_ptr<Bucket>> buckets_;
+  std::unique_ptr<BucketedOptimizer> optimizer_;
+  size_t next_launch_ = 0;
+  bool sync_ = true;
+  // Collectives queued while this is true were queued during backward (before finish_backward).
+  bool in_pass_ = true;
+  int passes_since_step_ = 0;  // reductions accumulated into the shards (ZeRO-2/3)
+  StepStats stats_;
+  StepStats last_stats_;
+  MemoryAccount memory_;
+};
+
+}  // namespace tessel::parallel

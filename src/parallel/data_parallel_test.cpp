@@ -1,0 +1,403 @@
+// Data-parallel training against single-process training: N ranks (threads of this process on
+// the shm backend) each training a small GPT on 1/N of a batch must compute the losses that one
+// process computes on the whole batch with the plain optimizer (no DataParallel involved), for
+// DDP and ZeRO 1, 2, 3, with and without gradient accumulation. Also: the ZeRO memory accounting
+// against its closed form, that bucket all-reduces run while backward is still going (seen from
+// inside backward: a bucket's collective finishes before the last gradient hook), and that a
+// rank that fails (aborts, or its process is killed) turns into an error on the others instead
+// of a hang.
+//
+// Tolerance: losses agree within 2e-5 absolute over 20 AdamW steps (the reference sums the
+// batch's gradient in one pass; ranks sum halves and average them, so the roundings differ at
+// the 1e-7 level and AdamW's normalisation keeps that small).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cmath>
+#include <thread>
+
+#include "dist/launcher.h"
+#include "nn/gpt.h"
+#include "parallel/data_parallel.h"
+
+namespace tessel::parallel {
+namespace {
+
+using autograd::Variable;
+
+constexpr int64_t kRowsPerRank = 2;
+constexpr int64_t kTime = 8;
+constexpr int kSteps = 20;
+constexpr double kLossTolerance = 2e-5;
+
+nn::GptConfig test_gpt() {
+  return {.vocab_size = 16, .block_size = 8, .n_layer = 2, .n_head = 2, .n_embd = 16};
+}
+
+// The token ids and targets of step `step`'s global batch of `rows` rows (rank r takes rows
+// [r B, (r + 1) B)).
+std::pair<Tensor, Tensor> batch(int step, int64_t first_row, int64_t rows) {
+  std::vector<int64_t> ids, targets;
+  for (int64_t row = first_row; row < first_row + rows; ++row) {
+    Pcg32 rng(1000 + uint64_t(step % 2), uint64_t(row));  // two batches in turn: learnable
+    for (int64_t t = 0; t < kTime; ++t) {
+      ids.push_back(int64_t(rng.below(16)));
+      targets.push_back(int64_t(rng.below(16)));
+    }
+  }
+  return {Tensor::from_vector<int64_t>(ids, {rows, kTime}).value(),
+          Tensor::from_vector<int64_t>(targets, {rows, kTime}).value()};
+}
+
+Expected<std::unique_ptr<optim::Optimizer>> make_adamw(nn::FlatParameters& p) {
+  TESSEL_ASSIGN_OR_RETURN(auto opt, optim::AdamW::create(p, {.lr = 3e-3, .weight_decay = 0.01}));
+  return std::unique_ptr<optim::Optimizer>(std::move(opt));
+}
+
+// One process, the whole batch of `rows` rows per step, no DataParallel.
+std::vector<double> reference_losses(int64_t rows) {
+  nn::GPT model(test_gpt());
+  Pcg32 rng(7, 1);
+  nn::FlatParameters params = nn::FlatParameters::create(model, cpu_device(), rng).value();
+  auto opt = make_adamw(params).value();
+  std::vector<double> losses;
+  for (int s = 0; s < kSteps; ++s) {
+    auto [x, y] = batch(s, 0, rows);
+    Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
+    EXPECT_TRUE(loss.backward().ok());
+    losses.push_back(loss.data().to_vector<float>().value().at(0));
+    EXPECT_TRUE(opt->step().ok());
+    EXPECT_TRUE(params.zero_grad().ok());
+  }
+  return losses;
+}
+
+struct RunOptions {
+  int ranks = 2;
+  DataParallelOptions dp;
+  int accumulation = 1;  // micro-steps of kRowsPerRank rows per step and rank
+};
+
+// Every rank's losses per step (the mean over its micro-steps).
+std::vector<std::vector<double>> run_ranks(const RunOptions& o) {
+  auto groups = dist::ProcessGroup::in_process(o.ranks).value();
+  std::vector<std::vector<double>> losses(size_t(o.ranks));
+  std::vector<std::string> errors(size_t(o.ranks));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < o.ranks; ++r)
+    threads.emplace_back([&, r] {
+      auto fail = [&](const Status& s) { errors[size_t(r)] = s.to_string(); };
+      nn::GPT model(test_gpt());
+      // Other ranks start from other weights: the broadcast from rank 0 must fix that.
+      Pcg32 rng(7 + uint64_t(r), 1);
+      auto params = nn::FlatParameters::create(model, cpu_device(), rng);
+      if (!params.ok()) return fail(params.status());
+      auto dp = DataParallel::create(*params, *groups[size_t(r)], make_adamw, o.dp);
+      if (!dp.ok()) return fail(dp.status());
+      const int64_t micro_rows = kRowsPerRank;
+      for (int s = 0; s < kSteps; ++s) {
+        double sum = 0;
+        for (int m = 0; m < o.accumulation; ++m) {
+          (*dp)->set_sync(m + 1 == o.accumulation);
+          // The global batch is cut rank-major, then micro-step within a rank's rows.
+          const int64_t first = (int64_t(r) * o.accumulation + m) * micro_rows;
+          auto [x, y] = batch(s, first, micro_rows);
+          auto logits = model.forward(Variable(x));
+          if (!logits.ok()) return fail(logits.status());
+          auto loss = model.loss(*logits, Variable(y));
+          if (!loss.ok()) return fail(loss.status());
+          Tensor seed =
+              Tensor::full(loss->shape(), 1.0 / o.accumulation, DType::kF32).value();
+          Status st = loss->backward(seed);
+          if (st.ok()) st = (*dp)->finish_backward();
+          if (!st.ok()) return fail(st);
+          sum += loss->data().to_vector<float>().value().at(0);
+        }
+        Status st = (*dp)->optimizer().step();
+        if (st.ok()) st = params->zero_grad();
+        if (!st.ok()) return fail(st);
+        losses[size_t(r)].push_back(sum / o.accumulation);
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  for (int r = 0; r < o.ranks; ++r)
+    EXPECT_EQ(errors[size_t(r)], "") << "rank " << r;
+  return losses;
+}
+
+// The loss of the whole batch: the mean of the ranks' (equal-sized) parts.
+std::vector<double> global_losses(const std::vector<std::vector<double>>& per_rank) {
+  std::vector<double> out(per_rank.at(0).size(), 0.0);
+  for (const auto& rank : per_rank)
+    for (size_t s = 0; s < out.size() && s < rank.size(); ++s)
+      out[s] += rank[s] / double(per_rank.size());
+  return out;
+}
+
+void expect_same_losses(const std::vector<double>& got, const std::vector<double>& want,
+                        const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t s = 0; s < got.size(); ++s)
+    EXPECT_NEAR(got[s], want[s], kLossTolerance) << what << ", step " << s;
+  // The run must actually learn, or equal losses would prove little.
+  EXPECT_LT(want.back(), want.front() - 0.05) << what;
+}
+
+DataParallelOptions small_buckets(int stage, bool overlap = true) {
+  // A few KiB per bucket, so the tiny model is cut into several buckets.
+  return {.zero_stage = stage, .bucket_cap_bytes = 8 << 10, .first_bucket_bytes = 2 << 10,
+          .overlap = overlap};
+}
+
+TEST(DataParallel, TwoRanksEqualOneProcessWithTwiceTheBatch) {
+  const auto want = reference_losses(2 * kRowsPerRank);
+  expect_same_losses(global_losses(run_ranks({.ranks = 2, .dp = small_buckets(0)})), want,
+                     "DDP, 2 ranks");
+}
+
+TEST(DataParallel, FourRanksEqualOneProcessWithFourTimesTheBatch) {
+  const auto want = reference_losses(4 * kRowsPerRank);
+  expect_same_losses(global_losses(run_ranks({.ranks = 4, .dp = small_buckets(0)})), want,
+                     "DDP, 4 ranks");
+}
+
+TEST(DataParallel, OverlapOffComputesTheSame) {
+  const auto want = reference_losses(2 * kRowsPerRank);
+  expect_same_losses(global_losses(run_ranks({.ranks = 2, .dp = small_buckets(0, false)})), want,
+                     "DDP without overlap");
+}
+
+TEST(DataParallel, ZeroStagesEqualDdp) {
+  const auto ddp = global_losses(run_ranks({.ranks = 2, .dp = small_buckets(0)}));
+  for (int stage = 1; stage <= 3; ++stage)
+    expect_same_losses(global_losses(run_ranks({.ranks = 2, .dp = small_buckets(stage)})), ddp,
+                       "ZeRO-" + std::to_string(stage) + ", 2 ranks");
+}
+
+TEST(DataParallel, ZeroThreeOnFourRanksEqualsOneProcess) {
+  const auto want = reference_losses(4 * kRowsPerRank);
+  expect_same_losses(global_losses(run_ranks({.ranks = 4, .dp = small_buckets(3)})), want,
+                     "ZeRO-3, 4 ranks");
+}
+
+TEST(DataParallel, GradientAccumulationEqualsTheWholeBatch) {
+  // 2 ranks x 2 micro-steps of B rows = one process with 4 B rows. DDP does not communicate on
+  // the inner step; ZeRO-2 reduces it into the shard.
+  const auto want = reference_losses(4 * kRowsPerRank);
+  for (int stage : {0, 2})
+    expect_same_losses(
+        global_losses(run_ranks({.ranks = 2, .dp = small_buckets(stage), .accumulation = 2})),
+        want, "accumulation, ZeRO stage " + std::to_string(stage));
+}
+
+TEST(DataParallel, MemoryFollowsTheZeroAccounting) {
+  // Closed form per rank, with L the flat length (padded) in elements and n ranks, f32 AdamW:
+  // DDP 4L params + 4L grads + 8L state; ZeRO-1 state / n and a gradient shard 4L/n beside the
+  // full gradients; ZeRO-2 gradients 4L/n; ZeRO-3 parameters 4L/n.
+  const int n = 2;
+  for (int stage = 0; stage <= 3; ++stage) {
+    auto groups = dist::ProcessGroup::in_process(n).value();
+    std::vector<MemoryAccount> got(n);
+    int64_t length = 0;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r)
+      threads.emplace_back([&, r] {
+        nn::GPT model(test_gpt());
+        Pcg32 rng(7, 1);
+        auto params = nn::FlatParameters::create(model, cpu_device(), rng).value();
+        if (r == 0) length = params.groups().at(0).values.numel();
+        auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(stage));
+        ASSERT_TRUE(dp.ok()) << dp.status().to_string();
+        got[size_t(r)] = (*dp)->memory();
+        if (stage >= 2) {
+          EXPECT_FALSE(params.groups()[0].grads.defined());
+        }
+        if (stage == 3) {
+          EXPECT_FALSE(params.groups()[0].values.defined());
+        }
+      });
+    for (auto& t : threads)
+      t.join();
+    const int64_t L = length;
+    const int64_t want_params = stage == 3 ? 4 * L / n : 4 * L;
+    const int64_t want_grads = stage == 0 ? 4 * L : stage == 1 ? 4 * L + 4 * L / n : 4 * L / n;
+    const int64_t want_state = stage == 0 ? 8 * L : 8 * L / n;
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(got[size_t(r)].parameter_bytes, want_params) << "stage " << stage;
+      EXPECT_EQ(got[size_t(r)].gradient_bytes, want_grads) << "stage " << stage;
+      EXPECT_EQ(got[size_t(r)].optimizer_bytes, want_state) << "stage " << stage;
+    }
+  }
+}
+
+// Runs one step on 2 ranks with a hook around the gradient that arrives last (the token
+// embedding, tied to the head, is the first parameter): inside it, backward is not over yet.
+// Returns, for rank 0, whether bucket 0's all-reduce had finished by then (waiting up to 20 s for
+// it, which it can only do if it started during backward), and the step's stats.
+std::pair<bool, StepStats> observe_overlap(bool overlap) {
+  auto groups = dist::ProcessGroup::in_process(2).value();
+  std::atomic<bool> bucket0_done_in_backward[2] = {false, false};
+  StepStats stats;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      nn::GPT model(test_gpt());
+      Pcg32 rng(7, 1);
+      auto params = nn::FlatParameters::create(model, cpu_device(), rng).value();
+      auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw,
+                                     small_buckets(0, overlap))
+                    .value();
+      ASSERT_GE(dp->num_buckets(), 3u);
+      auto& leaf = *params.entries().at(0).parameter->variable.state();
+      auto original = leaf.on_grad_ready;
+      leaf.on_grad_ready = [&, r, original](autograd::VariableState& s) -> Status {
+        if (overlap) {
+          auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+          while (!dp->bucket_reduced(0) && std::chrono::steady_clock::now() < deadline)
+            std::this_thread::yield();
+        }
+        bucket0_done_in_backward[r] = dp->bucket_reduced(0);
+        return original(s);
+      };
+      auto [x, y] = batch(0, r * kRowsPerRank, kRowsPerRank);
+      Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
+      ASSERT_TRUE(loss.backward().ok());
+      ASSERT_TRUE(dp->finish_backward().ok());
+      ASSERT_TRUE(dp->optimizer().step().ok());
+      if (r == 0) stats = dp->last_stats();
+    });
+  for (auto& t : threads)
+    t.join();
+  return {bucket0_done_in_backward[0].load(), stats};
+}
+
+TEST(DataParallel, BucketsReduceWhileBackwardRuns) {
+  auto [done_on, stats_on] = observe_overlap(true);
+  EXPECT_TRUE(done_on) << "bucket 0's all-reduce had not finished before the last gradient";
+  EXPECT_EQ(stats_on.launched_during_backward, stats_on.buckets)
+      << "every bucket's last gradient comes from backward, so every all-reduce starts there";
+  EXPECT_GE(stats_on.finished_during_backward, 1);
+  auto [done_off, stats_off] = observe_overlap(false);
+  EXPECT_FALSE(done_off) << "with overlap off nothing may start before backward ends";
+  EXPECT_EQ(stats_off.launched_during_backward, 0);
+}
+
+TEST(DataParallel, AFailedRankIsAnErrorOnTheOthersNotAHang) {
+  auto groups = dist::ProcessGroup::in_process(2).value();
+  Status rank0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      nn::GPT model(test_gpt());
+      Pcg32 rng(7, 1);
+      auto params = nn::FlatParameters::create(model, cpu_device(), rng).value();
+      auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(2))
+                    .value();
+      for (int s = 0; s < 5; ++s) {
+        if (r == 1 && s == 2) {  // rank 1 fails in step 2
+          groups[1]->abort();
+          return;
+        }
+        auto [x, y] = batch(s, r * kRowsPerRank, kRowsPerRank);
+        Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
+        Status st = loss.backward();
+        if (st.ok()) st = dp->finish_backward();
+        if (st.ok()) st = dp->optimizer().step();
+        if (st.ok()) st = params.zero_grad();
+        if (!st.ok()) {
+          if (r == 0) rank0 = st;
+          return;
+        }
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  EXPECT_FALSE(rank0.ok()) << "rank 0 finished every step although rank 1 failed";
+  EXPECT_NE(rank0.to_string().find("rank 1"), std::string::npos) << rank0.to_string();
+}
+
+TEST(DataParallel, ARankProcessThatDiesIsAnErrorOnEveryOtherRank) {
+  // Four processes; rank 2 is killed (SIGKILL) between forward and backward of step 2. The
+  // others are in the middle of that step's collectives: each must exit with an error naming
+  // rank 2, long before the 60 s deadline (which would mean a hang).
+  for (int stage : {0, 3}) {
+    dist::LaunchOptions launch;
+    launch.nranks = 4;
+    launch.command = {TESSEL_PARALLEL_RANK_HELPER, "--zero-stage", std::to_string(stage),
+                      "--steps", "5", "--die-rank", "2", "--die-step", "2"};
+    launch.kill_on_failure = false;  // the survivors must find out by themselves
+    launch.capture = true;
+    launch.deadline_s = 60;
+    auto result = dist::launch(launch);
+    ASSERT_TRUE(result.ok()) << result.status().to_string();
+    EXPECT_FALSE(result->deadline_passed) << "stage " << stage << ": a rank hung";
+    ASSERT_EQ(result->ranks.size(), 4u);
+    EXPECT_EQ(result->ranks[2].signal, SIGKILL);
+    for (int r : {0, 1, 3}) {
+      const auto& outcome = result->ranks[size_t(r)];
+      EXPECT_EQ(outcome.exit_code, 1) << "stage " << stage << ", rank " << r << ":\n"
+                                      << outcome.output;
+      EXPECT_NE(outcome.output.find("rank 2"), std::string::npos)
+          << "stage " << stage << ", rank " << r << ":\n" << outcome.output;
+    }
+  }
+}
+
+TEST(DataParallel, LocalGradientsAreTheBatchGradientAndASkippedStepChangesNothing) {
+  // Reference: one process's gradient of the whole batch of 2 B rows.
+  nn::GPT reference(test_gpt());
+  Pcg32 rng(7, 1);
+  auto ref_params = nn::FlatParameters::create(reference, cpu_device(), rng).value();
+  {
+    auto [x, y] = batch(0, 0, 2 * kRowsPerRank);
+    Variable loss = reference.loss(reference.forward(Variable(x)).value(), Variable(y)).value();
+    ASSERT_TRUE(loss.backward().ok());
+  }
+  const std::vector<float> want = ref_params.groups()[0].grads.to_vector<float>().value();
+  const std::vector<float> values = ref_params.groups()[0].values.to_vector<float>().value();
+  auto groups = dist::ProcessGroup::in_process(2).value();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      nn::GPT model(test_gpt());
+      Pcg32 init(7, 1);
+      auto params = nn::FlatParameters::create(model, cpu_device(), init).value();
+      auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(0))
+                    .value();
+      for (int s = 0; s < 2; ++s) {
+        auto [x, y] = batch(0, r * kRowsPerRank, kRowsPerRank);
+        Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
+        ASSERT_TRUE(loss.backward().ok());
+        ASSERT_TRUE(dp->finish_backward().ok());
+        ASSERT_TRUE(dp->wait_gradients().ok());
+        std::vector<float> got = dp->local_gradients().at(0).to_vector<float>().value();
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], 1e-6 + 1e-4 * std::fabs(want[i])) << "element " << i;
+        ASSERT_TRUE(dp->skip_step().ok());
+        ASSERT_TRUE(params.zero_grad().ok());
+        EXPECT_EQ(params.groups()[0].values.to_vector<float>().value(), values)
+            << "a skipped step changed the parameters";
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+}
+
+TEST(DataParallel, ZeroNeedsARankCountThatDividesTheRows) {
+  auto groups = dist::ProcessGroup::in_process(3).value();
+  nn::GPT model(test_gpt());
+  Pcg32 rng(7, 1);
+  auto params = nn::FlatParameters::create(model, cpu_device(), rng).value();
+  // Rank 0 alone: the check comes before any collective.
+  auto dp = DataParallel::create(params, *groups[0], make_adamw, small_buckets(1));
+  ASSERT_FALSE(dp.ok());
+  EXPECT_NE(dp.status().message().find("must divide 1024, got 3"), std::string::npos)
+      << dp.status().to_string();
+}
+
+}  // namespace
+}  // namespace tessel::parallel
