@@ -46,58 +46,19 @@
 #include "io/safetensors.h"
 #include "nn/cnn.h"
 #include "nn/resnet.h"
+#include "nn/testing/parity_check.h"
 #include "optim/optimizer.h"
 #include "support/log.h"
 
 namespace tessel::nn {
 namespace {
 
-std::string fixture_path(const std::string& name) {
-  // ctest sets TESSEL_SOURCE_DIR; run by hand, the source tree is where this file was compiled.
-  const char* source = std::getenv("TESSEL_SOURCE_DIR");
-  std::filesystem::path root = source ? std::filesystem::path(source)
-                                      : std::filesystem::path(__FILE__).parent_path() / "../..";
-  return (root / "src" / "nn" / "testdata" / name).string();
-}
+using parity::compare;
+using parity::fixture_path;
+using parity::scalar;
+using parity::Worst;
 
-// The largest difference seen in a group of tensors, for the summary line.
-struct Worst {
-  double abs = 0;
-  double rel = 0;  // over elements with |want| > 1e-3 (smaller ones are judged by the abs part)
-};
-
-void compare(const std::string& what, const Tensor& got_tensor, const Tensor& want_tensor,
-             double abs_tol, double rel_tol, Worst& worst) {
-  ASSERT_EQ(got_tensor.shape(), want_tensor.shape()) << what;
-  Expected<std::vector<float>> got_values = got_tensor.to_vector<float>();
-  Expected<std::vector<float>> want_values = want_tensor.to_vector<float>();
-  ASSERT_TRUE(got_values.ok() && want_values.ok()) << what;
-  const std::vector<float>& got = *got_values;
-  const std::vector<float>& want = *want_values;
-  int misses = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    double err = std::fabs(static_cast<double>(got[i]) - want[i]);
-    worst.abs = std::max(worst.abs, err);
-    if (std::fabs(want[i]) > 1e-3) worst.rel = std::max(worst.rel, err / std::fabs(want[i]));
-    if (!(err <= abs_tol + rel_tol * std::fabs(want[i])) && ++misses <= 3)
-      ADD_FAILURE() << what << "[" << i << "] is " << got[i] << ", PyTorch " << want[i];
-  }
-  EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " out of tolerance";
-}
-
-float scalar(const Variable& v) {
-  return v.data().to_vector<float>().value()[0];
-}
-
-std::vector<Device*> test_devices() {
-  std::vector<Device*> list;
-  for (Device* d : available_devices()) {
-    if (d->kind() == DeviceKind::kCuda) continue;  // the op library does not launch on CUDA yet
-    list.push_back(d);
-  }
-  if (list.size() == 1) log_warn("image parity: no OpenCL device here, testing cpu only");
-  return list;
-}
+std::vector<Device*> test_devices() { return parity::devices("image parity"); }
 
 bool starts_with(const std::string& s, const std::string& prefix) {
   return s.rfind(prefix, 0) == 0;
