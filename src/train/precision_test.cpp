@@ -12,27 +12,20 @@
 #include <set>
 
 #include "data/mnist.h"
+#include "train/testing/trainer_check.h"
 #include "train/trainer.h"
 
 namespace tessel::train {
 namespace {
 
-TrainerOptions quiet() {
-  TrainerOptions options;
-  options.progress = nullptr;
-  return options;
-}
+using check::quiet;
 
 bool have_fashion_mnist() {
   return load_mnist(kFashionMnistDir, "test").ok();
 }
 
 std::string temp_folder(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             fmt::format("tessel_precision_test_{}_{}", name, getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return check::temp_folder("precision_test", name);
 }
 
 TrainConfig tiny_fp16_config(const std::string& folder, int64_t steps) {

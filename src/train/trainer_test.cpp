@@ -4,6 +4,7 @@
 #include "train/trainer.h"
 
 #include "train/progress.h"
+#include "train/testing/trainer_check.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -16,11 +17,7 @@ namespace tessel::train {
 namespace {
 
 std::string temp_folder(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             fmt::format("tessel_trainer_test_{}_{}", name, getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return check::temp_folder("trainer_test", name);
 }
 
 TrainConfig tiny_config(const std::string& folder, int64_t steps) {

@@ -15,17 +15,14 @@
 #include "hw/cuda_devices.h"
 #include "hw/opencl_devices.h"
 #include "tile/target_config.h"
+#include "train/testing/trainer_check.h"
 #include "train/trainer.h"
 
 namespace tessel::train {
 namespace {
 
 std::string temp_folder(const std::string& name) {
-  auto dir = std::filesystem::temp_directory_path() /
-             fmt::format("tessel_trainer_text_test_{}_{}", name, getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir.string();
+  return check::temp_folder("trainer_text_test", name);
 }
 
 // A GPT run on `text_path`; `extra` goes at the end of the file (more tables).
