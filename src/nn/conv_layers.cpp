@@ -35,9 +35,10 @@ Expected<Variable> Conv2d::forward(const Variable& x) {
   if (bias_) {
     TESSEL_ASSIGN_OR_RETURN(b, value(*bias_));
   } else {
-    // The op always adds a bias; a constant zero one gets no gradient.
+    // The op always adds a bias; a constant zero one gets no gradient. It goes on the input's
+    // device: the weight may have no value until the op reads it (ZeRO-3 gathers it then).
     TESSEL_ASSIGN_OR_RETURN(Tensor zero,
-                            Tensor::zeros({out_channels_}, DType::kF32, w.data().device()));
+                            Tensor::zeros({out_channels_}, DType::kF32, x.data().device()));
     b = Variable(zero);
   }
   const int64_t s = options_.stride, p = options_.padding, d = options_.dilation;
