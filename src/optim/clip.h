@@ -10,9 +10,13 @@
 
 namespace tessel::optim {
 
-// sqrt(sum of every gradient element squared), summed in f32 per group, then in double.
+// sqrt(sum of every gradient element squared), summed in f32 per group, then in double. A
+// group's length must be a multiple of kAlignElements or a whole fraction of it (a ZeRO shard).
 Expected<double> global_grad_norm(const nn::FlatParameters& params);
 // Returns the norm before clipping. max_norm must be > 0.
 Expected<double> clip_grad_norm(const nn::FlatParameters& params, double max_norm);
+// Multiplies every gradient by `factor` (what clipping does once it knows the norm; data-parallel
+// ZeRO clips its shards by a norm all-reduced over the ranks).
+Status scale_grads(const nn::FlatParameters& params, double factor);
 
 }  // namespace tessel::optim

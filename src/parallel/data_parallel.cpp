@@ -2,8 +2,10 @@
 #include "parallel/data_parallel.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "ops/ops.h"
+#include "optim/clip.h"
 
 namespace tessel::parallel {
 
@@ -387,6 +389,27 @@ std::vector<Tensor> DataParallel::local_gradients() const {
       out.push_back(b->shard_grads);
   }
   return out;
+}
+
+Expected<double> DataParallel::clip_grad_norm(double max_norm) {
+  if (!(max_norm > 0))
+    return invalid_argument("clip_grad_norm: max_norm must be > 0, got {}", max_norm);
+  TESSEL_TRY(wait_gradients());
+  if (options_.zero_stage == 0) return optim::clip_grad_norm(*params_, max_norm);
+  std::vector<nn::FlatParameters::Group> groups;
+  for (const auto& b : buckets_)
+    groups.push_back({b->dtype, Tensor(), b->shard_grads});
+  const nn::FlatParameters shards = nn::FlatParameters::over(params_->device(), std::move(groups));
+  TESSEL_ASSIGN_OR_RETURN(double local_norm, optim::global_grad_norm(shards));
+  double sum_squares = local_norm * local_norm;
+  TESSEL_ASSIGN_OR_RETURN(dist::Work w, group_->all_reduce(&sum_squares, 1, dist::DataType::kFloat64,
+                                                           dist::RedOp::kSum));
+  Status s = wait(w);
+  if (!s.ok()) return s.with_context("all-reducing the gradient norm");
+  const double norm = std::sqrt(sum_squares);
+  const double coefficient = max_norm / (norm + 1e-6);
+  if (coefficient < 1.0) TESSEL_TRY(optim::scale_grads(shards, coefficient));
+  return norm;
 }
 
 Status DataParallel::end_step() {

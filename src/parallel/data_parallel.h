@@ -117,6 +117,12 @@ class DataParallel {
   // flat buffers; ZeRO: this rank's shard of each bucket), e.g. to unscale them or look for
   // inf/NaN in mixed precision (all-reduce the flag over the group: each rank sees only its part).
   std::vector<Tensor> local_gradients() const;
+  // Clips the averaged gradients by their global L2 norm, as optim::clip_grad_norm does for one
+  // process, and returns the norm before clipping. DDP: every rank holds all the gradients, so
+  // the norm is local. ZeRO: the ranks' shards are disjoint, so the norm is the square root of
+  // the all-reduced sum of each rank's sum of squares, and each rank scales its shard. Waits for
+  // the gradients; every rank must call it. max_norm must be > 0.
+  Expected<double> clip_grad_norm(double max_norm);
   // Ends the step without updating (a mixed-precision step with inf/NaN gradients): waits for
   // the collectives and forgets the pass's gradients, as optimizer().step() would.
   Status skip_step();

@@ -413,7 +413,11 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       TESSEL_ASSIGN_OR_RETURN(skip_step, any_rank_found_inf(found_inf_here));
     }
     if (!skip_step) {
-      if (c.clip_grad_norm > 0) TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+      if (c.clip_grad_norm > 0 && data_parallel_) {
+        TESSEL_TRY(data_parallel_->clip_grad_norm(c.clip_grad_norm));
+      } else if (c.clip_grad_norm > 0) {
+        TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+      }
       mutable_optimizer().set_lr(lr);
       TESSEL_TRY(mutable_optimizer().step());
     } else if (data_parallel_) {

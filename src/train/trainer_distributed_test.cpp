@@ -5,6 +5,7 @@
 // Tolerance: 2e-5 on the losses of 10 AdamW steps (sums of halves vs one sum of the batch).
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <thread>
 
 #include "train/trainer.h"
@@ -69,6 +70,27 @@ TEST(TrainerDistributed, TwoRanksTrainAsOneProcessWithTheWholeBatch) {
   auto accumulated =
       run_ranks(2, config(4, "grad_accum_steps = 2", "[distributed]\nzero_stage = 2\n"));
   expect_same(accumulated[0], want, "ZeRO-2 with 2 micro-steps");
+}
+
+// Clipping by the global norm: DDP's ranks hold all the (averaged) gradients, ZeRO's ranks
+// disjoint shards of them whose squares are summed across the ranks; every way must clip as one
+// process with the whole batch does. The threshold is far below the gradients' norm, so every
+// step clips (shown by the losses moving away from the unclipped run's).
+TEST(TrainerDistributed, ClippingByTheGlobalNormEqualsOneProcessUnderEveryZeroStage) {
+  const std::string clip = "clip_grad_norm = 0.05";
+  const std::vector<double> unclipped =
+      Trainer::create(config(16, "", ""), {.progress = nullptr}).value()->run().value().losses;
+  const std::vector<double> want =
+      Trainer::create(config(16, clip, ""), {.progress = nullptr}).value()->run().value().losses;
+  ASSERT_EQ(want.size(), unclipped.size());
+  EXPECT_GT(std::abs(want.back() - unclipped.back()), 1e-3) << "the threshold clipped nothing";
+  for (int stage = 0; stage <= 3; ++stage) {
+    auto losses = run_ranks(
+        2, config(8, clip, fmt::format("[distributed]\nzero_stage = {}\nbucket_cap_mb = 0.01\n",
+                                       stage)));
+    expect_same(losses[0], want, fmt::format("stage {} rank 0", stage));
+    expect_same(losses[1], want, fmt::format("stage {} rank 1", stage));
+  }
 }
 
 TEST(TrainerDistributed, ConfigRejectsWhatShardedStateCannotDo) {
