@@ -36,6 +36,10 @@ class Optimizer {
   // Bytes of state (momentum buffers, exp_avg, ...) this optimizer holds.
   int64_t state_bytes() const;
   void set_step_count(int64_t step) { step_count_ = step; }
+  // The flat state buffers themselves: the suffix of each state, and state s of dtype group g
+  // (f32, the group's length). What ZeRO gathers and scatters for checkpoints.
+  const std::vector<std::string>& state_names() const { return state_names_; }
+  const Tensor& flat_state(size_t s, size_t group) const { return state_.at(s).at(group); }
 
  protected:
   explicit Optimizer(nn::FlatParameters* params, double lr) : params_(params), lr_(lr) {}

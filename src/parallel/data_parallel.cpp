@@ -412,6 +412,153 @@ Expected<double> DataParallel::clip_grad_norm(double max_norm) {
   return norm;
 }
 
+Expected<std::vector<Tensor>> DataParallel::gather_flat(
+    const std::function<Tensor(const Bucket&)>& shard_of, std::optional<DType> dtype) {
+  const auto& groups = params_->groups();
+  std::vector<int64_t> lengths(groups.size(), 0);
+  for (const auto& b : buckets_)
+    lengths[b->group] = std::max(lengths[b->group], b->end);
+  std::vector<Tensor> full(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    TESSEL_ASSIGN_OR_RETURN(full[g], Tensor::zeros({lengths[g]}, dtype.value_or(groups[g].dtype),
+                                                   params_->device()));
+  }
+  std::vector<dist::Work> works;
+  for (const auto& b : buckets_) {
+    const Tensor shard = shard_of(*b);
+    TESSEL_ASSIGN_OR_RETURN(dist::DataType type, dist::ProcessGroup::comm_dtype(shard.dtype()));
+    char* into = static_cast<char*>(address(full[b->group])) +
+                 b->begin * int64_t(dtype_size(shard.dtype()));
+    TESSEL_ASSIGN_OR_RETURN(dist::Work w,
+                            group_->all_gather(address(shard), into, size_t(b->shard), type));
+    works.push_back(std::move(w));
+  }
+  for (const auto& w : works) {
+    Status s = wait(w);
+    if (!s.ok()) return s.with_context("gathering shards for a checkpoint");
+  }
+  return full;
+}
+
+Expected<DataParallel::NamedTensorList> DataParallel::gather_parameters() {
+  if (options_.zero_stage < 3) return params_->named_tensors();  // every rank holds them all
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full,
+                          gather_flat([](const Bucket& b) { return b.shard_values; }, std::nullopt));
+  NamedTensorList out;
+  for (const auto& e : params_->entries()) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor v, full[e.group].slice(0, e.offset, e.offset + e.numel));
+    TESSEL_ASSIGN_OR_RETURN(v, v.reshape(e.parameter->shape));
+    out.emplace_back(e.name, v);
+  }
+  return out;
+}
+
+Expected<DataParallel::NamedTensorList> DataParallel::gather_optimizer_state() {
+  if (options_.zero_stage == 0) return optimizer_->named_state();  // bucket views of full state
+  if (buckets_.empty()) return NamedTensorList{};
+  const std::vector<std::string>& names = buckets_.front()->optimizer->state_names();
+  std::vector<std::vector<Tensor>> full;  // [state][group]
+  for (size_t s = 0; s < names.size(); ++s) {
+    TESSEL_ASSIGN_OR_RETURN(
+        std::vector<Tensor> state,
+        gather_flat([s](const Bucket& b) { return b.optimizer->flat_state(s, 0); }, DType::kF32));
+    full.push_back(std::move(state));
+  }
+  NamedTensorList out;  // Optimizer::named_state's order: parameters, then their states
+  for (const auto& e : params_->entries())
+    for (size_t s = 0; s < names.size(); ++s) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor v, full[s][e.group].slice(0, e.offset, e.offset + e.numel));
+      TESSEL_ASSIGN_OR_RETURN(v, v.reshape(e.parameter->shape));
+      out.emplace_back(e.name + "." + names[s], v);
+    }
+  return out;
+}
+
+Expected<std::vector<Tensor>> DataParallel::flat_from(const TensorLookup& take,
+                                                      const std::string& suffix,
+                                                      std::optional<DType> dtype) const {
+  const auto& groups = params_->groups();
+  std::vector<int64_t> lengths(groups.size(), 0);
+  for (const auto& b : buckets_)
+    lengths[b->group] = std::max(lengths[b->group], b->end);
+  std::vector<Tensor> full(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    TESSEL_ASSIGN_OR_RETURN(full[g], Tensor::zeros({lengths[g]}, dtype.value_or(groups[g].dtype),
+                                                   params_->device()));
+  }
+  for (const auto& e : params_->entries()) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(e.name + suffix));
+    TESSEL_ASSIGN_OR_RETURN(Tensor place, full[e.group].slice(0, e.offset, e.offset + e.numel));
+    TESSEL_ASSIGN_OR_RETURN(place, place.reshape(e.parameter->shape));
+    Status s = place.copy_from(saved);
+    if (!s.ok()) return s.with_context("tensor '{}{}'", e.name, suffix);
+  }
+  return full;
+}
+
+Status DataParallel::drop_gathered() {
+  for (auto& b : buckets_) {
+    if (b->gather) {
+      Status s = wait(*b->gather);
+      b->gather.reset();
+      if (!s.ok()) return s.with_context("gathering parameters");
+    }
+    if (!b->gathered.defined() && !b->gathered_ready) continue;
+    for (size_t i : b->entries)
+      params_->entries()[i].parameter->variable.set_data(Tensor());
+    b->gathered = Tensor();
+    b->gathered_ready = false;
+  }
+  return ok_status();
+}
+
+Status DataParallel::load_parameters(const TensorLookup& take) {
+  if (options_.zero_stage < 3) {  // the shards (ZeRO 1/2) are views of the whole values
+    for (const auto& e : params_->entries()) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(e.name));
+      Tensor target = e.parameter->variable.data();
+      Status s = target.copy_from(saved);
+      if (!s.ok()) return s.with_context("tensor '{}'", e.name);
+    }
+    return ok_status();
+  }
+  TESSEL_TRY(drop_gathered());
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full, flat_from(take, "", std::nullopt));
+  const int64_t r = group_->rank();
+  for (auto& b : buckets_) {
+    const int64_t lo = b->begin + r * b->shard;
+    TESSEL_ASSIGN_OR_RETURN(Tensor mine, full[b->group].slice(0, lo, lo + b->shard));
+    TESSEL_TRY(b->shard_values.copy_from(mine));
+  }
+  // As at the end of a step: the first bucket forward reads starts gathering.
+  if (!buckets_.empty()) TESSEL_TRY(launch_gather(*buckets_.back()));
+  return ok_status();
+}
+
+Status DataParallel::load_optimizer_state(const TensorLookup& take) {
+  if (options_.zero_stage == 0) {
+    for (auto& [name, tensor] : optimizer_->named_state()) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(name));
+      Status s = tensor.copy_from(saved);
+      if (!s.ok()) return s.with_context("tensor '{}'", name);
+    }
+    return ok_status();
+  }
+  if (buckets_.empty()) return ok_status();
+  const std::vector<std::string>& names = buckets_.front()->optimizer->state_names();
+  const int64_t r = group_->rank();
+  for (size_t s = 0; s < names.size(); ++s) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full, flat_from(take, "." + names[s], DType::kF32));
+    for (auto& b : buckets_) {
+      const int64_t lo = b->begin + r * b->shard;
+      TESSEL_ASSIGN_OR_RETURN(Tensor mine, full[b->group].slice(0, lo, lo + b->shard));
+      Tensor target = b->optimizer->flat_state(s, 0);
+      TESSEL_TRY(target.copy_from(mine));
+    }
+  }
+  return ok_status();
+}
+
 Status DataParallel::end_step() {
   const int stage = options_.zero_stage;
   for (auto& b : buckets_) {

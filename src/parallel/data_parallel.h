@@ -127,6 +127,19 @@ class DataParallel {
   // the collectives and forgets the pass's gradients, as optimizer().step() would.
   Status skip_step();
 
+  // Checkpoints, in the names and shapes a single-process run uses (FlatParameters::named_tensors,
+  // Optimizer::named_state), so that either kind of run resumes from the other's file.
+  // gather_*: every rank must call them, in the same order; the ranks' shards are all-gathered
+  // (parameters under ZeRO-3, optimizer state under ZeRO 1-3) into whole tensors on every rank.
+  using NamedTensorList = std::vector<std::pair<std::string, Tensor>>;
+  Expected<NamedTensorList> gather_parameters();
+  Expected<NamedTensorList> gather_optimizer_state();
+  // Every rank: `take(name)` gives a whole tensor (an error if it has none); each rank keeps its
+  // part. Between steps (after create or a step), not during a pass.
+  using TensorLookup = std::function<Expected<Tensor>(const std::string&)>;
+  Status load_parameters(const TensorLookup& take);
+  Status load_optimizer_state(const TensorLookup& take);
+
   int rank() const { return group_->rank(); }
   int world_size() const { return group_->size(); }
   const DataParallelOptions& options() const { return options_; }
@@ -159,6 +172,15 @@ class DataParallel {
   Status step(double lr, int64_t step_count);
   Status end_step();
   Status wait(const dist::Work& work);
+  // Whole flat buffers per dtype group, of `dtype` (none: the group's own), each
+  // bucket's shard all-gathered into its range.
+  Expected<std::vector<Tensor>> gather_flat(const std::function<Tensor(const Bucket&)>& shard_of,
+                                            std::optional<DType> dtype);
+  // Whole flat buffers per group made of the named tensors `take(name + suffix)` of every entry.
+  Expected<std::vector<Tensor>> flat_from(const TensorLookup& take, const std::string& suffix,
+                                          std::optional<DType> dtype) const;
+  // ZeRO-3: forgets gathered values (they are stale once the shards change).
+  Status drop_gathered();
 
   nn::FlatParameters* params_;
   dist::ProcessGroup* group_;

@@ -83,12 +83,6 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   TESSEL_ASSIGN_OR_RETURN(d.first_bucket_mb,
                           get_at_least(t, "first_bucket_mb", d.first_bucket_mb, 0.001));
   TESSEL_ASSIGN_OR_RETURN(d.overlap, t.get_or<bool>("overlap", d.overlap));
-  // Sharded state lives on every rank in parts: no checkpoint of it exists yet.
-  if (d.zero_stage > 0 && !out.checkpoint_path.empty())
-    return invalid_argument(
-        "{}: key 'train.checkpoint_path': checkpoints of ZeRO-sharded state are not supported "
-        "yet; use zero_stage = 0 or checkpoint_path = \"\"",
-        t.source());
   return ok_status();
 }
 

@@ -174,13 +174,23 @@ Status Trainer::build_data_parallel() {
 }
 
 Status Trainer::save_checkpoint(const std::string& path) {
+  // ZeRO shards parameters (stage 3) and optimizer state (1-3): every rank takes part in
+  // gathering them whole, then rank 0 writes the file a single-process run would write.
+  std::vector<std::pair<std::string, Tensor>> parameters, optimizer_state;
+  if (data_parallel_) {
+    TESSEL_ASSIGN_OR_RETURN(parameters, data_parallel_->gather_parameters());
+    TESSEL_ASSIGN_OR_RETURN(optimizer_state, data_parallel_->gather_optimizer_state());
+  } else {
+    parameters = params_->named_tensors();
+    optimizer_state = optimizer().named_state();
+  }
   if (rank() != 0) return ok_status();  // the ranks hold the same model: rank 0 writes it
   Checkpoint ckpt;
-  for (auto& [name, tensor] : params_->named_tensors())
+  for (auto& [name, tensor] : parameters)
     ckpt.model[name] = tensor;
   for (auto& [name, buffer] : model_->named_buffers())
     ckpt.model[name] = buffer->tensor;
-  for (auto& [name, tensor] : optimizer().named_state())
+  for (auto& [name, tensor] : optimizer_state)
     ckpt.optimizer[name] = tensor;
   ckpt.metadata["step"] = std::to_string(step_);
   ckpt.metadata["optimizer.step_count"] = std::to_string(optimizer().step_count());
@@ -204,13 +214,18 @@ Status Trainer::resume(const std::string& checkpoint_path) {
                        checkpoint_path, name);
     return it->second;
   };
-  size_t expected_model_tensors = 0;
-  for (auto& [name, tensor] : params_->named_tensors()) {
-    TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.model, name));
-    Tensor target = tensor;
-    Status s = target.copy_from(saved);
-    if (!s.ok()) return s.with_context("{}: tensor '{}'", checkpoint_path, name);
-    ++expected_model_tensors;
+  size_t expected_model_tensors = params_->entries().size();
+  if (data_parallel_) {  // every rank reads the whole file and keeps its shards
+    Status s = data_parallel_->load_parameters(
+        [&](const std::string& name) { return take(ckpt.model, name); });
+    if (!s.ok()) return s.with_context("{}", checkpoint_path);
+  } else {
+    for (auto& [name, tensor] : params_->named_tensors()) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.model, name));
+      Tensor target = tensor;
+      Status s = target.copy_from(saved);
+      if (!s.ok()) return s.with_context("{}: tensor '{}'", checkpoint_path, name);
+    }
   }
   for (auto& [name, buffer] : model_->named_buffers()) {
     TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.model, name));
@@ -221,11 +236,17 @@ Status Trainer::resume(const std::string& checkpoint_path) {
   if (ckpt.model.size() != expected_model_tensors)
     return invalid_argument("{}: holds {} model tensors, this model has {}", checkpoint_path,
                             ckpt.model.size(), expected_model_tensors);
-  for (auto& [name, tensor] : optimizer().named_state()) {
-    TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.optimizer, name));
-    Tensor target = tensor;
-    Status s = target.copy_from(saved);
-    if (!s.ok()) return s.with_context("{}: tensor 'optimizer.{}'", checkpoint_path, name);
+  if (data_parallel_) {
+    Status s = data_parallel_->load_optimizer_state(
+        [&](const std::string& name) { return take(ckpt.optimizer, name); });
+    if (!s.ok()) return s.with_context("{}: optimizer state", checkpoint_path);
+  } else {
+    for (auto& [name, tensor] : optimizer().named_state()) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.optimizer, name));
+      Tensor target = tensor;
+      Status s = target.copy_from(saved);
+      if (!s.ok()) return s.with_context("{}: tensor 'optimizer.{}'", checkpoint_path, name);
+    }
   }
   TESSEL_ASSIGN_OR_RETURN(step_, ckpt.get_int("step"));
   TESSEL_ASSIGN_OR_RETURN(int64_t count, ckpt.get_int("optimizer.step_count"));
