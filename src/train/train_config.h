@@ -23,7 +23,9 @@
 //   [distributed] backend = "shm"     # shm | mpi | nccl; ranks from `tessel launch` or mpirun
 //               zero_stage = 0  (0: DDP; 1, 2, 3: ZeRO)   bucket_cap_mb = 25.0
 //               first_bucket_mb = 1.0   overlap = true
-//               (batch_size is per rank: a step takes batch_size x ranks x grad_accum_steps)
+//               (batch_size is per rank: a step takes batch_size x ranks x grad_accum_steps;
+//               clip_grad_norm and checkpoints work in every mode: the norm is of the whole
+//               gradient, the checkpoint is the single-process file, gathered from the shards)
 //
 // Only [model] and [data] are required; everything else has the defaults shown.
 #pragma once
