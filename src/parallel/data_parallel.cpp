@@ -222,6 +222,24 @@ Status DataParallel::build(const OptimizerFactory& make_optimizer) {
   return ok_status();
 }
 
+Status DataParallel::broadcast_buffers(nn::Module& model) {
+  for (auto& [name, buffer] : model.named_buffers()) {
+    if (!buffer->tensor.defined()) continue;
+    // A module may have replaced the tensor by a view of something else: broadcast a
+    // contiguous copy and put it back.
+    TESSEL_ASSIGN_OR_RETURN(Tensor owned, Tensor::empty(buffer->tensor.shape(),
+                                                        buffer->tensor.dtype(), params_->device()));
+    TESSEL_TRY(owned.copy_from(buffer->tensor));
+    TESSEL_ASSIGN_OR_RETURN(dist::DataType type, dist::ProcessGroup::comm_dtype(owned.dtype()));
+    TESSEL_ASSIGN_OR_RETURN(dist::Work w,
+                            group_->broadcast(address(owned), size_t(owned.numel()), type, 0));
+    Status s = wait(w);
+    if (!s.ok()) return s.with_context("broadcasting buffer '{}' from rank 0", name);
+    TESSEL_TRY(buffer->tensor.copy_from(owned));
+  }
+  return ok_status();
+}
+
 Status DataParallel::wait(const dist::Work& work) {
   const Clock::time_point start = Clock::now();
   Status s = work.wait();

@@ -87,9 +87,9 @@ using OptimizerFactory =
 
 class DataParallel {
  public:
-  // Broadcasts rank 0's parameters and buffers to every rank, lays out the buckets, installs the
-  // hooks and makes the per-bucket optimizers with `make_optimizer`. `params` and `group` must
-  // outlive this object.
+  // Broadcasts rank 0's parameters to every rank, lays out the buckets, installs the hooks and
+  // makes the per-bucket optimizers with `make_optimizer`. `params` and `group` must outlive
+  // this object. The model's buffers are not flat parameters: see broadcast_buffers.
   static Expected<std::unique_ptr<DataParallel>> create(nn::FlatParameters& params,
                                                         dist::ProcessGroup& group,
                                                         OptimizerFactory make_optimizer,
@@ -98,6 +98,10 @@ class DataParallel {
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
+  // Every rank, once after create (as PyTorch DDP at construction): rank 0's buffers (BatchNorm
+  // running statistics) replace the other ranks', so that all ranks evaluate the same model.
+  // Training then updates each rank's from its own rows; rank 0's are the ones checkpointed.
+  Status broadcast_buffers(nn::Module& model);
   // false on the inner steps of gradient accumulation: DDP and ZeRO-1 then only accumulate
   // locally (no communication); ZeRO-2 and 3 still reduce into the shard.
   void set_sync(bool sync) { sync_ = sync; }

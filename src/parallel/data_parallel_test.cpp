@@ -16,9 +16,11 @@
 #include <chrono>
 #include <csignal>
 #include <cmath>
+#include <map>
 #include <thread>
 
 #include "dist/launcher.h"
+#include "nn/conv_layers.h"
 #include "nn/gpt.h"
 #include "parallel/data_parallel.h"
 
@@ -397,6 +399,60 @@ TEST(DataParallel, ZeroNeedsARankCountThatDividesTheRows) {
   ASSERT_FALSE(dp.ok());
   EXPECT_NE(dp.status().message().find("must divide 1024, got 3"), std::string::npos)
       << dp.status().to_string();
+}
+
+// BatchNorm's running statistics are buffers, not flat parameters: broadcast_buffers gives every
+// rank rank 0's (values set here per rank, rank 0's written out as the expectation).
+TEST(DataParallel, BroadcastBuffersGivesEveryRankRankZerosStatistics) {
+  const std::vector<float> mean0 = {1, 2, 3, 4}, var0 = {0.5f, 1.5f, 2.5f, 3.5f};
+  auto groups = dist::ProcessGroup::in_process(2).value();
+  std::vector<std::string> errors(2);
+  std::vector<std::map<std::string, std::vector<double>>> got(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto fail = [&](const Status& s) { errors[size_t(r)] = s.to_string(); };
+      nn::BatchNorm2d bn(4);
+      Pcg32 rng(7, 1);
+      auto params = nn::FlatParameters::create(bn, cpu_device(), rng);
+      if (!params.ok()) return fail(params.status());
+      const float other = 10.0f * float(r);  // rank 1's statistics differ from rank 0's
+      for (auto& [name, buffer] : bn.named_buffers()) {
+        if (name == "running_mean" || name == "running_var") {
+          std::vector<float> v = name == "running_mean" ? mean0 : var0;
+          for (float& x : v) x += other;
+          buffer->tensor = Tensor::from_vector<float>(v, {4}).value();
+        } else {
+          buffer->tensor = Tensor::from_vector<int64_t>({5 + 3 * int64_t(r)}, {}).value();
+        }
+      }
+      auto dp = DataParallel::create(*params, *groups[size_t(r)], make_adamw, small_buckets(0));
+      if (!dp.ok()) return fail(dp.status());
+      Status s = (*dp)->broadcast_buffers(bn);
+      if (!s.ok()) return fail(s);
+      for (auto& [name, buffer] : bn.named_buffers()) {
+        std::vector<double>& out = got[size_t(r)][name];
+        if (buffer->tensor.dtype() == DType::kI64) {
+          const std::vector<int64_t> v = buffer->tensor.to_vector<int64_t>().value();
+          out.assign(v.begin(), v.end());
+        } else {
+          const std::vector<float> v = buffer->tensor.to_vector<float>().value();
+          out.assign(v.begin(), v.end());
+        }
+      }
+    });
+  for (auto& t : threads)
+    t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(errors[size_t(r)], "") << "rank " << r;
+    auto& g = got[size_t(r)];
+    ASSERT_EQ(g.size(), 3u);
+    for (size_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(g["running_mean"].at(i), double(mean0[i])) << "rank " << r;
+      EXPECT_EQ(g["running_var"].at(i), double(var0[i])) << "rank " << r;
+    }
+    EXPECT_EQ(g["num_batches_tracked"].at(0), 5.0) << "rank " << r;
+  }
 }
 
 }  // namespace

@@ -169,6 +169,7 @@ Status Trainer::build_data_parallel() {
       parallel::DataParallel::create(*params_, *group_, make_optimizer, options);
   if (!dp.ok()) return dp.status().with_context("{}: [distributed]", config_.source);
   data_parallel_ = std::move(*dp);
+  TESSEL_TRY(data_parallel_->broadcast_buffers(*model_));
   optimizer_.reset();  // each bucket has its own; the single-process one would only hold memory
   return ok_status();
 }
