@@ -401,6 +401,62 @@ TEST(DataParallel, ZeroNeedsARankCountThatDividesTheRows) {
       << dp.status().to_string();
 }
 
+// Clipping: the norm every stage reports is the whole batch's gradient norm (plain C++ over one
+// process's gradient), not a shard's nor a double count of shards; after clipping to a quarter of
+// it, the ranks' gradients together (plain C++ sums of squares, added over the ranks; DDP: one
+// rank's, since each holds all of them) have norm max_norm.
+TEST(DataParallel, ClipGradNormUsesTheWholeGradientUnderEveryStage) {
+  nn::GPT reference(test_gpt());
+  Pcg32 rng(7, 1);
+  auto ref_params = nn::FlatParameters::create(reference, cpu_device(), rng).value();
+  {
+    auto [x, y] = batch(0, 0, 2 * kRowsPerRank);
+    Variable loss = reference.loss(reference.forward(Variable(x)).value(), Variable(y)).value();
+    ASSERT_TRUE(loss.backward().ok());
+  }
+  double want_sq = 0;
+  for (float g : ref_params.groups()[0].grads.to_vector<float>().value()) want_sq += double(g) * g;
+  const double want = std::sqrt(want_sq), max_norm = want / 4;
+  for (int stage = 0; stage <= 3; ++stage) {
+    auto groups = dist::ProcessGroup::in_process(2).value();
+    std::vector<double> norms(2), clipped_sq(2);
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        auto fail = [&](const Status& s) { errors[size_t(r)] = s.to_string(); };
+        nn::GPT model(test_gpt());
+        Pcg32 init(7, 1);
+        auto params = nn::FlatParameters::create(model, cpu_device(), init).value();
+        auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(stage));
+        if (!dp.ok()) return fail(dp.status());
+        auto [x, y] = batch(0, r * kRowsPerRank, kRowsPerRank);
+        Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
+        Status s = loss.backward();
+        if (s.ok()) s = (*dp)->finish_backward();
+        if (!s.ok()) return fail(s);
+        Expected<double> norm = (*dp)->clip_grad_norm(max_norm);
+        if (!norm.ok()) return fail(norm.status());
+        norms[size_t(r)] = *norm;
+        for (const Tensor& t : (*dp)->local_gradients()) {
+          const std::vector<float> g = t.to_vector<float>().value();
+          for (float v : g) clipped_sq[size_t(r)] += double(v) * v;
+        }
+        s = (*dp)->skip_step();
+        if (!s.ok()) return fail(s);
+      });
+    for (auto& t : threads)
+      t.join();
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_EQ(errors[size_t(r)], "") << "stage " << stage << " rank " << r;
+      EXPECT_NEAR(norms[size_t(r)], want, 1e-4 * want) << "stage " << stage << " rank " << r;
+    }
+    const double after =
+        std::sqrt(stage == 0 ? clipped_sq[0] : clipped_sq[0] + clipped_sq[1]);
+    EXPECT_NEAR(after, max_norm, 1e-4 * max_norm) << "stage " << stage;
+  }
+}
+
 // BatchNorm's running statistics are buffers, not flat parameters: broadcast_buffers gives every
 // rank rank 0's (values set here per rank, rank 0's written out as the expectation).
 TEST(DataParallel, BroadcastBuffersGivesEveryRankRankZerosStatistics) {

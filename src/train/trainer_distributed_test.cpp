@@ -101,11 +101,11 @@ TEST(TrainerDistributed, ClippingByTheGlobalNormEqualsOneProcessUnderEveryZeroSt
   }
 }
 
-// ZeRO checkpoints: the ranks gather the sharded parameters (stage 3) and optimizer state into
+// ZeRO 1/2/3 checkpoints: the ranks gather the sharded parameters (stage 3) and optimizer state into
 // the file a single-process run writes, and resuming scatters it back. A run cut after 5 steps
 // and resumed continues the uninterrupted run's losses, on 2 ranks and in one process alike.
 TEST(TrainerDistributed, AZeroCheckpointResumesOnRanksAndInOneProcess) {
-  for (int stage : {2, 3}) {
+  for (int stage : {1, 2, 3}) {
     const std::string folder =
         check::temp_folder("TrainerDistributed", fmt::format("zero{}", stage));
     const std::string path = folder + "/checkpoint.safetensors";
