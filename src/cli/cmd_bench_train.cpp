@@ -320,11 +320,13 @@ int run(const Options& o) {
       if (row == &mine && both)
         ratios = fmt::format(" {:>6.2f}x {:>6.2f}x", mine["throughput_ratio"].get<double>(),
                              mine["memory_ratio"].get<double>());
-      std::printf("%-9s %-8s %6d %9s %9s %11s %-10s %9s |%s\n", name.c_str(), impl.c_str(),
-                  (*row)["steps"].get<int>(), number(*row, "step_ms", "{:.2f}").c_str(),
-                  number(*row, "cpu_ms", "{:.2f}").c_str(),
-                  number(*row, "throughput", "{:.0f}").c_str(), spec.unit.c_str(),
-                  number(*row, "peak_rss_mb", "{:.1f}").c_str(), ratios.c_str());
+      std::printf(
+          "%-9s %-8s %6d %9s %9s %11s %-10s %9s |%s\n", name.c_str(), impl.c_str(),
+          (*row)["steps"].get<int>(), number(*row, "step_ms", "{:.2f}").c_str(),
+          number(*row, "cpu_ms", "{:.2f}").c_str(),
+          number(*row, "throughput", (*row)["throughput"].get<double>() < 100 ? "{:.2f}" : "{:.0f}")
+              .c_str(),
+          spec.unit.c_str(), number(*row, "peak_rss_mb", "{:.1f}").c_str(), ratios.c_str());
     }
     std::fflush(stdout);
   }
