@@ -1,6 +1,7 @@
-// Checks the reduction loops against a plain reference written here: exact integer arithmetic
-// (wrapped to the type's width), doubles for floats, GCC's _Float16 for binary16, and a
-// nearest-of-two-candidates rounding for bfloat16.
+// Checks the reduction loops against a plain reference: exact integer arithmetic (wrapped to
+// the type's width), doubles for floats, GCC's _Float16 for binary16, and a
+// nearest-of-two-candidates rounding for bfloat16 (element access and rounding shared with the
+// collective tests in dist/testing/collective_check.h, none of it tessel's conversion code).
 #include "dist/reduce.h"
 
 #include <gtest/gtest.h>
@@ -10,29 +11,16 @@
 #include <random>
 #include <vector>
 
+#include "dist/testing/collective_check.h"
+
 namespace tessel::dist {
 namespace {
 
-float ref_bf16_to_f32(uint16_t b) {
-  uint32_t w = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &w, 4);
-  return f;
-}
-
-// Rounds by picking the nearer of the two bfloat16 values around x (ties: even mantissa).
-uint16_t ref_f32_to_bf16(float x) {
-  if (std::isnan(x)) return 0x7FC0;
-  uint32_t w;
-  std::memcpy(&w, &x, 4);
-  uint16_t down = static_cast<uint16_t>(w >> 16);
-  uint16_t up = static_cast<uint16_t>(down + 1);
-  double d_down = std::abs(static_cast<double>(ref_bf16_to_f32(down)) - x);
-  double d_up = std::abs(static_cast<double>(ref_bf16_to_f32(up)) - x);
-  if (d_down < d_up) return down;
-  if (d_up < d_down) return up;
-  return (down & 1) ? up : down;
-}
+using testing::bf16_bits_to_float;
+using testing::combine;
+using testing::float_to_bf16_bits;
+using testing::load_value;
+using testing::store_value;
 
 // One f16 input is widened to f32 and rounded back: every bit pattern must survive.
 TEST(Reduce, HalfValuesRoundTripThroughTheF32Accumulator) {
@@ -85,9 +73,9 @@ TEST(Reduce, SixteenBitSumsRoundLikeTheReference) {
   }
   reduce(out.data(), nullptr, in, 2, n, DataType::kBfloat16, RedOp::kSum, 2);
   for (size_t i = 0; i < n; ++i) {
-    float sum = ref_bf16_to_f32(a[i]) + ref_bf16_to_f32(b[i]);
-    if (std::isinf(ref_bf16_to_f32(ref_f32_to_bf16(sum)))) continue;
-    ASSERT_EQ(out[i], ref_f32_to_bf16(sum)) << "bf16 " << a[i] << " + " << b[i];
+    float sum = bf16_bits_to_float(a[i]) + bf16_bits_to_float(b[i]);
+    if (std::isinf(bf16_bits_to_float(float_to_bf16_bits(sum)))) continue;
+    ASSERT_EQ(out[i], float_to_bf16_bits(sum)) << "bf16 " << a[i] << " + " << b[i];
   }
 }
 
@@ -121,72 +109,6 @@ double input_value(DataType type, RedOp op, int k, size_t i) {
   return v;
 }
 
-void store(DataType type, void* base, size_t i, double v) {
-  switch (type) {
-    case DataType::kInt8:
-      static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v);
-      break;
-    case DataType::kUint8:
-      static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kUint32:
-      static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kUint64:
-      static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v);
-      break;
-    case DataType::kFloat16: {
-      _Float16 h = static_cast<_Float16>(v);
-      std::memcpy(static_cast<uint16_t*>(base) + i, &h, 2);
-      break;
-    }
-    case DataType::kFloat32:
-      static_cast<float*>(base)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(base)[i] = v;
-      break;
-    case DataType::kBfloat16:
-      static_cast<uint16_t*>(base)[i] = ref_f32_to_bf16(static_cast<float>(v));
-      break;
-  }
-}
-
-double load(DataType type, const void* base, size_t i) {
-  switch (type) {
-    case DataType::kInt8:
-      return static_cast<const int8_t*>(base)[i];
-    case DataType::kUint8:
-      return static_cast<const uint8_t*>(base)[i];
-    case DataType::kInt32:
-      return static_cast<const int32_t*>(base)[i];
-    case DataType::kUint32:
-      return static_cast<const uint32_t*>(base)[i];
-    case DataType::kInt64:
-      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kUint64:
-      return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
-    case DataType::kFloat16: {
-      _Float16 h;
-      std::memcpy(&h, static_cast<const uint16_t*>(base) + i, 2);
-      return static_cast<double>(h);
-    }
-    case DataType::kFloat32:
-      return static_cast<const float*>(base)[i];
-    case DataType::kFloat64:
-      return static_cast<const double*>(base)[i];
-    case DataType::kBfloat16:
-      return ref_bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
-  }
-  return 0;
-}
-
 // What the type holds after storing the exact result `v` (integers wrap, floats round).
 double expected_stored(DataType type, double v) {
   std::vector<unsigned char> cell(8);
@@ -200,31 +122,15 @@ double expected_stored(DataType type, double v) {
     case DataType::kUint32:
       return wrap<uint32_t>(static_cast<int64_t>(v));
     default:
-      store(type, cell.data(), 0, v);
-      return load(type, cell.data(), 0);
+      store_value(type, cell.data(), 0, v);
+      return load_value(type, cell.data(), 0);
   }
 }
 
 double reference(const Case& c, size_t i) {
   double acc = input_value(c.type, c.op, 0, i);
-  for (int k = 1; k < c.n; ++k) {
-    double v = input_value(c.type, c.op, k, i);
-    switch (c.op) {
-      case RedOp::kSum:
-      case RedOp::kAvg:
-        acc += v;
-        break;
-      case RedOp::kProd:
-        acc *= v;
-        break;
-      case RedOp::kMax:
-        acc = std::max(acc, v);
-        break;
-      case RedOp::kMin:
-        acc = std::min(acc, v);
-        break;
-    }
-  }
+  for (int k = 1; k < c.n; ++k)
+    acc = combine(c.op, acc, input_value(c.type, c.op, k, i));
   if (c.op == RedOp::kAvg) acc = is_floating(c.type) ? acc / c.n : std::trunc(acc / c.n);
   return acc;
 }
@@ -246,7 +152,7 @@ void run_case(const Case& c, bool in_place, ReduceFn fn = reduce_cached) {
   std::vector<std::vector<unsigned char>> in(c.n, std::vector<unsigned char>(c.count * elem + 1));
   for (int k = 0; k < c.n; ++k)
     for (size_t i = 0; i < c.count; ++i)
-      store(c.type, in[k].data(), i, input_value(c.type, c.op, k, i));
+      store_value(c.type, in[k].data(), i, input_value(c.type, c.op, k, i));
   std::vector<unsigned char> out(c.count * elem + 1, 0xEE), out2(c.count * elem + 1, 0xDD);
   std::vector<const void*> ptrs;
   for (auto& v : in)
@@ -255,8 +161,8 @@ void run_case(const Case& c, bool in_place, ReduceFn fn = reduce_cached) {
   fn(dst, out2.data(), ptrs.data(), c.n, c.count, c.type, c.op, c.n);
   for (size_t i = 0; i < c.count; ++i) {
     double want = expected_stored(c.type, reference(c, i));
-    double got = load(c.type, dst, i);
-    double got2 = load(c.type, out2.data(), i);
+    double got = load_value(c.type, dst, i);
+    double got2 = load_value(c.type, out2.data(), i);
     // Inputs are exact in every type and sums stay small, so f32 accumulation is exact and the
     // only rounding is the final one (avg); allow one unit in the last place of the storage type.
     double ulp = c.type == DataType::kFloat16    ? 0x1.0p-10

@@ -8,6 +8,7 @@
 // place of the type).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -32,8 +33,10 @@ inline float bf16_bits_to_float(uint16_t b) {
 
 // The nearer of the two bfloat16 values around x; ties go to the even one.
 inline uint16_t float_to_bf16_bits(float x) {
+  if (std::isnan(x)) return 0x7FC0;
   uint32_t w;
   std::memcpy(&w, &x, 4);
+  if (std::isinf(x)) return static_cast<uint16_t>(w >> 16);  // no neighbour to be nearer to
   uint16_t down = static_cast<uint16_t>(w >> 16), up = static_cast<uint16_t>(down + 1);
   double d_down = std::abs(static_cast<double>(bf16_bits_to_float(down)) - x);
   double d_up = std::abs(static_cast<double>(bf16_bits_to_float(up)) - x);
@@ -159,50 +162,34 @@ inline void fill(DataType type, void* base, size_t count, size_t first_index,
 
 // ---- expectations ----------------------------------------------------------------------------
 
+// acc op v for one pair of elements (avg folds as a sum; the caller divides).
+template <typename T>
+T combine(RedOp op, T acc, T v) {
+  switch (op) {
+    case RedOp::kSum:
+    case RedOp::kAvg:
+      return acc + v;
+    case RedOp::kProd:
+      return acc * v;
+    case RedOp::kMax:
+      return std::max(acc, v);
+    case RedOp::kMin:
+      return std::min(acc, v);
+  }
+  return acc;
+}
+
 // The exact result of reducing element i over ranks 0..n-1.
 inline double exact_reduction(DataType type, RedOp op, int n, size_t i) {
   if (!is_floating(type)) {
     int64_t acc = static_cast<int64_t>(reduce_input(type, op, 0, i));
-    for (int r = 1; r < n; ++r) {
-      int64_t v = static_cast<int64_t>(reduce_input(type, op, r, i));
-      switch (op) {
-        case RedOp::kSum:
-        case RedOp::kAvg:
-          acc += v;
-          break;
-        case RedOp::kProd:
-          acc *= v;
-          break;
-        case RedOp::kMax:
-          acc = std::max(acc, v);
-          break;
-        case RedOp::kMin:
-          acc = std::min(acc, v);
-          break;
-      }
-    }
+    for (int r = 1; r < n; ++r)
+      acc = combine(op, acc, static_cast<int64_t>(reduce_input(type, op, r, i)));
     if (op == RedOp::kAvg) acc /= n;  // truncates toward zero
     return static_cast<double>(acc);
   }
   double acc = reduce_input(type, op, 0, i);
-  for (int r = 1; r < n; ++r) {
-    double v = reduce_input(type, op, r, i);
-    switch (op) {
-      case RedOp::kSum:
-      case RedOp::kAvg:
-        acc += v;
-        break;
-      case RedOp::kProd:
-        acc *= v;
-        break;
-      case RedOp::kMax:
-        acc = std::max(acc, v);
-        break;
-      case RedOp::kMin:
-        acc = std::min(acc, v);
-        break;
-    }
-  }
+  for (int r = 1; r < n; ++r) acc = combine(op, acc, reduce_input(type, op, r, i));
   return op == RedOp::kAvg ? acc / n : acc;
 }
 
