@@ -16,6 +16,12 @@ namespace {
 void* address(const Tensor& t) {
   return static_cast<char*>(t.storage()->host_address()) + t.offset_bytes();
 }
+
+// Parameter `e`'s place in whole flat buffers per group, shaped as the parameter.
+Expected<Tensor> entry_view(const std::vector<Tensor>& full, const nn::FlatParameters::Entry& e) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor v, full[e.group].slice(0, e.offset, e.offset + e.numel));
+  return v.reshape(e.parameter->shape);
+}
 }  // namespace
 
 struct DataParallel::Bucket {
@@ -430,8 +436,7 @@ Expected<double> DataParallel::clip_grad_norm(double max_norm) {
   return norm;
 }
 
-Expected<std::vector<Tensor>> DataParallel::gather_flat(
-    const std::function<Tensor(const Bucket&)>& shard_of, std::optional<DType> dtype) {
+Expected<std::vector<Tensor>> DataParallel::zeroed_flat(std::optional<DType> dtype) const {
   const auto& groups = params_->groups();
   std::vector<int64_t> lengths(groups.size(), 0);
   for (const auto& b : buckets_)
@@ -441,6 +446,12 @@ Expected<std::vector<Tensor>> DataParallel::gather_flat(
     TESSEL_ASSIGN_OR_RETURN(full[g], Tensor::zeros({lengths[g]}, dtype.value_or(groups[g].dtype),
                                                    params_->device()));
   }
+  return full;
+}
+
+Expected<std::vector<Tensor>> DataParallel::gather_flat(
+    const std::function<Tensor(const Bucket&)>& shard_of, std::optional<DType> dtype) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full, zeroed_flat(dtype));
   std::vector<dist::Work> works;
   for (const auto& b : buckets_) {
     const Tensor shard = shard_of(*b);
@@ -464,8 +475,7 @@ Expected<DataParallel::NamedTensorList> DataParallel::gather_parameters() {
                           gather_flat([](const Bucket& b) { return b.shard_values; }, std::nullopt));
   NamedTensorList out;
   for (const auto& e : params_->entries()) {
-    TESSEL_ASSIGN_OR_RETURN(Tensor v, full[e.group].slice(0, e.offset, e.offset + e.numel));
-    TESSEL_ASSIGN_OR_RETURN(v, v.reshape(e.parameter->shape));
+    TESSEL_ASSIGN_OR_RETURN(Tensor v, entry_view(full, e));
     out.emplace_back(e.name, v);
   }
   return out;
@@ -485,8 +495,7 @@ Expected<DataParallel::NamedTensorList> DataParallel::gather_optimizer_state() {
   NamedTensorList out;  // Optimizer::named_state's order: parameters, then their states
   for (const auto& e : params_->entries())
     for (size_t s = 0; s < names.size(); ++s) {
-      TESSEL_ASSIGN_OR_RETURN(Tensor v, full[s][e.group].slice(0, e.offset, e.offset + e.numel));
-      TESSEL_ASSIGN_OR_RETURN(v, v.reshape(e.parameter->shape));
+      TESSEL_ASSIGN_OR_RETURN(Tensor v, entry_view(full[s], e));
       out.emplace_back(e.name + "." + names[s], v);
     }
   return out;
@@ -495,19 +504,10 @@ Expected<DataParallel::NamedTensorList> DataParallel::gather_optimizer_state() {
 Expected<std::vector<Tensor>> DataParallel::flat_from(const TensorLookup& take,
                                                       const std::string& suffix,
                                                       std::optional<DType> dtype) const {
-  const auto& groups = params_->groups();
-  std::vector<int64_t> lengths(groups.size(), 0);
-  for (const auto& b : buckets_)
-    lengths[b->group] = std::max(lengths[b->group], b->end);
-  std::vector<Tensor> full(groups.size());
-  for (size_t g = 0; g < groups.size(); ++g) {
-    TESSEL_ASSIGN_OR_RETURN(full[g], Tensor::zeros({lengths[g]}, dtype.value_or(groups[g].dtype),
-                                                   params_->device()));
-  }
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full, zeroed_flat(dtype));
   for (const auto& e : params_->entries()) {
     TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(e.name + suffix));
-    TESSEL_ASSIGN_OR_RETURN(Tensor place, full[e.group].slice(0, e.offset, e.offset + e.numel));
-    TESSEL_ASSIGN_OR_RETURN(place, place.reshape(e.parameter->shape));
+    TESSEL_ASSIGN_OR_RETURN(Tensor place, entry_view(full, e));
     Status s = place.copy_from(saved);
     if (!s.ok()) return s.with_context("tensor '{}{}'", e.name, suffix);
   }

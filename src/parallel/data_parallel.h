@@ -176,6 +176,8 @@ class DataParallel {
   Status step(double lr, int64_t step_count);
   Status end_step();
   Status wait(const dist::Work& work);
+  // Zero-filled whole flat buffers per dtype group, of `dtype` (none: the group's own).
+  Expected<std::vector<Tensor>> zeroed_flat(std::optional<DType> dtype) const;
   // Whole flat buffers per dtype group, of `dtype` (none: the group's own), each
   // bucket's shard all-gathered into its range.
   Expected<std::vector<Tensor>> gather_flat(const std::function<Tensor(const Bucket&)>& shard_of,
