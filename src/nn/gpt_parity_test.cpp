@@ -39,6 +39,7 @@ namespace {
 
 using parity::compare;
 using parity::fixture_path;
+using parity::load_parameters;
 using parity::scalar;
 using parity::Worst;
 
@@ -60,19 +61,7 @@ TEST(GptParity, MatchesPyTorchOnEveryDevice) {
     GPT model(config);
     Pcg32 rng(0);
     FlatParameters params = FlatParameters::create(model, device, rng).value();
-    size_t loaded_params = 0;
-    for (const FlatParameters::Entry& e : params.entries()) {
-      auto it = fx.find("param." + e.name);
-      ASSERT_NE(it, fx.end()) << "fixture has no param." << e.name;
-      ASSERT_EQ(it->second.shape(), e.parameter->shape) << e.name;  // [out, in] on both sides
-      Tensor value = e.parameter->variable.data();  // a view of the flat buffer
-      ASSERT_TRUE(value.copy_from(it->second).ok()) << e.name;
-      ++loaded_params;
-    }
-    size_t fixture_params = std::count_if(fx.begin(), fx.end(), [](const auto& kv) {
-      return kv.first.rfind("param.", 0) == 0;
-    });
-    ASSERT_EQ(loaded_params, fixture_params) << "the fixture has parameters the model lacks";
+    ASSERT_NO_FATAL_FAILURE(load_parameters(fx, params));  // [out, in] on both sides
 
     Variable ids(fx.at("input.ids").to(device).value());
     Variable targets(fx.at("input.targets").to(device).value());

@@ -55,14 +55,11 @@ namespace {
 
 using parity::compare;
 using parity::fixture_path;
+using parity::load_parameters;
 using parity::scalar;
 using parity::Worst;
 
 std::vector<Device*> test_devices() { return parity::devices("image parity"); }
-
-bool starts_with(const std::string& s, const std::string& prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
 
 void expect_parity(const std::string& file, const std::string& config,
                    const std::function<std::unique_ptr<Module>()>& make) {
@@ -77,27 +74,15 @@ void expect_parity(const std::string& file, const std::string& config,
     std::unique_ptr<Module> model = make();
     Pcg32 rng(0);
     FlatParameters params = FlatParameters::create(*model, device, rng).value();
-    size_t loaded_params = 0, loaded_buffers = 0;
-    for (const FlatParameters::Entry& e : params.entries()) {
-      auto it = fx.find("param." + e.name);
-      ASSERT_NE(it, fx.end()) << "fixture has no param." << e.name;
-      ASSERT_EQ(it->second.shape(), e.parameter->shape) << e.name;
-      Tensor value = e.parameter->variable.data();  // a view of the flat buffer
-      ASSERT_TRUE(value.copy_from(it->second).ok()) << e.name;
-      ++loaded_params;
-    }
+    ASSERT_NO_FATAL_FAILURE(load_parameters(fx, params));
+    size_t loaded_buffers = 0;
     for (auto& [name, buffer] : model->named_buffers()) {
       auto it = fx.find("buffer." + name);
       ASSERT_NE(it, fx.end()) << "fixture has no buffer." << name;
       ASSERT_TRUE(buffer->tensor.copy_from(it->second).ok()) << name;
       ++loaded_buffers;
     }
-    auto count = [&](const std::string& prefix) {
-      return size_t(std::count_if(fx.begin(), fx.end(),
-                                  [&](const auto& kv) { return starts_with(kv.first, prefix); }));
-    };
-    ASSERT_EQ(loaded_params, count("param.")) << "the fixture has parameters the model lacks";
-    ASSERT_EQ(loaded_buffers, count("buffer.")) << "the fixture has buffers the model lacks";
+    ASSERT_EQ(loaded_buffers, parity::count_prefixed(fx, "buffer.")) << "the fixture has buffers the model lacks";
 
     Variable images(fx.at("input.images").to(device).value());
     Variable targets(fx.at("input.targets").to(device).value());

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "autograd/variable.h"
+#include "io/safetensors.h"
+#include "nn/module.h"
 #include "runtime/device.h"
 #include "support/log.h"
 
@@ -64,6 +66,28 @@ inline void compare(const std::string& what, const Tensor& got_tensor, const Ten
       ADD_FAILURE() << what << "[" << i << "] is " << got[i] << ", PyTorch " << want[i];
   }
   EXPECT_EQ(misses, 0) << what << ": " << misses << " of " << got.size() << " out of tolerance";
+}
+
+// How many fixture tensors are named "<prefix>...".
+inline size_t count_prefixed(const NamedTensors& fx, const std::string& prefix) {
+  return size_t(std::count_if(fx.begin(), fx.end(),
+                              [&](const auto& kv) { return kv.first.rfind(prefix, 0) == 0; }));
+}
+
+// Every parameter from the fixture's "param.<name>" (same shape: weights are stored as PyTorch
+// holds them on both sides), and no fixture parameter left over. Use under
+// ASSERT_NO_FATAL_FAILURE.
+inline void load_parameters(const NamedTensors& fx, FlatParameters& params) {
+  size_t loaded = 0;
+  for (const FlatParameters::Entry& e : params.entries()) {
+    auto it = fx.find("param." + e.name);
+    ASSERT_NE(it, fx.end()) << "fixture has no param." << e.name;
+    ASSERT_EQ(it->second.shape(), e.parameter->shape) << e.name;
+    Tensor value = e.parameter->variable.data();  // a view of the flat buffer
+    ASSERT_TRUE(value.copy_from(it->second).ok()) << e.name;
+    ++loaded;
+  }
+  ASSERT_EQ(loaded, count_prefixed(fx, "param.")) << "the fixture has parameters the model lacks";
 }
 
 inline float scalar(const autograd::Variable& v) {
