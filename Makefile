@@ -24,7 +24,8 @@ test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # Checks outside `make test` (they take long): the whole suite under ASan + UBSan, the threaded
-# parts under TSan, and the libFuzzer targets. Each has its own build folder.
+# parts under TSan, and the libFuzzer targets. Each has its own build folder. (Warnings are not
+# errors there: sanitizer instrumentation makes GCC warn about code that is fine.)
 SANITIZE_BUILD ?= build-sanitize
 TSAN_BUILD     ?= build-tsan
 FUZZ_BUILD     ?= build-fuzz
@@ -40,14 +41,14 @@ sanitizer_env   = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_
                   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
 check-sanitize: setup
-	@cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) \
+	@cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSEL_WERROR=OFF $(CMAKE_FLAGS) \
 	  "-DCMAKE_C_FLAGS=$(SANITIZE_FLAGS)" "-DCMAKE_CXX_FLAGS=$(SANITIZE_FLAGS)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(SANITIZE_FLAGS)" > /dev/null
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	$(sanitizer_env) ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 check-tsan: setup
-	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) \
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSEL_WERROR=OFF $(CMAKE_FLAGS) \
 	  "-DCMAKE_C_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_CXX_FLAGS=$(TSAN_FLAGS)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(TSAN_FLAGS)" > /dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS) tessel_dist_rank_helper
