@@ -512,6 +512,36 @@ TEST(BackendOps, ShapeErrorsNameTheOpAndTheShapes) {
       << e.status().message();
 }
 
+// The typed functions of ops.h that had no definition (a C++ user got a link error): each is its
+// op, checked against closed forms.
+TEST(BackendOps, TypedFunctionsMatchClosedForms) {
+  const std::vector<float> x = {-2.0f, -0.5f, 0.0f, 1.0f, 3.0f};
+  for (const char* op : {"silu", "gelu_erf"}) {
+    testing::for_each_device(op, {DType::kF32}, [&](Device* device) {
+      Tensor t = Tensor::from_vector(x, {5}, device).value();
+      std::vector<float> got =
+          (std::string(op) == "silu" ? silu(t) : gelu_erf(t)).value().to_vector<float>().value();
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double v = x[i];
+        const double want = std::string(op) == "silu" ? v / (1 + std::exp(-v))
+                                                      : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+        EXPECT_NEAR(got[i], want, 1e-6) << op << "(" << v << ")";
+      }
+    });
+  }
+  testing::for_each_device("rsqrt", {DType::kF32}, [&](Device* device) {
+    Tensor t = Tensor::from_vector<float>({0.25f, 4.0f, 16.0f}, {3}, device).value();
+    EXPECT_EQ(rsqrt(t).value().to_vector<float>().value(), (std::vector<float>{2.0f, 0.5f, 0.25f}));
+  });
+  testing::for_each_device("concat", {DType::kF32, DType::kF32}, [&](Device* device) {
+    Tensor a = Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}, device).value();
+    Tensor b = Tensor::from_vector<float>({5, 6}, {2, 1}, device).value();
+    Tensor c = concat(a, b, 1).value();
+    EXPECT_EQ(c.shape(), (Shape{2, 3}));
+    EXPECT_EQ(c.to_vector<float>().value(), (std::vector<float>{1, 2, 5, 3, 4, 6}));
+  });
+}
+
 // A mistake in the input is the same error on every device: the op checks its input where it
 // lies (reading it back from a device the host cannot address), not only on the CPU.
 TEST(BackendOps, BadInputIsTheSameErrorOnEveryDevice) {
