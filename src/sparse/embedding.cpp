@@ -8,6 +8,7 @@
 #include "autograd/functional.h"
 #include "nn/init.h"
 #include "ops/kernel_cache.h"
+#include "sparse/sparse_ops.h"
 
 namespace tessel::sparse {
 
@@ -47,10 +48,13 @@ Expected<Variable> SparseEmbedding::forward(const Tensor& ids) {
   const int64_t u = static_cast<int64_t>(unique.size()), c = embedding_dim();
   TESSEL_ASSIGN_OR_RETURN(indices_, Tensor::from_vector(unique, {u}, device));
   TESSEL_ASSIGN_OR_RETURN(Tensor local_ids, Tensor::from_vector(local, ids.shape(), device));
-  TESSEL_ASSIGN_OR_RETURN(Tensor rows, Tensor::empty({u, c}, DType::kF32, device));
-  if (rows.numel() > 0) TESSEL_TRY(ops::launch_kernel("embedding", {}, {weight_, indices_, rows}));
-  rows_ = Variable(rows, /*requires_grad=*/true);
-  return autograd::embedding(rows_, Variable(local_ids));
+  // The leaf the gradient goes to: [U, C] in shape only (a zero-stride view of one element),
+  // since embedding_rows reads the table itself.
+  TESSEL_ASSIGN_OR_RETURN(Tensor one, Tensor::zeros({1, 1}, DType::kF32, device));
+  TESSEL_ASSIGN_OR_RETURN(Tensor placeholder, one.expand({u, c}));
+  rows_ = Variable(placeholder, /*requires_grad=*/true);
+  TESSEL_ASSIGN_OR_RETURN(const ops::OpDef* op, find_sparse_op("embedding_rows"));
+  return autograd::apply(*op, {Variable(weight_), rows_, Variable(ids), Variable(local_ids)});
 }
 
 void SparseEmbedding::zero_grad() {
