@@ -61,7 +61,7 @@ struct DeviceFigures {
 struct PlanOptions {
   std::optional<Choice> force;  // the user's choice; else TESSEL_SPARSE_FORMAT; else the model
   bool allow_measure = true;    // time the two best when the model cannot separate them
-  double measure_margin = 0.25; // "cannot separate": within this fraction of each other
+  double measure_margin = 1.0;  // "cannot separate": the second within (1 + this) x the first
 };
 
 struct Candidate {

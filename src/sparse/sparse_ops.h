@@ -34,8 +34,8 @@ namespace tessel::sparse {
 const std::vector<ops::OpDef>& sparse_ops();
 Expected<const ops::OpDef*> find_sparse_op(std::string_view name);
 
-// Column tile of the row kernels for n dense columns on the CPU (64, 128 or 256): a narrower
-// operand does not pay for a 256-wide accumulator.
+// Column tile of spmm_csr for n dense columns on the CPU (64, 128 or 256): a narrower operand
+// does not pay for a 256-wide accumulator.
 ops::KernelParams spmm_params(Device* device, int64_t n);
 
 }  // namespace tessel::sparse
