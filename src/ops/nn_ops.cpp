@@ -4,6 +4,7 @@
 // layernorm_grad.tile, embedding.tile.
 #include <cmath>
 
+#include "ops/index_check.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -103,6 +104,8 @@ Expected<TensorMeta> infer_cross_entropy(const std::vector<TensorMeta>& in, cons
     return invalid_argument(
         "cross_entropy: needs f32 logits [..., C] and i64 targets [...], got {}",
         shapes_string(in));
+  if (x.back() == 0 && shape_numel(t) > 0)
+    return invalid_argument("cross_entropy: logits {} have no classes", shape_string(x));
   double eps = a.get_double("label_smoothing", 0.0);
   if (eps < 0 || eps > 1)
     return invalid_argument("cross_entropy: label_smoothing {} is outside [0, 1]", eps);
@@ -142,6 +145,10 @@ Expected<std::pair<Tensor, Tensor>> cross_entropy_totals(const Tensor& logits, c
 
 Expected<Tensor> cross_entropy_forward(const std::vector<Tensor>& in, const Attrs& attrs) {
   CrossEntropyAttrs a = ce_attrs(attrs);
+  TESSEL_TRY(check_indices("cross_entropy", "target", in[1], 0, in[0].shape().back(),
+                           a.ignore_index));
+  if (in[1].numel() == 0)  // PyTorch: the mean over no targets is NaN, their sum 0
+    return Tensor::full({}, a.sum ? 0.0 : NAN, DType::kF32, in[0].device());
   TESSEL_ASSIGN_OR_RETURN(auto totals, cross_entropy_totals(in[0], in[1], a));
   if (a.sum) return totals.first;
   return div(totals.first, totals.second);
@@ -207,7 +214,7 @@ OpDef cross_entropy_op() {
 
 // ---- layer_norm ----
 
-Expected<TensorMeta> infer_layer_norm(const std::vector<TensorMeta>& in) {
+Expected<TensorMeta> infer_layer_norm(const std::vector<TensorMeta>& in, const Attrs& a) {
   const Shape& x = in[0].shape;
   bool ok = !x.empty() && in[1].shape == Shape{x.back()} && in[2].shape == Shape{x.back()};
   for (const TensorMeta& m : in)
@@ -215,6 +222,9 @@ Expected<TensorMeta> infer_layer_norm(const std::vector<TensorMeta>& in) {
   if (!ok)
     return invalid_argument("layer_norm: needs f32 x [..., C], weight [C], bias [C], got {}",
                             shapes_string(in));
+  // A negative eps can make var + eps negative: NaN rows instead of an error.
+  const double eps = a.get_double("eps", 1e-5);
+  if (!(eps >= 0)) return invalid_argument("layer_norm: eps must be >= 0, got {}", eps);
   return in[0];
 }
 
@@ -272,7 +282,9 @@ OpDef layer_norm_op() {
   op.name = "layer_norm";
   op.arity = 3;
   op.attrs = {"eps"};
-  op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return infer_layer_norm(in); };
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    return infer_layer_norm(in, a);
+  };
   op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta&) {
     return layer_norm_forward(in, a);
   };
@@ -293,20 +305,9 @@ Expected<TensorMeta> infer_embedding(const std::vector<TensorMeta>& in) {
   return TensorMeta{out, DType::kF32};
 }
 
-// Ids outside the table are a user error; they are checked where the host can read them.
-Status check_ids(const Tensor& ids, int64_t vocabulary) {
-  if (ids.storage()->host_address() == nullptr) return ok_status();
-  TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> values, ids.to_vector<int64_t>());
-  for (size_t i = 0; i < values.size(); ++i)
-    if (values[i] < 0 || values[i] >= vocabulary)
-      return out_of_range("embedding: id {} at position {} is outside the table of {} rows",
-                          values[i], i, vocabulary);
-  return ok_status();
-}
-
 Expected<Tensor> embedding_forward(const std::vector<Tensor>& in, const TensorMeta& out) {
   const Tensor& w = in[0];
-  TESSEL_TRY(check_ids(in[1], w.size(0)));
+  TESSEL_TRY(check_indices("embedding", "id", in[1], 0, w.size(0)));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, w));
   if (y.numel() == 0) return y;
   TESSEL_ASSIGN_OR_RETURN(Tensor ids, contiguous_on_device(in[1]));

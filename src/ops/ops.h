@@ -5,6 +5,8 @@
 //   TESSEL_ASSIGN_OR_RETURN(Tensor loss, ops::cross_entropy(ops::relu(h).value(), targets));
 #pragma once
 
+#include <optional>
+
 #include "ops/op.h"
 
 namespace tessel::ops {
@@ -25,6 +27,23 @@ Expected<Tensor> silu(const Tensor& x);      // x sigmoid(x)
 Expected<Tensor> gelu_erf(const Tensor& x);  // the exact gelu, 0.5 x (1 + erf(x / sqrt 2))
 Expected<Tensor> rsqrt(const Tensor& x);
 Expected<Tensor> scale(const Tensor& x, double factor);  // factor * x
+// PyTorch's element-wise math (ops/math_ops.cpp), floats of any width computed in f32: exp, log,
+// sqrt, abs (gradient 0 at 0), neg, erf; pow, maximum and minimum broadcast (maximum and minimum
+// propagate NaN and split the gradient of a tie); clamp to [min, max], either bound optional;
+// where(condition (bool), a, b) broadcasting all three; comparisons "eq", "ne", "lt", "le",
+// "gt", "ge" (bool results).
+Expected<Tensor> exp(const Tensor& x);
+Expected<Tensor> log(const Tensor& x);
+Expected<Tensor> sqrt(const Tensor& x);
+Expected<Tensor> abs(const Tensor& x);
+Expected<Tensor> neg(const Tensor& x);
+Expected<Tensor> erf(const Tensor& x);
+Expected<Tensor> pow(const Tensor& x, const Tensor& exponent);
+Expected<Tensor> maximum(const Tensor& a, const Tensor& b);
+Expected<Tensor> minimum(const Tensor& a, const Tensor& b);
+Expected<Tensor> clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+Expected<Tensor> where(const Tensor& condition, const Tensor& a, const Tensor& b);
+Expected<Tensor> compare(const std::string& op, const Tensor& a, const Tensor& b);
 // dst += src in place (same shape and dtype; dst contiguous): how gradients accumulate without
 // a temporary. Not an op: nothing records it.
 Status add_into(const Tensor& dst, const Tensor& src);

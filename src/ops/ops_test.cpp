@@ -24,7 +24,7 @@ namespace {
 
 // How a test input is made.
 struct Input {
-  enum Kind { kReal, kPositive, kIds } kind = kReal;
+  enum Kind { kReal, kPositive, kIds, kBool } kind = kReal;
   Shape shape;
   int64_t classes = 0;         // kIds: values in [0, classes)
   int64_t ignore = INT64_MIN;  // kIds: this value appears too, at every third position
@@ -39,6 +39,9 @@ Input positive(Shape s) {
 }
 Input ids(Shape s, int64_t classes, int64_t ignore = INT64_MIN) {
   return {Input::kIds, std::move(s), classes, ignore};
+}
+Input flags(Shape s) {  // bool, about half true
+  return {Input::kBool, std::move(s)};
 }
 Input transposed(Shape s) {
   Input i = real(std::move(s));
@@ -242,6 +245,28 @@ std::vector<Case> all_cases() {
   c.push_back({"batch_norm",
                {transposed({2, 2, 5, 3}), real({2}), real({2}), real({2}), positive({2})},
                Attrs().set("training", 1)});
+  // Element-wise math (ops/math_ops.cpp; edge cases in coverage_math_test.cpp).
+  for (const char* op : {"exp", "abs", "neg", "erf"}) {
+    c.push_back({op, {real({3, 5})}, {}});
+    c.push_back({op, {transposed({2, 3, 7})}, {}});
+  }
+  for (const char* op : {"log", "sqrt"})
+    c.push_back({op, {positive({4, 33})}, {}});
+  c.push_back({"exp", {half(real({2, 9}), bf16)}, {}, 200});
+  c.push_back({"pow", {positive({3, 5}), real({5})}, {}});
+  c.push_back({"pow", {positive({2, 1, 4}), transposed({3, 4})}, {}});
+  for (const char* op : {"maximum", "minimum"}) {
+    c.push_back({op, {real({3, 5}), real({3, 1})}, {}});
+    c.push_back({op, {real({1}), transposed({4, 3})}, {}});
+  }
+  c.push_back({"clamp", {real({6, 7})}, Attrs().set("min", -0.5).set("max", 1.0)});
+  c.push_back({"clamp", {transposed({3, 5})}, Attrs().set("min", 0.25)});
+  c.push_back({"clamp", {real({2, 3, 4})}, Attrs().set("max", -1.0)});
+  c.push_back({"where", {flags({3, 5}), real({3, 5}), real({5})}, {}});
+  c.push_back({"where", {flags({4, 1}), real({1}), transposed({4, 6})}, {}});
+  for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"})
+    c.push_back({op, {real({3, 5}), real({5})}, {}});
+  c.push_back({"eq", {real({2, 3}), real({2, 3})}, {}});
   return c;
 }
 
@@ -259,7 +284,9 @@ std::vector<RefTensor> make_inputs(const Case& c, uint32_t seed) {
   for (const Input& in : c.inputs) {
     RefTensor t{in.shape, std::vector<double>(shape_numel(in.shape))};
     for (size_t i = 0; i < t.values.size(); ++i) {
-      if (in.kind == Input::kIds) {
+      if (in.kind == Input::kBool) {
+        t.values[i] = std::uniform_int_distribution<int>(0, 1)(rng);
+      } else if (in.kind == Input::kIds) {
         t.values[i] = (in.ignore != INT64_MIN && i % 3 == 1)
                           ? in.ignore
                           : std::uniform_int_distribution<int64_t>(0, in.classes - 1)(rng);
@@ -286,6 +313,10 @@ Expected<Tensor> from_floats(const std::vector<float>& v, const Shape& shape, DT
   return Tensor::from_vector(v, shape, device);
 }
 Expected<std::vector<float>> to_floats(const Tensor& t) {
+  if (t.dtype() == DType::kBool) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<bool> v, t.to_vector<bool>());
+    return std::vector<float>(v.begin(), v.end());
+  }
   if (t.dtype() == DType::kBF16) {
     TESSEL_ASSIGN_OR_RETURN(std::vector<BFloat16> v, t.to_vector<BFloat16>());
     return std::vector<float>(v.begin(), v.end());
@@ -298,6 +329,10 @@ Expected<std::vector<float>> to_floats(const Tensor& t) {
 }
 
 Expected<Tensor> to_device(const RefTensor& r, const Input& in, Device* device) {
+  if (in.kind == Input::kBool) {
+    std::vector<bool> v(r.values.begin(), r.values.end());
+    return Tensor::from_vector(v, r.shape, device);
+  }
   if (in.kind == Input::kIds) {
     std::vector<int64_t> v(r.values.begin(), r.values.end());
     return Tensor::from_vector(v, r.shape, device);
