@@ -122,6 +122,7 @@ void add_mask_ops(std::vector<OpDef>& ops);
 void add_conv_ops(std::vector<OpDef>& ops);
 void add_batch_norm_ops(std::vector<OpDef>& ops);
 void add_math_ops(std::vector<OpDef>& ops);
+void add_index_ops(std::vector<OpDef>& ops);
 
 std::string shapes_string(const std::vector<TensorMeta>& inputs);
 

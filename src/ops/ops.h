@@ -82,6 +82,14 @@ Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor&
 // weight [V, C], ids [...] i64 -> [..., C].
 Expected<Tensor> embedding(const Tensor& weight, const Tensor& ids);
 
+// Indexing along `dim` (ops/index_ops.cpp); ids are i64 in [-N, N), negatives counting from the
+// end as ONNX takes them. index_select: torch.index_select with an index of any rank (ONNX
+// Gather). gather / scatter_add: torch.gather / torch.scatter_add with index (and src) of x's
+// shape except along dim.
+Expected<Tensor> index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Expected<Tensor> gather(const Tensor& x, int64_t dim, const Tensor& index);
+Expected<Tensor> scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
+
 // Scores [..., queries, keys] with the keys after each query's position set to -inf.
 Expected<Tensor> causal_mask(const Tensor& scores);
 // x * keep / (1 - p); keep is a hash of (seed, position), so a seed gives the same mask anywhere.

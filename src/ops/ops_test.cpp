@@ -267,6 +267,17 @@ std::vector<Case> all_cases() {
   for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"})
     c.push_back({op, {real({3, 5}), real({5})}, {}});
   c.push_back({"eq", {real({2, 3}), real({2, 3})}, {}});
+  // Indexing (ops/index_ops.cpp; edge cases in coverage_index_test.cpp): repeated ids, and -2
+  // (counted from the end) at every third position.
+  c.push_back({"index_select", {real({5, 4}), ids({7}, 5, -2)}, Attrs().set("dim", 0)});
+  c.push_back({"index_select", {transposed({2, 6, 3}), ids({2, 2}, 6)}, Attrs().set("dim", -2)});
+  c.push_back({"index_select", {real({3, 300}), ids({4}, 300, -2)}, Attrs().set("dim", 1)});
+  c.push_back({"gather", {real({4, 3}), ids({6, 3}, 4, -2)}, Attrs().set("dim", 0)});
+  c.push_back({"gather", {real({2, 5, 3}), ids({2, 2, 3}, 5)}, Attrs().set("dim", 1)});
+  c.push_back({"scatter_add", {real({4, 3}), ids({6, 3}, 4, -2), real({6, 3})},
+               Attrs().set("dim", 0)});
+  c.push_back({"scatter_add", {real({2, 3, 5}), ids({2, 3, 7}, 5), real({2, 3, 7})},
+               Attrs().set("dim", -1)});
   return c;
 }
 

@@ -70,6 +70,7 @@ def main():
     show("5-d expand().contiguous()",
          lambda: torch.arange(24.0).view(2, 1, 3, 1, 4).expand(2, 5, 3, 6, 4).contiguous())
     math_cases()
+    index_cases()
 
 
 def grads(f, *values):
@@ -105,6 +106,26 @@ def math_cases():
     print("where", grads(lambda p, q: torch.where(cond, p, q), [1.0, 2, 3], [[-1.0, -2, -3], [-4.0, -5, -6]]))
     show("where with an i64 condition",
          lambda: torch.where(torch.tensor([[1], [0]]), torch.ones(3), torch.zeros(2, 3)))
+
+
+def index_cases():
+    """src/ops/coverage_index_test.cpp: negative ids written as id + N for PyTorch."""
+    x = torch.arange(12.0).view(4, 3)
+    show("index_select(0, [3, 0])", lambda: x.index_select(0, torch.tensor([3, 0])))
+    show("index_select(0, [-1]) (PyTorch raises; ONNX Gather counts from the end)",
+         lambda: x.index_select(0, torch.tensor([-1])))
+    show("index_select(0, [4])", lambda: x.index_select(0, torch.tensor([4])))
+    show("gather(0, [[3, 0, 1]])", lambda: torch.gather(x, 0, torch.tensor([[3, 0, 1]])))
+    show("gather(0, [[4, 0, 1]])", lambda: torch.gather(x, 0, torch.tensor([[4, 0, 1]])))
+    show("scatter_add(0, [[3, 0, 1]], ones)",
+         lambda: torch.zeros(4, 3).scatter_add(0, torch.tensor([[3, 0, 1]]), torch.ones(1, 3)))
+    xs = x.clone().requires_grad_()
+    y = xs.index_select(0, torch.tensor([1, 1, 3]))
+    y.backward(torch.tensor([[1.0], [2.0], [4.0]]).expand(3, 3))
+    print(f"index_select(0, [1, 1, 3]) gradient -> {xs.grad.tolist()}")
+    print("scatter_add(1, [[0, 0, 2], [1, 1, 1]], arange) and its gradients",
+          grads(lambda z, s: z.scatter_add(1, torch.tensor([[0, 0, 2], [1, 1, 1]]), s),
+                [[0.0] * 3] * 2, [[0.0, 1, 2], [3, 4, 5]]))
 
 
 if __name__ == "__main__":
