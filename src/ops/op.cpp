@@ -30,6 +30,15 @@ std::vector<int64_t> Attrs::get_ints(const std::string& name, std::vector<int64_
   return fallback;
 }
 
+std::vector<double> Attrs::get_doubles(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return {};
+  if (const auto* v = std::get_if<std::vector<double>>(&it->second)) return *v;
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second))
+    return std::vector<double>(v->begin(), v->end());
+  return {get_double(name, 0.0)};
+}
+
 std::string Attrs::to_string() const {
   std::string out;
   for (const auto& [name, value] : values_) {
@@ -39,8 +48,10 @@ std::string Attrs::to_string() const {
       out += std::to_string(*i);
     else if (const double* d = std::get_if<double>(&value))
       out += fmt::format("{}", *d);
+    else if (const auto* ints = std::get_if<std::vector<int64_t>>(&value))
+      out += shape_string(*ints);
     else
-      out += shape_string(std::get<std::vector<int64_t>>(value));
+      out += fmt::format("[{}]", fmt::join(std::get<std::vector<double>>(value), ", "));
   }
   return out;
 }

@@ -71,11 +71,13 @@ Status sum_rows_into(const Tensor& x, const Tensor& y);
 // Over the last axis.
 Expected<Tensor> softmax(const Tensor& x);
 Expected<Tensor> log_softmax(const Tensor& x);
-// logits [..., C], target [...] (i64 class ids) -> scalar loss; mean over the targets that are
-// not ignore_index (reduction 0) or their sum (reduction 1).
+// logits [..., C], target [...] (i64 class ids) or [..., C] (f32 class probabilities) -> the
+// loss of torch.nn.functional.cross_entropy: reduction 0 the mean over the targets that are not
+// ignore_index (weighted by their class weights), 1 their sum, 2 none (one loss per target).
+// class_weight: one per class, or empty for all 1.
 Expected<Tensor> cross_entropy(const Tensor& logits, const Tensor& target,
                                int64_t ignore_index = -100, double label_smoothing = 0.0,
-                               int reduction = 0);
+                               int reduction = 0, std::vector<double> class_weight = {});
 // Over the last axis, with weight and bias of its size.
 Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                             double eps = 1e-5);

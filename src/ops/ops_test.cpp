@@ -278,6 +278,20 @@ std::vector<Case> all_cases() {
                Attrs().set("dim", 0)});
   c.push_back({"scatter_add", {real({2, 3, 5}), ids({2, 3, 7}, 5), real({2, 3, 7})},
                Attrs().set("dim", -1)});
+  // cross_entropy's class weights, reduction "none" and probability targets (coverage_ce_test.cpp
+  // has PyTorch's values).
+  const std::vector<double> w7{0.5, 2.0, 1.0, 0.25, 3.0, 1.5, 0.75}, w5{1.0, 0.5, 2.0, 3.0, 0.2};
+  c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7, -100)},
+               Attrs().set_reals("weight", w7).set("label_smoothing", 0.1)});
+  c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7)},
+               Attrs().set_reals("weight", w7).set("reduction", 1)});
+  c.push_back({"cross_entropy", {real({2, 3, 5}), ids({2, 3}, 5, 1)},
+               Attrs().set("reduction", 2).set("ignore_index", 1).set_reals("weight", w5)});
+  c.push_back({"cross_entropy", {real({3, 300}), ids({3}, 300)}, Attrs().set("reduction", 2)});
+  c.push_back({"cross_entropy", {real({4, 5}), positive({4, 5})}, {}});
+  c.push_back({"cross_entropy", {real({2, 3, 5}), positive({2, 3, 5})},
+               Attrs().set_reals("weight", w5).set("label_smoothing", 0.2).set("reduction", 2)});
+  c.push_back({"cross_entropy", {real({3, 300}), positive({3, 300})}, Attrs().set("reduction", 1)});
   return c;
 }
 
@@ -460,7 +474,15 @@ void check_case(const Case& c, Device* device, int index) {
     // Rounding to a compute dtype is piecewise constant: differentiate the unrounded op.
     Attrs smooth;
     for (const auto& [name, value] : c.attrs.values())
-      if (name != "compute") std::visit([&, n = name](const auto& v) { smooth.set(n, v); }, value);
+      if (name != "compute")
+        std::visit(
+            [&, n = name](const auto& v) {
+              if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::vector<double>>)
+                smooth.set_reals(n, v);
+              else
+                smooth.set(n, v);
+            },
+            value);
     if (c.straight_through) numeric = w;
     for (size_t j = 0; j < numeric.size() && !c.straight_through; ++j) {
       std::vector<RefTensor> x = ref_in;

@@ -71,6 +71,7 @@ def main():
          lambda: torch.arange(24.0).view(2, 1, 3, 1, 4).expand(2, 5, 3, 6, 4).contiguous())
     math_cases()
     index_cases()
+    cross_entropy_cases()
 
 
 def grads(f, *values):
@@ -126,6 +127,29 @@ def index_cases():
     print("scatter_add(1, [[0, 0, 2], [1, 1, 1]], arange) and its gradients",
           grads(lambda z, s: z.scatter_add(1, torch.tensor([[0, 0, 2], [1, 1, 1]]), s),
                 [[0.0] * 3] * 2, [[0.0, 1, 2], [3, 4, 5]]))
+
+
+def cross_entropy_cases():
+    """src/ops/coverage_ce_test.cpp: class weights, label smoothing, reduction, probabilities.
+    Computed in float64 from the test's float32 logits."""
+    x = torch.tensor([-1.0, -0.63, -0.26, 0.11, 0.48, 0.85, -0.78, -0.41, -0.04, 0.33, 0.70, -0.93],
+                     dtype=torch.float32).double().view(3, 4).requires_grad_()
+    t = torch.tensor([2, -100, 0])
+    w = torch.tensor([0.5, 2.0, 1.0, 3.0], dtype=torch.float64)
+    for reduction in ["mean", "sum", "none"]:
+        loss = F.cross_entropy(x, t, weight=w, label_smoothing=0.1, reduction=reduction)
+        print(f"cross_entropy ids {reduction}:", [f"{v:.6f}" for v in loss.flatten().tolist()])
+    F.cross_entropy(x, t, weight=w, label_smoothing=0.1).backward()
+    print("  gradient:", [f"{v:.6f}" for v in x.grad.flatten().tolist()])
+    p = torch.tensor([[0.2, 0.3, 0.5, 0.0], [1.0, 0, 0, 0], [0.25, 0.25, 0.25, 0.25]],
+                     dtype=torch.float64)
+    x.grad = None
+    loss = F.cross_entropy(x, p, weight=w, label_smoothing=0.1)
+    loss.backward()
+    print(f"cross_entropy probabilities mean: {loss.item():.6f}")
+    print("  gradient:", [f"{v:.6f}" for v in x.grad.flatten().tolist()])
+    print("cross_entropy probabilities none:",
+          [f"{v:.6f}" for v in F.cross_entropy(x, p, reduction="none").tolist()])
 
 
 if __name__ == "__main__":
