@@ -25,8 +25,7 @@ void expect_near(const std::vector<float>& got, const std::vector<double>& want,
 }
 
 TEST(OpCrossEntropyEdgeCases, ClassWeightsWithSmoothingAndEveryReduction) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("cross_entropy", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, kLogits, {3, 4});
     Tensor t = longs(d, {2, -100, 0}, {3});
     expect_near(host(cross_entropy(x, t, -100, 0.1, 0, kWeight)), {1.583661}, "mean");
@@ -45,12 +44,11 @@ TEST(OpCrossEntropyEdgeCases, ClassWeightsWithSmoothingAndEveryReduction) {
                  {"2 class weights for 4 classes"});
     expect_error(cross_entropy(x, t, -100, 0.0, 3), Code::kInvalidArgument,
                  {"reduction 3 is none of"});
-  }
+  });
 }
 
 TEST(OpCrossEntropyEdgeCases, ProbabilityTargets) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("cross_entropy", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, kLogits, {3, 4});
     Tensor p = floats(d, {0.2f, 0.3f, 0.5f, 0, 1, 0, 0, 0, 0.25f, 0.25f, 0.25f, 0.25f}, {3, 4});
     expect_near(host(cross_entropy(x, p, -100, 0.1, 0, kWeight)), {1.847412}, "mean");
@@ -63,7 +61,7 @@ TEST(OpCrossEntropyEdgeCases, ProbabilityTargets) {
                 "gradient");
     expect_error(cross_entropy(x, floats(d, iota(3), {3}), -100, 0.0), Code::kInvalidArgument,
                  {"f32 class probabilities [..., C]"});
-  }
+  });
 }
 
 }  // namespace

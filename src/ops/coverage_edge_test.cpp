@@ -19,8 +19,7 @@ using namespace testing;  // NOLINT: the helpers of ops/testing/edge_check.h
 
 // PyTorch: IndexError "Target 5 is out of bounds." for each of these, on the CPU and CUDA.
 TEST(OpEdgeCases, CrossEntropyRejectsClassIdsOutsideTheClasses) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("cross_entropy", {DType::kF32}, [&](Device* d) {
     Tensor logits = floats(d, iota(20, -3), {4, 5});
     for (int64_t bad : {int64_t{5}, int64_t{-1}, int64_t{1000000}, int64_t{1} << 40}) {
       expect_error(
@@ -36,14 +35,13 @@ TEST(OpEdgeCases, CrossEntropyRejectsClassIdsOutsideTheClasses) {
     ASSERT_TRUE(three.ok()) << three.status().to_string();
     ASSERT_TRUE(last.ok()) << last.status().to_string();
     EXPECT_NEAR(host(kept)[0], (host(three)[0] + host(last)[0]) / 3, 1e-5);
-  }
+  });
 }
 
 // PyTorch: IndexError "index out of range in self" (CPU), a device assert (CUDA). On OpenCL the
 // kernel read zero rows for these before the check on the device.
 TEST(OpEdgeCases, EmbeddingRejectsIdsOutsideTheTableOnEveryDevice) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("embedding", {DType::kF32}, [&](Device* d) {
     Tensor table = floats(d, iota(6), {2, 3});
     expect_error(embedding(table, longs(d, {0, 9}, {2})), Code::kOutOfRange,
                  {"embedding: id 9 at position 1", "outside [0, 2)"});
@@ -59,15 +57,14 @@ TEST(OpEdgeCases, EmbeddingRejectsIdsOutsideTheTableOnEveryDevice) {
     ASSERT_EQ(rows.size(), 15000u);
     EXPECT_EQ(rows[0], 3.0f);
     EXPECT_EQ(rows[14997], 0.0f);
-  }
+  });
 }
 
 // PyTorch: "Output size is too small" (pooling), "Kernel size can't be greater than actual input
 // size" (conv). The output size formula rounds a negative span towards zero, which gave one
 // output instead of an error.
 TEST(OpEdgeCases, WindowsLargerThanThePaddedInputAreErrors) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("max_pool2d", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, iota(4), {1, 1, 2, 2});
     expect_error(max_pool2d(x, {3, 3}), Code::kInvalidArgument, {"max_pool2d", "does not fit"});
     expect_error(avg_pool2d(x, {3, 3}), Code::kInvalidArgument, {"avg_pool2d", "does not fit"});
@@ -85,28 +82,28 @@ TEST(OpEdgeCases, WindowsLargerThanThePaddedInputAreErrors) {
     EXPECT_EQ(host(max_pool2d(one, {3, 3}, {1, 1}, {1, 1})), std::vector<float>{2.0f});
     EXPECT_NEAR(host(avg_pool2d(one, {3, 3}, {1, 1}, {1, 1}))[0], 2.0 / 9, 1e-6);
     EXPECT_EQ(host(conv2d(one, w, b, {1, 1}, {1, 1})), std::vector<float>{2.0f * 4 + 0.5f});
-  }
+  });
 }
 
 // PyTorch accepts eps < 0 and returns NaN rows where var + eps < 0; ONNX does not say. An
 // error says why instead.
 TEST(OpEdgeCases, LayerNormRejectsANegativeEps) {
-  for (Device* d : op_test_devices()) {
+  for_each_device("layer_norm", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, iota(6), {2, 3});
     Tensor ones = floats(d, {1, 1, 1}, {3}), zeros = floats(d, {0, 0, 0}, {3});
     expect_error(layer_norm(x, ones, zeros, -1.0), Code::kInvalidArgument,
                  {"layer_norm: eps must be >= 0, got -1"});
     EXPECT_TRUE(layer_norm(x, ones, zeros, 0.0).ok());
-  }
+  });
 }
 
 // Integer matmul is not supported (PyTorch has it): the error says which dtypes are.
 TEST(OpEdgeCases, IntegerMatmulSaysWhichDtypesItTakes) {
-  for (Device* d : op_test_devices()) {
+  for_each_device("matmul", {DType::kF32}, [&](Device* d) {
     Tensor a = longs(d, {1, 2, 3, 4, 5, 6}, {2, 3});
     expect_error(matmul(a, a.transpose(0, 1).value()), Code::kInvalidArgument,
                  {"matmul: operands are f32, f16 or bf16", "[2, 3] i64"});
-  }
+  });
 }
 
 // PyTorch's rules for tensors with a 0-sized dimension: empty results where the output has no
@@ -114,8 +111,7 @@ TEST(OpEdgeCases, IntegerMatmulSaysWhichDtypesItTakes) {
 // with K = 0 zeros (plus the bias in linear), a cross-entropy over no targets NaN (mean) or 0
 // (sum).
 TEST(OpEdgeCases, ZeroSizedDimensionsFollowPyTorch) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("add", {DType::kF32}, [&](Device* d) {
     Tensor e = Tensor::empty({0, 3}, DType::kF32, d).value();
     Tensor row = floats(d, {1, 2, 3}, {3});
     Expected<Tensor> s = add(e, row);
@@ -154,14 +150,13 @@ TEST(OpEdgeCases, ZeroSizedDimensionsFollowPyTorch) {
     EXPECT_TRUE(std::isnan(host(cross_entropy(no_logits, no_targets))[0]));
     EXPECT_EQ(host(cross_entropy(no_logits, no_targets, -100, 0.0, 1)), std::vector<float>{0});
     EXPECT_EQ(embedding(full, no_targets).value().shape(), (Shape{0, 3}));
-  }
+  });
 }
 
 // Backward through empty tensors: an empty input gets an empty gradient, and an input that met
 // only an empty output gets zeros (PyTorch: b.grad of (empty [0, 3] + b [3]).sum() is [0, 0, 0]).
 TEST(OpEdgeCases, GradientsThroughZeroSizedTensors) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("add", {DType::kF32}, [&](Device* d) {
     Tensor e = Tensor::empty({0, 3}, DType::kF32, d).value();
     Tensor row = floats(d, {1, 2, 3}, {3});
     std::vector<Tensor> g =
@@ -184,14 +179,13 @@ TEST(OpEdgeCases, GradientsThroughZeroSizedTensors) {
         {Tensor::empty({0, 5}, DType::kF32, d).value(), Tensor::empty({0}, DType::kI64, d).value()},
         floats(d, {1}, {}));
     EXPECT_EQ(g[0].shape(), (Shape{0, 5}));
-  }
+  });
 }
 
 // Views that keep 5 dimensions after merging (PyTorch copies any rank): an expanded 5-d view,
 // a permuted one, and an element-wise op over them (which copies such inputs first).
 TEST(OpEdgeCases, ViewsOfMoreThanFourDimensionsCopy) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("contiguous", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, iota(24), {2, 1, 3, 1, 4});
     Tensor big = x.expand({2, 5, 3, 6, 4}).value();
     std::vector<float> got = host(contiguous(big));
@@ -219,14 +213,13 @@ TEST(OpEdgeCases, ViewsOfMoreThanFourDimensionsCopy) {
       const int64_t want = ((((d2 * 3 + d4) * 4 + d1) * 5 + d3) * 6 + d0) + (d2 * 3 + d4) * 4 + d1;
       ASSERT_EQ(got[i], static_cast<float>(want)) << "element " << i;
     }
-  }
+  });
 }
 
 // ONNX ReduceSum/ReduceMean/ReduceMax with noop_with_empty_axes = 1 and no axes: the input
 // itself; with axes, the usual reduction.
 TEST(OpEdgeCases, NoopWithEmptyAxes) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("sum", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, iota(6, -2), {2, 3});
     for (const char* op : {"sum", "mean", "max"}) {
       EXPECT_EQ(host(run(op, {x}, Attrs().set("noop_with_empty_axes", 1))), iota(6, -2)) << op;
@@ -237,7 +230,7 @@ TEST(OpEdgeCases, NoopWithEmptyAxes) {
     }
     EXPECT_EQ(host(run("sum", {x}, Attrs().set("noop_with_empty_axes", 0))),
               std::vector<float>{3.0f});
-  }
+  });
 }
 
 }  // namespace

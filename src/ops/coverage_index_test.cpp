@@ -16,8 +16,7 @@ namespace {
 using namespace testing;  // NOLINT: the helpers of ops/testing/edge_check.h
 
 TEST(OpIndexEdgeCases, NegativeIdsCountFromTheEnd) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("index_select", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, iota(12), {4, 3});
     // x.index_select(0, [3, 0]) and the ONNX Gather of a [2, 1] index along dim 1.
     EXPECT_EQ(host(index_select(x, 0, longs(d, {-1, 0}, {2}))),
@@ -32,12 +31,11 @@ TEST(OpIndexEdgeCases, NegativeIdsCountFromTheEnd) {
     EXPECT_EQ(host(scatter_add(floats(d, std::vector<float>(12, 0), {4, 3}), 0,
                                longs(d, {-1, 0, -3}, {1, 3}), floats(d, {1, 1, 1}, {1, 3}))),
               (std::vector<float>{0, 1, 0, 0, 0, 1, 0, 0, 0, 1, 0, 0}));
-  }
+  });
 }
 
 TEST(OpIndexEdgeCases, IdsOutsideTheDimensionAreErrors) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("gather", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, iota(12), {4, 3});
     expect_error(index_select(x, 0, longs(d, {0, 4}, {2})), Code::kOutOfRange,
                  {"index_select: index 4 at position 1 is outside [-4, 4)"});
@@ -49,14 +47,13 @@ TEST(OpIndexEdgeCases, IdsOutsideTheDimensionAreErrors) {
                  Code::kOutOfRange, {"scatter_add: index -5 at position 1"});
     expect_error(gather(x, 0, longs(d, {0, 1}, {1, 2})), Code::kInvalidArgument,
                  {"gather: index must have x's shape except along dim 0"});
-  }
+  });
 }
 
 // Repeated ids add their gradients (PyTorch: x.index_select(0, [1, 1, 3]) with output gradient
 // rows 1, 2, 4 gives rows [0, 3, 0, 4]); scatter_add's gradients are g and g gathered.
 TEST(OpIndexEdgeCases, RepeatedIdsSumTheirGradients) {
-  for (Device* d : op_test_devices()) {
-    SCOPED_TRACE(d->id());
+  for_each_device("scatter_add", {DType::kF32}, [&](Device* d) {
     Tensor x = floats(d, iota(12), {4, 3});
     std::vector<Tensor> g =
         backward_of("index_select", {x, longs(d, {1, -3, 3}, {3})},
@@ -70,7 +67,7 @@ TEST(OpIndexEdgeCases, RepeatedIdsSumTheirGradients) {
                     Attrs().set("dim", 1));
     EXPECT_EQ(host(g[0]), iota(6, 10));
     EXPECT_EQ(host(g[2]), (std::vector<float>{10, 10, 12, 14, 14, 14}));
-  }
+  });
 }
 
 }  // namespace

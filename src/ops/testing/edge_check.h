@@ -1,5 +1,5 @@
-// Helpers of the op edge-case tests (src/ops/coverage_*_test.cpp): the devices the op library
-// launches on, small tensors from literals, values back on the host, an expected error, and one
+// Helpers of the op edge-case tests (src/ops/coverage_*_test.cpp), beside every_device.h's device
+// loop: small tensors from literals, values back on the host, an expected error, and one
 // op's backward rule run directly on given inputs and output gradient.
 #pragma once
 
@@ -8,21 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/kernel_cache.h"
 #include "ops/op.h"
+#include "ops/testing/every_device.h"
 
 namespace tessel::ops::testing {
-
-// Every device the op library launches on (cpu; opencl where one opens).
-inline const std::vector<Device*>& op_test_devices() {
-  static const std::vector<Device*> devices = [] {
-    std::vector<Device*> list;
-    for (Device* d : available_devices())
-      if (launches_on(d->kind())) list.push_back(d);
-    return list;
-  }();
-  return devices;
-}
 
 inline Tensor floats(Device* d, std::vector<float> v, const Shape& shape) {
   return Tensor::from_vector(v, shape, d).value();
