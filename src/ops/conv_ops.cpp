@@ -115,14 +115,17 @@ bool unit_strides(const Window& w) {
   return w.sh == 1 && w.sw == 1;
 }
 
-// Whether conv2d runs as an implicit gemm (the CPU) or as im2col + gemm (other devices, and the
-// CPU under TESSEL_CONV=im2col, which `tessel bench conv` uses to show what the change gained).
-bool implicit_gemm(const Tensor& like) {
+// Whether a conv2d pass runs as an implicit gemm (the CPU) or as im2col + gemm (other devices,
+// and the CPU under TESSEL_CONV=im2col, for comparisons). `depth` is the K of each tap's gemm
+// (C / G forward and for the weight gradient, O / G for the input gradient): below 16, as in an
+// RGB stem (3) or a depthwise layer (1), a tap's gemm is too shallow to keep the micro-kernel
+// busy, and im2col's columns, kh kw taps deep, are the better operand.
+bool implicit_gemm(const Tensor& like, int64_t depth) {
   static const bool im2col = [] {
     const char* v = std::getenv("TESSEL_CONV");
     return v != nullptr && std::string_view(v) == "im2col";
   }();
-  return like.device()->kind() == DeviceKind::kCpu && !im2col;
+  return like.device()->kind() == DeviceKind::kCpu && !im2col && depth >= 16;
 }
 
 // The columns of x: [N, G, K, L] (as [N, G K, OH, OW] for the kernel).
@@ -284,7 +287,9 @@ Status launch_implicit(const Tensor& taps, const View& input, const Tensor& y, c
                        bool has_bias, bool transposed, const Window& w, const TapGrid& g,
                        int64_t groups, int64_t ty0, int64_t tx0) {
   const int64_t yh = y.size(2), yw = y.size(3);
-  KernelParams params{{"BIAS", has_bias ? "1" : "0"}, {"TRANSPOSED", transposed ? "1" : "0"}};
+  KernelParams params{{"BIAS", has_bias ? "1" : "0"},
+                      {"TRANSPOSED", transposed ? "1" : "0"},
+                      {"DENSE", g.direct ? "1" : "0"}};
   std::vector<KernelArg> args{taps,
                               input,
                               store_view(y, g, groups),
@@ -335,7 +340,7 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
   const ConvShape s = conv_shape(x, weight, groups_of(a), w);
   const int64_t og = s.o / s.groups;
   View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
-  if (implicit_gemm(x)) return conv_forward_implicit(x, weight, bias, w, s, compute, out);
+  if (implicit_gemm(x, s.c / s.groups)) return conv_forward_implicit(x, weight, bias, w, s, compute, out);
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
@@ -445,7 +450,7 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(g_compute));
   const View g_view = grouped(g, s);
   std::vector<Tensor> grads(3);
-  if (implicit_gemm(x) && b.needs_grad[1]) {
+  if (implicit_gemm(x, s.c / s.groups) && b.needs_grad[1]) {
     TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_grad_implicit(x, g, w, s, compute));
     TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
     TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
@@ -483,7 +488,7 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     TESSEL_TRY(launch_kernel("conv_bias_grad", {}, {g3, db}));
     TESSEL_ASSIGN_OR_RETURN(grads[2], cast(db, b.input_meta[2].dtype));
   }
-  if (implicit_gemm(x) && b.needs_grad[0]) {
+  if (implicit_gemm(x, og) && b.needs_grad[0]) {
     TESSEL_ASSIGN_OR_RETURN(Tensor dx, input_grad_implicit(g, weight, w, s, x.shape(), compute));
     TESSEL_ASSIGN_OR_RETURN(grads[0], cast(dx, b.input_meta[0].dtype));
   } else if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input
