@@ -207,7 +207,7 @@ struct TransposedGrid {
   int64_t top = 0, left = 0;
 };
 
-TransposedGrid input_grad_grid(const Window& w, const ConvShape& s, int64_t h, int64_t wd) {
+TransposedGrid input_grad_grid(const Window& w, int64_t h, int64_t wd) {
   auto offsets = [](int64_t stride, int64_t pad, int64_t k, int64_t dil) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (int64_t p = 0; p < stride; ++p)
@@ -229,7 +229,6 @@ TransposedGrid input_grad_grid(const Window& w, const ConvShape& s, int64_t h, i
   t.grid.taps_x = hi_x + t.left + 1;
   t.grid.hh = ceil_div(h, w.sh) + hi_y + t.top;
   t.grid.ww = ceil_div(wd, w.sw) + hi_x + t.left;
-  (void)s;
   return t;
 }
 
@@ -444,7 +443,7 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
 // transposed over the output gradient g, padded so that every tap reads inside it.
 Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
                                      const ConvShape& s, const Shape& x_shape, DType compute) {
-  const TransposedGrid t = input_grad_grid(w, s, x_shape[2], x_shape[3]);
+  const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3]);
   Tensor dy = g;
   if (t.grid.direct) {
     TESSEL_ASSIGN_OR_RETURN(dy, contiguous_on_device(g));
