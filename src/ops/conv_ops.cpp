@@ -35,6 +35,11 @@ struct Window {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   int64_t out_h(int64_t h) const { return (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1; }
   int64_t out_w(int64_t w) const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
+  // Whether the (dilated) window fits the padded input: out_h/out_w round a negative span
+  // towards zero, so a window one larger than the input would otherwise give one output.
+  bool fits(int64_t h, int64_t w) const {
+    return h + 2 * ph >= dh * (kh - 1) + 1 && w + 2 * pw >= dw * (kw - 1) + 1;
+  }
 };
 
 Expected<std::pair<int64_t, int64_t>> pair_attr(const std::string& op, const Attrs& a,
@@ -100,10 +105,10 @@ Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& 
         "conv2d: needs x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] with C and O "
         "multiples of groups = {}, got {}",
         g, shapes_string(in));
-  TESSEL_TRY(gemm_compute_dtype("conv2d", {in[0], in[1]}, a).status());
+  TESSEL_TRY(gemm_compute_dtype("conv2d", {in[0], in[1]}, a));
   TESSEL_ASSIGN_OR_RETURN(Window win, window_of("conv2d", a, w[2], w[3]));
   int64_t oh = win.out_h(x[2]), ow = win.out_w(x[3]);
-  if (oh < 1 || ow < 1)
+  if (!win.fits(x[2], x[3]) || oh < 1 || ow < 1)
     return invalid_argument(
         "conv2d: a {}x{} window (dilation {}x{}) does not fit input {} with padding {}x{}", w[2],
         w[3], win.dh, win.dw, shape_string(x), win.ph, win.pw);
@@ -612,9 +617,9 @@ OpDef pool_op(const std::string& name, bool is_max) {
                               shapes_string(in));
     TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, a));
     int64_t oh = w.out_h(x[2]), ow = w.out_w(x[3]);
-    if (oh < 1 || ow < 1)
-      return invalid_argument("{}: a {}x{} window does not fit input {}", name, w.kh, w.kw,
-                              shape_string(x));
+    if (!w.fits(x[2], x[3]) || oh < 1 || ow < 1)
+      return invalid_argument("{}: a {}x{} window does not fit input {} with padding {}x{}", name,
+                              w.kh, w.kw, shape_string(x), w.ph, w.pw);
     return TensorMeta{{x[0], x[1], oh, ow}, DType::kF32};
   };
   op.forward = [name, is_max](const std::vector<Tensor>& in, const Attrs& a,
