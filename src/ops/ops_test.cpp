@@ -241,6 +241,14 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d",
                {real({1, 2, 11, 10}), real({3, 2, 7, 7}), real({3})},
                Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
+  c.push_back({"conv2d",  // the implicit gemm computing in bf16, and on bf16 operands
+               {real({1, 16, 5, 6}), real({16, 16, 3, 3}), real({16})},
+               Attrs().set("padding", {1, 1}).set("compute", static_cast<int64_t>(bf16)),
+               200});
+  c.push_back({"conv2d",
+               {half(real({1, 16, 7, 5}), bf16), half(real({16, 16, 3, 2}), bf16), real({16})},
+               Attrs().set("stride", {2, 1}).set("padding", {1, 0}),
+               200});
   c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
   c.push_back({"max_pool2d",  // windows that tile it, with a row and column left over
                {real({1, 2, 7, 35})},
