@@ -81,6 +81,12 @@ Expected<Tensor> cross_entropy(const Tensor& logits, const Tensor& target,
 // Over the last axis, with weight and bias of its size.
 Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                             double eps = 1e-5);
+// torch.nn.functional.rms_norm over the last axis (eps: PyTorch's default, f32's machine
+// epsilon, when absent) and group_norm over x [N, C, *] in num_groups groups (ops/norm_ops.cpp).
+Expected<Tensor> rms_norm(const Tensor& x, const Tensor& weight,
+                          std::optional<double> eps = std::nullopt);
+Expected<Tensor> group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
+                            const Tensor& bias, double eps = 1e-5);
 // weight [V, C], ids [...] i64 -> [..., C].
 Expected<Tensor> embedding(const Tensor& weight, const Tensor& ids);
 
