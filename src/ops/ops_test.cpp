@@ -217,6 +217,30 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d",  // fewer column rows (4) than output channels (8): dW^T is computed
                {real({3, 1, 6, 5}), real({8, 1, 2, 2}), real({8})},
                Attrs().set("padding", {1, 0})});
+  // The CPU's implicit gemm (ops/conv_ops.cpp; 16 channels or more per group, else im2col as
+  // above): a 1x1 read in place over more positions than a tile; a 1x1 / stride 2 downsample; a
+  // 3x3 / stride 2 layer (two stride phases; taps that skip output phases in the input
+  // gradient); a 1x3 whose position grid spans tiles and images; a dilated window; two groups.
+  // And an RGB-like 7x7 / stride 2 stem, which stays on im2col.
+  c.push_back({"conv2d", {real({1, 16, 16, 17}), real({16, 16, 1, 1}), real({16})}, {}});
+  c.push_back({"conv2d",
+               {real({2, 16, 7, 6}), real({16, 16, 1, 1}), real({16})},
+               Attrs().set("stride", {2, 2})});
+  c.push_back({"conv2d",
+               {real({2, 16, 9, 8}), real({16, 16, 3, 3}), real({16})},
+               Attrs().set("stride", {2, 2}).set("padding", {1, 1})});
+  c.push_back({"conv2d",
+               {real({2, 16, 10, 12}), real({16, 16, 1, 3}), real({16})},
+               Attrs().set("padding", {0, 1})});
+  c.push_back({"conv2d",
+               {real({2, 16, 7, 6}), real({16, 16, 2, 2}), real({16})},
+               Attrs().set("padding", {1, 1}).set("dilation", {2, 2})});
+  c.push_back({"conv2d",
+               {real({1, 32, 5, 6}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("padding", {1, 1}).set("groups", 2)});
+  c.push_back({"conv2d",
+               {real({1, 2, 11, 10}), real({3, 2, 7, 7}), real({3})},
+               Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
   c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
   c.push_back({"max_pool2d",  // windows that tile it, with a row and column left over
                {real({1, 2, 7, 35})},

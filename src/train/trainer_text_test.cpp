@@ -197,5 +197,22 @@ TEST(TrainDevice, AutoIsTheTargetTablesChoiceAmongLaunchableDevices) {
   }
 }
 
+// A device that is not here stops the run before anything is built, naming the key and what is
+// missing (Trainer::build resolves the target first).
+TEST(TrainDevice, AnAbsentDeviceNamesTheKeyAndWhatIsMissing) {
+  auto gpus = list_cuda_devices();
+  if (gpus) GTEST_SKIP() << "a CUDA device is present";
+  TrainConfig c;
+  c.target.source = "run.toml";
+  c.target.device = "cuda:0";
+  Expected<ops::TargetChoice> target = resolve_train_target(c);
+  ASSERT_FALSE(target.ok());
+  EXPECT_EQ(target.status().message().rfind(
+                "run.toml: key 'target.device': device 'cuda:0': no CUDA device", 0),
+            0u)
+      << target.status().message();
+  EXPECT_NE(target.status().message().find(gpus.status().message()), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tessel::train
