@@ -1,8 +1,8 @@
 // rms_norm and group_norm (ops/norm_ops.cpp) against PyTorch's values (tools/pytorch/
 // edge_cases.py, norm_cases: the same float32 inputs in float64) on every device the op library
 // launches on: rms_norm's default eps (a zero row stays zero and its gradient is 1 / sqrt(eps)),
-// group_norm over 2 groups of 2 channels, and the errors. Random shapes against the C++ references
-// and finite differences are in ops_test.cpp.
+// group_norm over 2 groups of 2 channels, layer_norm_stats, global_avg_pool, and the errors. Random
+// shapes against the C++ references and finite differences are in ops_test.cpp.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -63,6 +63,33 @@ TEST(OpNormEdgeCases, GroupNormInTwoGroups) {
     expect_near(host(g[2]), {0, -2, 1, -1}, 1e-5, "dbias");
     expect_error(group_norm(x, 3, w, b), Code::kInvalidArgument,
                  {"group_norm: 4 channels do not split into num_groups = 3"});
+  });
+}
+
+// torch.native_layer_norm's mean and rstd (ONNX LayerNormalization's Mean and InvStdDev); a
+// constant row has rstd 1 / sqrt(eps).
+TEST(OpNormEdgeCases, LayerNormStatistics) {
+  for_each_device("layer_norm_stats", {DType::kF32}, [&](Device* d) {
+    Tensor x = floats(d, {0, 0, 0, 1, -2, 3}, {2, 3});
+    Expected<Tensor> s = layer_norm_stats(x);
+    ASSERT_TRUE(s.ok()) << s.status().to_string();
+    EXPECT_EQ(s->shape(), (Shape{2, 2}));
+    expect_near(host(s), {0, 0.666667, 316.227766, 0.486664}, 1e-5, "mean, rstd");
+  });
+}
+
+// ONNX GlobalAveragePool as F.adaptive_avg_pool2d(x, 1).
+TEST(OpNormEdgeCases, GlobalAveragePool) {
+  for_each_device("global_avg_pool", {DType::kF32}, [&](Device* d) {
+    std::vector<float> xs(16);
+    for (int i = 0; i < 16; ++i)
+      xs[i] = 0.1f * static_cast<float>(i) - 0.7f;
+    Expected<Tensor> y = global_avg_pool(floats(d, xs, {2, 2, 2, 2}));
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    EXPECT_EQ(y->shape(), (Shape{2, 2, 1, 1}));
+    expect_near(host(y), {-0.55, -0.15, 0.25, 0.65}, 1e-5, "global_avg_pool");
+    expect_error(global_avg_pool(floats(d, xs, {2, 8})), Code::kInvalidArgument,
+                 {"global_avg_pool: needs a float x [N, C, D1, ...]"});
   });
 }
 

@@ -1,4 +1,5 @@
-// Normalisations beside layer_norm (nn_ops.cpp): rms_norm over the last axis
+// Normalisations beside layer_norm (nn_ops.cpp): layer_norm_stats (the mean and inverse
+// standard deviation layer_norm uses, ONNX's optional outputs), rms_norm over the last axis
 // (torch.nn.functional.rms_norm with normalized_shape [C]; kernels/rmsnorm.tile) and group_norm
 // (torch.nn.functional.group_norm: x [N, C, *] normalised over each group of C / G channels and
 // all positions, then a per-channel affine). group_norm runs layernorm.tile's kernels over rows of
@@ -66,6 +67,54 @@ OpDef rms_norm_op() {
       TESSEL_ASSIGN_OR_RETURN(grads[1], sum(d.second, {0}));
     }
     return grads;
+  };
+  return op;
+}
+
+Shape infer_shape_of_stats(const Shape& x) {
+  Shape out{2};
+  out.insert(out.end(), x.begin(), x.end() - 1);
+  return out;
+}
+
+// ---- layer_norm_stats ----
+//
+// ONNX LayerNormalization's optional outputs Mean and InvStdDev for x [..., C]: one tensor
+// [2, ...] (mean first). Not differentiable: they are what a backward pass reads.
+
+OpDef layer_norm_stats_op() {
+  OpDef op;
+  op.name = "layer_norm_stats";
+  op.attrs = {"eps"};
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
+    const Shape& x = in[0].shape;
+    if (x.empty() || in[0].dtype != DType::kF32)
+      return invalid_argument("layer_norm_stats: needs f32 x [..., C], got {}", shapes_string(in));
+    TESSEL_TRY(check_eps("layer_norm_stats", a.get_double("eps", 1e-5)));
+    return TensorMeta{infer_shape_of_stats(x), DType::kF32};
+  };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs& a,
+                  const TensorMeta& out) -> Expected<Tensor> {
+    TESSEL_ASSIGN_OR_RETURN(View x, rows_view(in[0]));
+    const int64_t m = x.shape[0];
+    TESSEL_ASSIGN_OR_RETURN(Tensor s, empty_like_device(out.shape, out.dtype, in[0]));
+    TESSEL_TRY(launch_kernel("layernorm_stats", {},
+                             {x, View{s, {2, m}, {m, 1}}, a.get_double("eps", 1e-5)}));
+    return s;
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    const int64_t n = in[0].shape.back(), m = reference::numel(in[0].shape) / n;
+    RefTensor out{infer_shape_of_stats(in[0].shape), std::vector<double>(2 * m)};
+    for (int64_t r = 0; r < m; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t c = 0; c < n; ++c)
+        mean += in[0].values[r * n + c] / n;
+      for (int64_t c = 0; c < n; ++c)
+        var += (in[0].values[r * n + c] - mean) * (in[0].values[r * n + c] - mean) / n;
+      out.values[r] = mean;
+      out.values[m + r] = 1 / std::sqrt(var + a.get_double("eps", 1e-5));
+    }
+    return out;
   };
   return op;
 }
@@ -194,12 +243,16 @@ OpDef group_norm_op() {
 void add_norm_ops(std::vector<OpDef>& ops) {
   ops.push_back(rms_norm_op());
   ops.push_back(group_norm_op());
+  ops.push_back(layer_norm_stats_op());
 }
 
 Expected<Tensor> rms_norm(const Tensor& x, const Tensor& weight, std::optional<double> eps) {
   Attrs a;
   if (eps) a.set("eps", *eps);
   return run("rms_norm", {x, weight}, a);
+}
+Expected<Tensor> layer_norm_stats(const Tensor& x, double eps) {
+  return run("layer_norm_stats", {x}, Attrs().set("eps", eps));
 }
 Expected<Tensor> group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
                             const Tensor& bias, double eps) {

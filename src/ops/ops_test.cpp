@@ -327,6 +327,11 @@ std::vector<Case> all_cases() {
                Attrs().set("num_groups", 3).set("eps", 1e-3)});
   c.push_back({"group_norm", {real({2, 6, 5}), real({6}), real({6})},
                Attrs().set("num_groups", 1)});
+  c.push_back({"global_avg_pool", {real({2, 3, 4, 5})}, {}});
+  c.push_back({"global_avg_pool", {transposed({2, 3, 7})}, {}});
+  c.push_back({"global_avg_pool", {real({1, 2, 2, 3, 2})}, {}});
+  c.push_back({"layer_norm_stats", {real({3, 5})}, {}});
+  c.push_back({"layer_norm_stats", {transposed({2, 4, 300})}, Attrs().set("eps", 1e-3)});
   c.push_back({"group_norm", {transposed({2, 3, 4, 5}), real({3}), real({3})},
                Attrs().set("num_groups", 3)});
   return c;

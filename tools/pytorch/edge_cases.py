@@ -173,6 +173,11 @@ def norm_cases():
     print("  dx:", [f"{v:.6f}" for v in g.grad.flatten().tolist()])
     print("  dweight:", [f"{v:.6f}" for v in gw.grad.tolist()])
     print("  dbias:", [f"{v:.6f}" for v in gb.grad.tolist()])
+    _, mean, rstd = torch.native_layer_norm(x.detach(), (3,), None, None, 1e-5)
+    print("native_layer_norm mean, rstd:", [f"{v:.6f}" for v in mean.flatten().tolist()],
+          [f"{v:.6f}" for v in rstd.flatten().tolist()])
+    print("adaptive_avg_pool2d(1):",
+          [f"{v:.6f}" for v in F.adaptive_avg_pool2d(g.detach().view(2, 2, 2, 2), 1).flatten().tolist()])
 
 
 if __name__ == "__main__":
