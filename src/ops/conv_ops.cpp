@@ -229,12 +229,16 @@ TransposedGrid input_grad_grid(const Window& w, const ConvShape& s, int64_t h, i
 }
 
 // x [N, C, H, W] relaid for the grid g by conv_relayout, as `to`: a flat buffer of
-// C * phases * N * hh * ww elements and g.slack() more.
+// C * phases * N * hh * ww elements and g.slack() more. Zeroed first: the implicit-gemm kernels
+// multiply the slack and the positions they compute and drop by zeros, and 0 x a stale NaN left
+// in a reused buffer is NaN (ResNet parity's weight gradients went NaN in 3 of 7 runs after the
+// GPT parity test had run in the same process).
 Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t sh, int64_t sw,
                           int64_t ph, int64_t pw) {
   const int64_t n = x.size(0), c = x.size(1);
   const int64_t per_channel = g.phases_y * g.phases_x * n * g.plane();
-  TESSEL_ASSIGN_OR_RETURN(Tensor buf, empty_like_device({c * per_channel + g.slack()}, to, x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor buf,
+                          Tensor::zeros({c * per_channel + g.slack()}, to, x.device()));
   View p{buf,
          {c, g.phases_y, g.phases_x, n, g.hh, g.ww},
          {per_channel, g.phases_x * n * g.plane(), n * g.plane(), g.plane(), g.ww, 1}};
