@@ -346,7 +346,8 @@ int run(const Options& o) {
                           Expected<autograd::Variable> y =
                               sop == sparse::SparseOp::kSpmv
                                   ? sparse::spmv_as(sv, autograd::Variable(x), c)
-                                  : sparse::add_dense(sv, autograd::Variable(d_add));
+                                  : sparse::add_dense(sv, autograd::Variable(d_add),
+                                                      sparse::PlanOptions{.force = c});
                           if (!y.ok()) return y.status();
                           return y->data();
                         }, {}, {}, ""});
@@ -372,7 +373,8 @@ int run(const Options& o) {
                           Expected<autograd::Variable> y =
                               sop == sparse::SparseOp::kSpmv
                                   ? sparse::spmv_as(sv, autograd::Variable(x), c)
-                                  : sparse::add_dense(sv, autograd::Variable(d_add));
+                                  : sparse::add_dense(sv, autograd::Variable(d_add),
+                                                      sparse::PlanOptions{.force = c});
                           if (!y.ok()) return y.status();
                           return y->data();
                         }, {}, {}, note});
