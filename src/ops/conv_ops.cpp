@@ -251,7 +251,10 @@ Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t s
                           int64_t ph, int64_t pw) {
   const int64_t n = x.size(0) + 1, c = x.size(1);
   const int64_t per_channel = relaid_channel_stride(g, x.size(0));
-  TESSEL_ASSIGN_OR_RETURN(Tensor buf, empty_like_device({c * per_channel}, to, x));
+  // Zeroed: the 16 elements that pad a channel's stride are never written by conv_relayout, and
+  // the kernels multiply what they read past an image by zeros; 0 x a stale NaN left in a
+  // reused buffer is NaN (seen as NaN weight gradients in ResNet parity runs).
+  TESSEL_ASSIGN_OR_RETURN(Tensor buf, Tensor::zeros({c * per_channel}, to, x.device()));
   View p{buf,
          {c, g.phases_y, g.phases_x, n, g.hh, g.ww},
          {per_channel, g.phases_x * n * g.plane(), n * g.plane(), g.plane(), g.ww, 1}};
