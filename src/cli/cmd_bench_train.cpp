@@ -54,6 +54,7 @@ struct Options {
   std::string script;  // empty: the one in the source tree
   uint64_t seed = 1;
   std::string worker;  // hidden: run one tessel workload and print its JSON
+  std::string device = "cpu";  // both sides: "cpu" or "cuda:N" (PyTorch's cuda:N)
 };
 
 double peak_rss_mb() {
@@ -82,8 +83,10 @@ int run_worker(const Options& o) {
                  s.to_string().c_str());
     return 1;
   };
+  Expected<Device*> device = get_device(o.device);
+  if (!device.ok()) return fail(device.status());
   Expected<std::unique_ptr<train::WorkloadRun>> run =
-      train::WorkloadRun::create(o.worker, cpu_device(), o.seed);
+      train::WorkloadRun::create(o.worker, *device, o.seed);
   if (!run.ok()) return fail(run.status());
   for (int i = 0; i < o.warmup; ++i)
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
@@ -94,6 +97,8 @@ int run_worker(const Options& o) {
                        std::chrono::duration<double>(Clock::now() - start).count())) {
     const Clock::time_point t0 = Clock::now();
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
+    // A GPU queues the step: its time is the time until the queue is empty.
+    if (Status s = (*device)->synchronize(); !s.ok()) return fail(s);
     seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   Expected<double> loss = (*run)->last_loss();  // also waits for the device
@@ -108,6 +113,7 @@ int run_worker(const Options& o) {
                         {"impl", "tessel"},
                         {"version", "0.1.0"},
                         {"threads", ThreadPool::global().num_threads()},
+                        {"device", (*device)->id()},
                         {"steps", seconds.size()},
                         {"warmup", o.warmup},
                         {"step_ms", median * 1e3},
@@ -269,17 +275,18 @@ int run(const Options& o) {
     if (peer.version.empty())
       std::printf("# %s\n", peer.why_not.c_str());
     else
-      std::printf("# PyTorch %s (eager, CPU, %d threads) from %s\n", peer.version.c_str(), threads,
-                  peer.python.c_str());
+      std::printf("# PyTorch %s (eager, %s, %d threads) from %s\n", peer.version.c_str(),
+                  o.device.c_str(), threads, peer.python.c_str());
     std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %-15s\n", "workload", "impl", "steps",
                 "step ms", "CPU ms", "throughput", "unit", "peak MB", "tessel/pytorch");
     std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %7s %7s\n", "", "", "", "(median)",
                 "per step", "", "", "RSS", "thr", "mem");
     std::fflush(stdout);
   }
-  const std::vector<std::string> common = {"--steps",  std::to_string(o.steps),
+  const std::vector<std::string> common = {"--steps", std::to_string(o.steps),
                                            "--warmup", std::to_string(o.warmup),
-                                           "--seed",   std::to_string(o.seed)};
+                                           "--seed", std::to_string(o.seed),
+                                           "--device", o.device};
   for (const std::string& name : names) {
     const train::WorkloadSpec spec = *train::find_workload(name);  // checked by the option
     std::vector<std::string> tessel_argv = {self_path(), "bench", "train", "--worker", name};
@@ -360,6 +367,8 @@ void add_bench_train_command(CLI::App& bench) {
   cmd->add_option("--script", options->script,
                   "PyTorch side (default: tools/pytorch/bench_train.py in the source tree)");
   cmd->add_option("--seed", options->seed, "initialisation and batch seed (default 1)");
+  cmd->add_option("--device", options->device,
+                  "where both run: cpu (default) or cuda:N (PyTorch on the same GPU)");
   cmd->add_option("--worker", options->worker)->group("")->check(CLI::IsMember(names));
   cmd->callback([options] { exit_code = run(*options); });
 }
