@@ -73,6 +73,8 @@ struct DeviceLimits {
   int compute_units = 1;          // cores, compute units, multiprocessors
   bool f64 = true;                // kernels may compute in double
   int compute_capability = 0;     // CUDA: 10 * major + minor (90 for sm_90); 0 elsewhere
+  bool gpu = false;               // a GPU (what target "auto" prefers to the CPU); PoCL's OpenCL
+                                  // device, which runs on this CPU, is not one
 };
 
 // ---- Kernels ----

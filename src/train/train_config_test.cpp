@@ -51,7 +51,8 @@ std::string with(const std::string& from, const std::string& to) {
 TEST(TrainConfig, ReadsTheValuesWritten) {
   TrainConfig c = parse_train_config(Config::parse(kGood, "run.toml").value()).value();
   EXPECT_EQ(c.seed, 7u);
-  EXPECT_EQ(c.device, "cpu");
+  EXPECT_EQ(c.target.device, "cpu");
+  EXPECT_EQ(c.target.key, "device");
   EXPECT_EQ(c.data.name, "fashion_mnist");
   EXPECT_EQ(c.data.path, "/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(c.data.batch_size, 16);
@@ -75,7 +76,7 @@ TEST(TrainConfig, UnknownKeysNameTheKeyAndTheAllowedOnes) {
                         "[optimizer]: name, lr, momentum, dampening, nesterov, weight_decay"));
   EXPECT_THAT(error_of(with("seed = 7", "seeds = 7")),
               HasSubstr("unknown key 'seeds' (did you mean 'seed'?); allowed in the top level: "
-                        "seed, device, model, data, optimizer, schedule, train, sample"));
+                        "seed, device, target, model, data, optimizer, schedule, train, sample"));
   EXPECT_THAT(error_of(with("steps = 100", "step = 100")),
               HasSubstr("unknown key 'train.step' (did you mean 'steps'?)"));
 }

@@ -14,7 +14,7 @@
 
 #include "hw/cuda_devices.h"
 #include "hw/opencl_devices.h"
-#include "tile/target_config.h"
+#include "ops/target_config.h"
 #include "train/testing/trainer_check.h"
 #include "train/trainer.h"
 
@@ -188,12 +188,13 @@ TEST(TrainDevice, AutoIsTheTargetTablesChoiceAmongLaunchableDevices) {
         break;
       }
   }
-  EXPECT_EQ(resolve_device_name("auto", "run.toml").value(), expected);
-  const std::string target = tile::resolve_target_device("auto").value().device;
+  TrainConfig c;
+  EXPECT_EQ(c.target.device, "auto");
+  EXPECT_EQ(resolve_train_target(c).value().device->id(), expected);
+  const std::string target = ops::resolve_target(c.target).value().device->id();
   if (target.rfind("cuda:", 0) != 0) {
     EXPECT_EQ(target, expected);
   }
-  EXPECT_EQ(resolve_device_name("opencl:1", "run.toml").value(), "opencl:1");
 }
 
 }  // namespace

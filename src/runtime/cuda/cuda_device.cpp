@@ -98,6 +98,7 @@ DeviceLimits CudaDevice::limits() const {
   l.compute_units = d.multiprocessors > 0 ? d.multiprocessors : 1;
   l.f64 = true;
   l.compute_capability = 10 * d.compute_major + d.compute_minor;
+  l.gpu = true;
   return l;
 }
 

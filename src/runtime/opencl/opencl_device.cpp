@@ -89,6 +89,7 @@ DeviceLimits OpenClDevice::limits() const {
   l.max_threads_per_block = static_cast<int>(std::max<size_t>(1, d.max_work_group_size));
   l.compute_units = static_cast<int>(std::max<uint32_t>(1, d.compute_units));
   l.f64 = d.fp64;
+  l.gpu = d.type == "gpu";
   return l;
 }
 
