@@ -2,6 +2,8 @@
 // "cuda" backend with the device registry.
 #include "runtime/cuda/cuda_device.h"
 
+#include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <sstream>
 
@@ -152,12 +154,19 @@ Expected<std::shared_ptr<KernelModule>> CudaDevice::do_build(const KernelImage& 
 Status CudaDevice::do_launch(const KernelModule& module, const LaunchGrid& grid,
                              const std::vector<KernelArgument>& args) {
   const auto& m = static_cast<const CudaKernelModule&>(module);
-  // The GPU's limits (gridDim.y and .z stop at 65535): a clear error, not a driver code.
-  const int64_t most[3] = {2147483647, 65535, 65535};
-  for (int d = 0; d < 3; ++d)
-    if (grid.blocks[d] > most[d])
-      return invalid_argument("grid dimension {} is {} blocks; a CUDA grid allows at most {}", d,
-                              grid.blocks[d], most[d]);
+  // gridDim.y and .z stop at 65535. A grid past that is launched folded into x (and y for what x
+  // cannot hold): the renderer's kernels unflatten the linear block index (and leave the blocks
+  // past the end), so only the block count matters to them. They count blocks in 32 bits.
+  const int64_t total = grid.blocks[0] * grid.blocks[1] * grid.blocks[2];
+  if (total >= (int64_t{1} << 32))
+    return invalid_argument(
+        "a grid of {}x{}x{} blocks is more than a CUDA launch can hold (fewer than 2^32 blocks)",
+        grid.blocks[0], grid.blocks[1], grid.blocks[2]);
+  std::array<int64_t, 3> launch = grid.blocks;
+  if (launch[1] > 65535 || launch[2] > 65535) {
+    const int64_t x = std::min<int64_t>(total, 2147483647);
+    launch = {x, (total + x - 1) / x, 1};
+  }
   if (grid.threads_per_block > context_->info().max_threads_per_block)
     return invalid_argument("{} threads per block; {} allows {}", grid.threads_per_block,
                             context_->info().name, context_->info().max_threads_per_block);
@@ -169,9 +178,8 @@ Status CudaDevice::do_launch(const KernelModule& module, const LaunchGrid& grid,
       packed.add_bytes(a.bytes.data(), a.size);
     }
   }
-  return m.function().launch({static_cast<unsigned>(grid.blocks[0]),
-                              static_cast<unsigned>(grid.blocks[1]),
-                              static_cast<unsigned>(grid.blocks[2])},
+  return m.function().launch({static_cast<unsigned>(launch[0]), static_cast<unsigned>(launch[1]),
+                              static_cast<unsigned>(launch[2])},
                              {static_cast<unsigned>(grid.threads_per_block), 1, 1}, 0, packed);
 }
 

@@ -208,16 +208,29 @@ TEST_F(FakeCudaDevice, EventsOrderOneDevicesStreamAfterAnothers) {
   EXPECT_EQ(log_->default_stream_uses, 0);
 }
 
-TEST_F(FakeCudaDevice, GridsPastTheGpuLimitsAreClearErrors) {
+TEST_F(FakeCudaDevice, GridsPastTheGpuLimitsAreFoldedOrClearErrors) {
   std::shared_ptr<KernelModule> m = build_scale(gpu_);
   ASSERT_NE(m, nullptr);
   const size_t launches = log_->launches.size();
-  Status s = gpu_->launch(*m, {{1, 70000, 1}, 256}, {});
+  // 70000 blocks in y: launched as 70000 in x (the renderer's kernels unflatten the block index).
+  DeviceBuffer y = gpu_->allocator().allocate(1024).value();
+  std::vector<KernelArgument> args = {
+      KernelArgument::memory(y),    KernelArgument::scalar<int64_t>(0),
+      KernelArgument::memory(y),    KernelArgument::scalar<int32_t>(256),
+      KernelArgument::scalar(1.0f), KernelArgument::scalar<int64_t>(0)};
+  Status s = gpu_->launch(*m, {{3, 70000, 1}, 256}, args);
+  ASSERT_TRUE(s.ok()) << s.to_string();
+  ASSERT_EQ(log_->launches.size(), launches + 1);
+  EXPECT_EQ(log_->launches.back().grid[0], 210000u);
+  EXPECT_EQ(log_->launches.back().grid[1], 1u);
+  // More blocks than x (2^31 - 1) times y (65535) hold, and too many threads: refused here.
+  s = gpu_->launch(*m, {{2147483647, 65536, 2}, 256}, args);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
-  EXPECT_NE(s.message().find("65535"), std::string::npos) << s.message();
-  s = gpu_->launch(*m, {{1, 1, 1}, 2048}, {});
+  EXPECT_NE(s.message().find("more than a CUDA launch can hold"), std::string::npos) << s.message();
+  s = gpu_->launch(*m, {{1, 1, 1}, 2048}, args);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
-  EXPECT_EQ(log_->launches.size(), launches) << "nothing reaches the driver";
+  EXPECT_EQ(log_->launches.size(), launches + 1) << "nothing more reaches the driver";
+  gpu_->allocator().release(y);
 }
 
 // The fake itself refuses what a driver refuses: without these, the checks above prove nothing.
