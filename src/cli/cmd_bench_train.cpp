@@ -32,6 +32,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "support/subprocess.h"
 #include "support/thread_pool.h"
 #include "train/workloads.h"
 
@@ -127,53 +128,6 @@ int run_worker(const Options& o) {
   return 0;
 }
 
-struct ChildResult {
-  int exit_code = -1;  // -1: did not start or was killed
-  std::string output;  // stdout and stderr together
-};
-
-// Runs argv with stdout and stderr captured; extra_env is added to the environment.
-ChildResult run_child(const std::vector<std::string>& argv,
-                      const std::vector<std::pair<std::string, std::string>>& extra_env = {}) {
-  ChildResult result;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    result.output = "pipe() failed";
-    return result;
-  }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    result.output = "fork() failed";
-    return result;
-  }
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    for (const auto& [key, value] : extra_env)
-      ::setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s\n", argv[0].c_str());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  char buffer[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buffer, sizeof(buffer))) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) result.output.append(buffer, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
 // The last line of `output` that parses as a JSON object.
 std::optional<nlohmann::json> last_json_line(const std::string& output) {
   std::optional<nlohmann::json> found;
@@ -228,7 +182,7 @@ Peer find_pytorch(const Options& o) {
         fmt::format("PyTorch not measured: script {} is missing (--script)", peer.script);
     return peer;
   }
-  ChildResult probe = run_child({peer.python, "-c", "import torch; print(torch.__version__)"});
+  ProgramRun probe = run_program({peer.python, "-c", "import torch; print(torch.__version__)"});
   if (probe.exit_code != 0) {
     peer.why_not = fmt::format(
         "PyTorch not measured: '{}' cannot import torch (use --python or TESSEL_PYTHON): {}",
@@ -243,7 +197,7 @@ Peer find_pytorch(const Options& o) {
 nlohmann::json measure(const std::vector<std::string>& argv, const std::string& workload,
                        const std::string& impl,
                        const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  ChildResult child = run_child(argv, env);
+  ProgramRun child = run_program(argv, env);
   std::optional<nlohmann::json> row = last_json_line(child.output);
   if (child.exit_code == 0 && row && row->contains("throughput")) return *row;
   return {{"workload", workload},
