@@ -163,8 +163,9 @@ run parity_tests 90 "$build/src/nn/tessel_nn_tests" --gtest_filter='*Parity*' --
 
 # ---- 5. speed against the peers on the same GPU ------------------------------------------------
 run gemm_vs_cublas 90 "$bin" bench cuda-gemm --device cuda:0 --reps 10 --json
-run train_vs_pytorch 150 "$bin" bench train --device cuda:0 --workloads gpt_mini,resnet18 \
-  --steps 10 --warmup 3 --python "$python" --json
+printf '[target]\ndevice = "cuda:0"\n' > "$logs/cuda0.toml"  # PyTorch follows tessel to the GPU
+run train_vs_pytorch 150 "$bin" bench train --config "$logs/cuda0.toml" \
+  --workloads gpt_mini,resnet18 --steps 10 --warmup 3 --python "$python" --json
 
 # ---- 6. one table -------------------------------------------------------------------------------
 echo
