@@ -152,7 +152,7 @@ jobs=$(nproc)
 run configure 60 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTESSEL_WERROR=OFF
 run build 240 cmake --build "$build" -j "$jobs" --target tessel_cli tessel_ops_tests \
-  tessel_nn_tests tessel_runtime_tests tessel_cuda_fake_tests
+  tessel_nn_tests tessel_runtime_tests
 
 # ---- 4. tests on cuda:0 -------------------------------------------------------------------------
 # TESSEL_TEST_DEVICES keeps the device loops of the op tests to the GPU (the CPU is checked in CI).
