@@ -10,10 +10,10 @@
 // (getrusage(RUSAGE_SELF).ru_maxrss: the worker's own pages, not those of compilers it ran).
 // Both get the same thread count (tessel's pool: one per physical core; --threads overrides).
 // The two implementations of a workload run one after the other, so the ratios come from the
-// same minute of a shared machine; rerun for a second sample.
-#include <fcntl.h>
+// same minute of a shared machine; rerun for a second sample. `--config FILE` runs tessel's side
+// on the device (and with the options) of the file's [target] table (ops/target_config.h), as
+// `tessel train` would; each timed step then ends with the device's queue drained.
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -32,6 +32,9 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "ops/kernel_cache.h"
+#include "ops/target_config.h"
+#include "support/subprocess.h"
 #include "support/thread_pool.h"
 #include "train/workloads.h"
 
@@ -54,7 +57,19 @@ struct Options {
   std::string script;  // empty: the one in the source tree
   uint64_t seed = 1;
   std::string worker;  // hidden: run one tessel workload and print its JSON
+  std::string config;  // a TOML file whose [target] table picks tessel's device; empty: the CPU
 };
+
+// The device tessel's side runs on: the [target] table of --config, else the CPU.
+Expected<Device*> bench_device(const Options& o) {
+  if (o.config.empty()) return cpu_device();
+  TESSEL_ASSIGN_OR_RETURN(Config config, Config::load(o.config));
+  TESSEL_ASSIGN_OR_RETURN(ops::TargetSetting setting, ops::parse_target_setting(config));
+  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice choice,
+                          ops::resolve_target(setting, ops::launches_on));
+  ops::apply_target(choice);
+  return choice.device;
+}
 
 double peak_rss_mb() {
   rusage usage{};
@@ -82,8 +97,10 @@ int run_worker(const Options& o) {
                  s.to_string().c_str());
     return 1;
   };
+  Expected<Device*> device = bench_device(o);
+  if (!device.ok()) return fail(device.status());
   Expected<std::unique_ptr<train::WorkloadRun>> run =
-      train::WorkloadRun::create(o.worker, cpu_device(), o.seed);
+      train::WorkloadRun::create(o.worker, *device, o.seed);
   if (!run.ok()) return fail(run.status());
   for (int i = 0; i < o.warmup; ++i)
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
@@ -94,6 +111,7 @@ int run_worker(const Options& o) {
                        std::chrono::duration<double>(Clock::now() - start).count())) {
     const Clock::time_point t0 = Clock::now();
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
+    if (Status s = (*device)->synchronize(); !s.ok()) return fail(s);  // launches are queued
     seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   Expected<double> loss = (*run)->last_loss();  // also waits for the device
@@ -108,6 +126,7 @@ int run_worker(const Options& o) {
                         {"impl", "tessel"},
                         {"version", "0.1.0"},
                         {"threads", ThreadPool::global().num_threads()},
+                        {"device", (*device)->id()},
                         {"steps", seconds.size()},
                         {"warmup", o.warmup},
                         {"step_ms", median * 1e3},
@@ -119,53 +138,6 @@ int run_worker(const Options& o) {
                         {"loss", *loss}};
   std::printf("%s\n", row.dump().c_str());
   return 0;
-}
-
-struct ChildResult {
-  int exit_code = -1;  // -1: did not start or was killed
-  std::string output;  // stdout and stderr together
-};
-
-// Runs argv with stdout and stderr captured; extra_env is added to the environment.
-ChildResult run_child(const std::vector<std::string>& argv,
-                      const std::vector<std::pair<std::string, std::string>>& extra_env = {}) {
-  ChildResult result;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    result.output = "pipe() failed";
-    return result;
-  }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    result.output = "fork() failed";
-    return result;
-  }
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    for (const auto& [key, value] : extra_env)
-      ::setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s\n", argv[0].c_str());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  char buffer[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buffer, sizeof(buffer))) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) result.output.append(buffer, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
 }
 
 // The last line of `output` that parses as a JSON object.
@@ -222,7 +194,7 @@ Peer find_pytorch(const Options& o) {
         fmt::format("PyTorch not measured: script {} is missing (--script)", peer.script);
     return peer;
   }
-  ChildResult probe = run_child({peer.python, "-c", "import torch; print(torch.__version__)"});
+  ProgramRun probe = run_program({peer.python, "-c", "import torch; print(torch.__version__)"});
   if (probe.exit_code != 0) {
     peer.why_not = fmt::format(
         "PyTorch not measured: '{}' cannot import torch (use --python or TESSEL_PYTHON): {}",
@@ -237,7 +209,7 @@ Peer find_pytorch(const Options& o) {
 nlohmann::json measure(const std::vector<std::string>& argv, const std::string& workload,
                        const std::string& impl,
                        const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  ChildResult child = run_child(argv, env);
+  ProgramRun child = run_program(argv, env);
   std::optional<nlohmann::json> row = last_json_line(child.output);
   if (child.exit_code == 0 && row && row->contains("throughput")) return *row;
   return {{"workload", workload},
@@ -280,10 +252,23 @@ int run(const Options& o) {
   const std::vector<std::string> common = {"--steps",  std::to_string(o.steps),
                                            "--warmup", std::to_string(o.warmup),
                                            "--seed",   std::to_string(o.seed)};
+  std::string torch_device = "cpu";  // PyTorch runs on the same GPU as tessel, else the CPU
+  if (!o.config.empty()) {
+    Expected<Device*> device = bench_device(o);  // a config mistake stops here, once
+    if (!device.ok()) {
+      std::fprintf(stderr, "tessel bench train: %s\n", device.status().message().c_str());
+      return 2;
+    }
+    if ((*device)->kind() == DeviceKind::kCuda) torch_device = (*device)->id();
+    if (!o.json)
+      std::printf("# tessel on %s (--config %s), PyTorch on %s\n", (*device)->id().c_str(),
+                  o.config.c_str(), torch_device.c_str());
+  }
   for (const std::string& name : names) {
     const train::WorkloadSpec spec = *train::find_workload(name);  // checked by the option
     std::vector<std::string> tessel_argv = {self_path(), "bench", "train", "--worker", name};
     tessel_argv.insert(tessel_argv.end(), common.begin(), common.end());
+    if (!o.config.empty()) tessel_argv.insert(tessel_argv.end(), {"--config", o.config});
     nlohmann::json mine =
         measure(tessel_argv, name, "tessel", {{"TESSEL_THREADS", std::to_string(threads)}});
     nlohmann::json theirs;
@@ -292,7 +277,8 @@ int run(const Options& o) {
           {"workload", name}, {"impl", "pytorch"}, {"available", false}, {"note", peer.why_not}};
     } else {
       std::vector<std::string> py_argv = {peer.python, peer.script, "--workload",
-                                          name,        "--threads", std::to_string(threads)};
+                                          name,        "--threads", std::to_string(threads),
+                                          "--device",  torch_device};
       py_argv.insert(py_argv.end(), common.begin(), common.end());
       theirs = measure(py_argv, name, "pytorch");
     }
@@ -360,6 +346,9 @@ void add_bench_train_command(CLI::App& bench) {
   cmd->add_option("--script", options->script,
                   "PyTorch side (default: tools/pytorch/bench_train.py in the source tree)");
   cmd->add_option("--seed", options->seed, "initialisation and batch seed (default 1)");
+  cmd->add_option("--config", options->config,
+                  "a TOML file whose [target] table picks tessel's device (default: the CPU)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--worker", options->worker)->group("")->check(CLI::IsMember(names));
   cmd->callback([options] { exit_code = run(*options); });
 }
