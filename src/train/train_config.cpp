@@ -107,6 +107,24 @@ Status parse_sample(const Config& cfg, TrainConfig& out) {
   return ok_status();
 }
 
+Status parse_checkpoint(const Config& cfg, CheckpointConfig& out) {
+  if (!cfg.has("checkpoint")) return ok_status();
+  TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("checkpoint"));
+  TESSEL_TRY(t.check_keys({"encrypt", "key_file", "key_env"}));
+  TESSEL_ASSIGN_OR_RETURN(out.encrypt, t.get_or<bool>("encrypt", false));
+  TESSEL_ASSIGN_OR_RETURN(out.key_file, t.get_or<std::string>("key_file", ""));
+  TESSEL_ASSIGN_OR_RETURN(out.key_env, t.get_or<std::string>("key_env", ""));
+  if (out.encrypt && out.key_file.empty() == out.key_env.empty())
+    return invalid_argument(
+        "{}: key 'checkpoint.encrypt' = true needs exactly one of 'checkpoint.key_file' (a file "
+        "holding the key) and 'checkpoint.key_env' (an environment variable holding it)",
+        t.source());
+  if (!out.encrypt && (!out.key_file.empty() || !out.key_env.empty()))
+    return invalid_argument("{}: a checkpoint key is given but 'checkpoint.encrypt' is not true",
+                            t.source());
+  return ok_status();
+}
+
 }  // namespace
 
 Expected<std::string> resolve_device_name(const std::string& name, const std::string& source) {
@@ -127,7 +145,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TrainConfig out;
   out.source = cfg.source();
   TESSEL_TRY(cfg.check_keys({"seed", "device", "model", "data", "optimizer", "schedule", "train",
-                             "sample", "distributed"}));
+                             "sample", "distributed", "checkpoint"}));
   TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
   out.seed = static_cast<uint64_t>(seed);
   TESSEL_ASSIGN_OR_RETURN(out.device, cfg.get_or<std::string>("device", "auto"));
@@ -170,6 +188,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
                           get_choice(t, "precision", {"fp32", "bf16", "fp16"}, "fp32"));
   TESSEL_TRY(parse_sample(cfg, out));
   TESSEL_TRY(parse_distributed(cfg, out));
+  TESSEL_TRY(parse_checkpoint(cfg, out.checkpoint));
   return out;
 }
 

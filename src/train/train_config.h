@@ -26,6 +26,10 @@
 //               (batch_size is per rank: a step takes batch_size x ranks x grad_accum_steps;
 //               clip_grad_norm and checkpoints work in every mode: the norm is of the whole
 //               gradient, the checkpoint is the single-process file, gathered from the shards)
+//   [checkpoint] encrypt = false   key_file = "run.key" | key_env = "TESSEL_CHECKPOINT_KEY"
+//               (encrypt = true: checkpoints are written and read encrypted and authenticated,
+//               secure/encrypted_file.h; the key comes from a file or an environment variable
+//               named here, exactly one of them, never from the config itself)
 //
 // Only [model] and [data] are required; everything else has the defaults shown.
 #pragma once
@@ -66,6 +70,13 @@ struct DistributedConfig {
   bool overlap = true;
 };
 
+// The [checkpoint] table: how checkpoints are protected (the path is [train] checkpoint_path).
+struct CheckpointConfig {
+  bool encrypt = false;
+  std::string key_file;  // one of these two when encrypt
+  std::string key_env;
+};
+
 struct TrainConfig {
   std::string source;  // the file, for messages
   uint64_t seed = 0;
@@ -83,6 +94,7 @@ struct TrainConfig {
   int64_t eval_interval = 0;
   int64_t checkpoint_interval = 0;
   std::string checkpoint_path;
+  CheckpointConfig checkpoint;
   std::string metrics_path;
   int64_t grad_accum_steps = 1;
   DistributedConfig distributed;

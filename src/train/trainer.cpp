@@ -81,6 +81,13 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainConfig config, TrainerOp
 
 Status Trainer::build() {
   const TrainConfig& c = config_;
+  if (c.checkpoint.encrypt) {  // a missing or malformed key fails now, not at the first save
+    Expected<secure::SecretKey> key = c.checkpoint.key_file.empty()
+                                          ? secure::SecretKey::from_env(c.checkpoint.key_env)
+                                          : secure::SecretKey::from_file(c.checkpoint.key_file);
+    if (!key.ok()) return key.status().with_context("{}: [checkpoint]", c.source);
+    checkpoint_key_ = std::move(*key);
+  }
   TESSEL_ASSIGN_OR_RETURN(std::string device_name, resolve_device_name(c.device, c.source));
   Expected<Device*> device = get_device(device_name);
   if (!device.ok())
@@ -203,11 +210,13 @@ Status Trainer::save_checkpoint(const std::string& path) {
     for (auto& [key, value] : grad_scaler_->state())
       ckpt.metadata["grad_scaler." + key] = value;
   TESSEL_TRY(make_parent_folder(path));
-  return tessel::save_checkpoint(path, ckpt);
+  return tessel::save_checkpoint(path, ckpt, checkpoint_key_ ? &*checkpoint_key_ : nullptr);
 }
 
 Status Trainer::resume(const std::string& checkpoint_path) {
-  TESSEL_ASSIGN_OR_RETURN(Checkpoint ckpt, load_checkpoint(checkpoint_path));
+  TESSEL_ASSIGN_OR_RETURN(
+      Checkpoint ckpt,
+      load_checkpoint(checkpoint_path, checkpoint_key_ ? &*checkpoint_key_ : nullptr));
   auto take = [&](const NamedTensors& from, const std::string& name) -> Expected<Tensor> {
     auto it = from.find(name);
     if (it == from.end())

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "secure/secret_key.h"
 #include "train/data_source.h"
 #include "train/train_config.h"
 
@@ -137,6 +139,7 @@ class Trainer {
   dist::ProcessGroup* group_ = nullptr;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
   std::unique_ptr<nn::FlatParameters> gradient_shards_;  // ZeRO: local_gradients()' view
+  std::optional<secure::SecretKey> checkpoint_key_;      // [checkpoint] encrypt = true
 };
 
 }  // namespace tessel::train
