@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_bench_ddp_command(bench);
   tessel::cli::add_bench_train_command(bench);
   tessel::cli::add_bench_precision_command(bench);
+  tessel::cli::add_bench_secure_agg_command(bench);
 
   CLI11_PARSE(app, argc, argv);
   return tessel::cli::exit_code;
