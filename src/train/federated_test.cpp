@@ -106,15 +106,15 @@ TEST(Federated, OneRoundIsTheAverageOfTheOwnersLocalModels) {
 TEST(Federated, EncryptedAggregationMatchesThePlaintextRun) {
   const std::string folder = check::temp_folder("Federated", "rounds");
   ASSERT_TRUE(secure::SecretKey::generate().save(folder + "/owners.key").ok());
-  std::vector<FederatedSummary> plain = run_ranks(config(folder, 12, false), 3);
-  std::vector<FederatedSummary> secure = run_ranks(config(folder, 12, true), 3);
-  ASSERT_EQ(secure[1].rounds, 3);
+  std::vector<FederatedSummary> plain = run_ranks(config(folder, 8, false), 3);
+  std::vector<FederatedSummary> secure = run_ranks(config(folder, 8, true), 3);
+  ASSERT_EQ(secure[1].rounds, 2);
   double largest = 0.0;
   for (size_t i = 0; i < plain[1].weights.size(); ++i)
     largest = std::max(largest, std::abs(double(plain[1].weights[i]) - secure[1].weights[i]));
   EXPECT_LT(largest, 1e-5);
   EXPECT_NEAR(secure[1].final_eval.accuracy, plain[1].final_eval.accuracy, 0.001);
-  EXPECT_GT(secure[1].final_eval.accuracy, 0.3);  // it learned something in 12 steps
+  EXPECT_GT(secure[1].final_eval.accuracy, 0.2);  // above chance (0.1) after 8 steps
   std::filesystem::remove_all(folder);
 }
 
