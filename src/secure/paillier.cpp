@@ -4,6 +4,7 @@
 #include <sodium.h>
 
 #include <cmath>
+#include <thread>
 
 namespace tessel::secure {
 namespace {
@@ -68,6 +69,26 @@ std::pair<mpz_class, mpz_class> prime_pair(int bits, Fill fill) {
     mpz_gcd(g.get_mpz_t(), n.get_mpz_t(), phi.get_mpz_t());
     if (g == 1) return {p, q};
   }
+}
+
+// f(i) for i in [0, n), spread over the machine's cores (each ciphertext is independent work,
+// and a fashion_mlp update is ten thousand of them).
+template <typename F>
+void parallel_for(size_t n, F f) {
+  const size_t workers = std::min<size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  if (workers <= 1) {
+    for (size_t i = 0; i < n; ++i)
+      f(i);
+    return;
+  }
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w)
+    threads.emplace_back([&, w] {
+      for (size_t i = w; i < n; i += workers)
+        f(i);
+    });
+  for (std::thread& t : threads)
+    t.join();
 }
 
 }  // namespace
@@ -182,8 +203,8 @@ Expected<std::vector<Ciphertext>> PaillierPrivateKey::encrypt_values(
   const double scale = std::ldexp(1.0, codec.frac_bits);
   const int64_t offset = int64_t(1) << (codec.value_bits - 1);
   const int64_t limit = int64_t(1) << codec.value_bits;
-  std::vector<Ciphertext> out;
-  out.reserve(size_t(codec.ciphertexts_for(int64_t(values.size()))));
+  std::vector<mpz_class> plaintexts;
+  plaintexts.reserve(size_t(codec.ciphertexts_for(int64_t(values.size()))));
   for (size_t begin = 0; begin < values.size(); begin += size_t(codec.slots)) {
     const size_t end = std::min(values.size(), begin + size_t(codec.slots));
     mpz_class m = 0;
@@ -196,8 +217,10 @@ Expected<std::vector<Ciphertext>> PaillierPrivateKey::encrypt_values(
       mpz_mul_2exp(m.get_mpz_t(), m.get_mpz_t(), mp_bitcnt_t(codec.slot_bits));
       m += static_cast<unsigned long>(code);
     }
-    out.push_back(encrypt(m));
+    plaintexts.push_back(std::move(m));
   }
+  std::vector<Ciphertext> out(plaintexts.size());
+  parallel_for(out.size(), [&](size_t j) { out[j] = encrypt(plaintexts[j]); });
   return out;
 }
 
@@ -210,8 +233,10 @@ std::vector<double> PaillierPrivateKey::decrypt_values(const PackedCodec& codec,
   const int64_t offset = int64_t(summands) << (codec.value_bits - 1);
   std::vector<double> out;
   out.reserve(size_t(count));
-  for (const Ciphertext& c : sums) {
-    mpz_class m = decrypt(c), slot;
+  std::vector<mpz_class> plaintexts(sums.size());
+  parallel_for(sums.size(), [&](size_t j) { plaintexts[j] = decrypt(sums[j]); });
+  for (mpz_class& m : plaintexts) {
+    mpz_class slot;
     for (int s = 0; s < codec.slots && int64_t(out.size()) < count; ++s) {
       mpz_fdiv_r_2exp(slot.get_mpz_t(), m.get_mpz_t(), mp_bitcnt_t(codec.slot_bits));
       mpz_fdiv_q_2exp(m.get_mpz_t(), m.get_mpz_t(), mp_bitcnt_t(codec.slot_bits));
