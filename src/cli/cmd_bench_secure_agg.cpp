@@ -3,7 +3,8 @@
 // examples/fashion_mlp.toml) and --owners data owners: encrypt (an owner, with its key's CRT),
 // add (the aggregator, one ciphertext multiplication per owner), decrypt (an owner), as
 // throughput and as seconds per round, next to plaintext averaging of the same floats (the
-// peer). Single-threaded; the ratio is per round and per owner.
+// peer). Encryption and decryption use every core (as an owner does), adding and the peer one;
+// the ratio is per round and per owner.
 //
 //   tessel bench secure-agg                          # 2048-bit key, 535,818 values, 2 and 4 owners
 //   tessel bench secure-agg --values 100000 --bits 3072 --owners 2,8
@@ -11,6 +12,7 @@
 
 #include <chrono>
 #include <memory>
+#include <thread>
 
 #include "cli/commands.h"
 #include "secure/paillier.h"
@@ -59,9 +61,11 @@ int run(const Options& o) {
     worst = std::max(worst, std::abs(sum[i] - 2.0 * double(update[i])));
 
   fmt::print("Paillier {}-bit modulus (key generated in {:.2f} s), {} values per ciphertext "
-             "({}-bit slots: {} fraction bits, {} value bits, {} headroom bits), {} bytes each\n",
+             "({}-bit slots: {} fraction bits, {} value bits, {} headroom bits), {} bytes each; "
+             "{} cores\n",
              pub.bits(), keygen, codec.slots, codec.slot_bits, codec.frac_bits,
-             codec.value_bits, codec.headroom_bits, pub.ciphertext_bytes());
+             codec.value_bits, codec.headroom_bits, pub.ciphertext_bytes(),
+             std::thread::hardware_concurrency());
   fmt::print("timed on {} ciphertexts ({} values); largest error of a decrypted 2-owner sum: "
              "{:.2e} (bound {:.2e})\n\n",
              c.size(), sample_values, worst, 2 * std::ldexp(1.0, -(codec.frac_bits + 1)));

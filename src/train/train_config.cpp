@@ -7,7 +7,6 @@
 
 #include "data/mnist.h"
 #include "ops/kernel_cache.h"
-#include "tile/target_config.h"
 #include "train/config_keys.h"
 
 namespace tessel::train {
@@ -29,7 +28,7 @@ Status parse_optimizer(const Config& cfg, OptimizerConfig& out) {
     TESSEL_ASSIGN_OR_RETURN(o.weight_decay, get_at_least(t, "weight_decay", o.weight_decay, 0.0));
     TESSEL_ASSIGN_OR_RETURN(std::vector<double> betas,
                             t.get_or<std::vector<double>>("betas", {o.beta1, o.beta2}));
-    if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1)
+    if (betas.size() != 2 || !(betas[0] >= 0 && betas[0] < 1) || !(betas[1] >= 0 && betas[1] < 1))
       return invalid_argument("{}: key 'optimizer.betas': expected two numbers in [0, 1)",
                               t.source());
     o.beta1 = betas[0];
@@ -56,6 +55,9 @@ Status parse_schedule(const Config& cfg, double lr, optim::Schedule& out) {
   TESSEL_ASSIGN_OR_RETURN(out.kind, optim::parse_schedule_kind(name));
   out.base_lr = lr;
   TESSEL_ASSIGN_OR_RETURN(out.min_lr, get_at_least(t, "min_lr", 0.0, 0.0));
+  if (out.min_lr > lr)
+    return invalid_argument("{}: key 'schedule.min_lr': must be <= the optimizer's lr ({}), got {}",
+                            t.source(), lr, out.min_lr);
   const bool warmup =
       out.kind == optim::ScheduleKind::kWarmupConstant || out.kind == optim::ScheduleKind::kWarmupCosine;
   if (!warmup && t.has("warmup_steps"))
@@ -190,29 +192,19 @@ Status parse_federated(const Config& cfg, TrainConfig& out) {
 
 }  // namespace
 
-Expected<std::string> resolve_device_name(const std::string& name, const std::string& source) {
-  if (name == "auto") {
-    return tile::auto_device([](const std::string& kind) {
-      return ops::launches_on(kind == "cuda" ? DeviceKind::kCuda : DeviceKind::kOpenCL);
-    });
-  }
-  static const std::regex pattern("cpu|(opencl|cuda):[0-9]+");
-  if (!std::regex_match(name, pattern))
-    return invalid_argument("{}: key 'device': '{}' is not allowed; allowed: auto, cpu, opencl:N, "
-                            "cuda:N (N = 0, 1, ...)",
-                            source, name);
-  return name;
+Expected<ops::TargetChoice> resolve_train_target(const TrainConfig& config) {
+  return ops::resolve_target(config.target, ops::launches_on);
 }
 
 Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TrainConfig out;
   out.source = cfg.source();
-  TESSEL_TRY(cfg.check_keys({"seed", "device", "model", "data", "optimizer", "schedule", "train",
-                             "sample", "distributed", "checkpoint", "federated", "privacy"}));
+  TESSEL_TRY(cfg.check_keys({"seed", "device", "target", "model", "data", "optimizer",
+                             "schedule", "train", "sample", "distributed", "checkpoint",
+                             "federated", "privacy"}));
   TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
   out.seed = static_cast<uint64_t>(seed);
-  TESSEL_ASSIGN_OR_RETURN(out.device, cfg.get_or<std::string>("device", "auto"));
-  TESSEL_TRY(resolve_device_name(out.device, out.source));
+  TESSEL_ASSIGN_OR_RETURN(out.target, ops::parse_target_setting(cfg));
 
   if (!cfg.has("model")) return invalid_argument("{}: missing table [model]", out.source);
   TESSEL_ASSIGN_OR_RETURN(out.model, cfg.table("model"));

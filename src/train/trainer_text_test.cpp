@@ -14,7 +14,7 @@
 
 #include "hw/cuda_devices.h"
 #include "hw/opencl_devices.h"
-#include "tile/target_config.h"
+#include "ops/target_config.h"
 #include "train/testing/trainer_check.h"
 #include "train/trainer.h"
 
@@ -114,17 +114,17 @@ TEST(TextTrainer, AResumedRunContinuesTheSameLossSequence) {
   std::filesystem::remove_all(parts);
 }
 
-// ../shared/data next to the checkout (CI has it; a fresh clone elsewhere may not).
+// The copy the repository ships (data/README.md).
 std::string shakespeare_path() {
   const char* source = std::getenv("TESSEL_SOURCE_DIR");
   std::filesystem::path root = source ? source : std::filesystem::current_path();
-  return (root / "../shared/data/tinyshakespeare/input.txt").lexically_normal().string();
+  return (root / "data/tinyshakespeare/input.txt").lexically_normal().string();
 }
 
 TEST(TextTrainer, ATinyGptLearnsTinyShakespeareBelowTheUnigramEntropy) {
   const std::string path = shakespeare_path();
   if (!std::filesystem::exists(path))
-    GTEST_SKIP() << "no " << path << " (../shared/data is not next to this checkout)";
+    GTEST_SKIP() << "no " << path << " (data/ of the repository)";
   // The entropy of the training split's characters: the best loss without context.
   std::ifstream in(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -135,7 +135,7 @@ TEST(TextTrainer, ATinyGptLearnsTinyShakespeareBelowTheUnigramEntropy) {
   double unigram = 0.0;
   for (auto& [c, k] : counts)
     unigram -= k / double(n_train) * std::log(k / double(n_train));
-  ASSERT_NEAR(unigram, 3.31, 0.01);  // the file of shared/data/README.md
+  ASSERT_NEAR(unigram, 3.31, 0.01);  // the file of data/README.md
 
   const std::string folder = temp_folder("shakespeare");
   TrainConfig c = gpt_config(folder, path, 200, "n_layer = 1\nn_head = 2\nn_embd = 64",
@@ -188,12 +188,30 @@ TEST(TrainDevice, AutoIsTheTargetTablesChoiceAmongLaunchableDevices) {
         break;
       }
   }
-  EXPECT_EQ(resolve_device_name("auto", "run.toml").value(), expected);
-  const std::string target = tile::resolve_target_device("auto").value().device;
+  TrainConfig c;
+  EXPECT_EQ(c.target.device, "auto");
+  EXPECT_EQ(resolve_train_target(c).value().device->id(), expected);
+  const std::string target = ops::resolve_target(c.target).value().device->id();
   if (target.rfind("cuda:", 0) != 0) {
     EXPECT_EQ(target, expected);
   }
-  EXPECT_EQ(resolve_device_name("opencl:1", "run.toml").value(), "opencl:1");
+}
+
+// A device that is not here stops the run before anything is built, naming the key and what is
+// missing (Trainer::build resolves the target first).
+TEST(TrainDevice, AnAbsentDeviceNamesTheKeyAndWhatIsMissing) {
+  auto gpus = list_cuda_devices();
+  if (gpus) GTEST_SKIP() << "a CUDA device is present";
+  TrainConfig c;
+  c.target.source = "run.toml";
+  c.target.device = "cuda:0";
+  Expected<ops::TargetChoice> target = resolve_train_target(c);
+  ASSERT_FALSE(target.ok());
+  EXPECT_EQ(target.status().message().rfind(
+                "run.toml: key 'target.device': device 'cuda:0': no CUDA device", 0),
+            0u)
+      << target.status().message();
+  EXPECT_NE(target.status().message().find(gpus.status().message()), std::string::npos);
 }
 
 }  // namespace
