@@ -103,6 +103,13 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainConfig config, TrainerOp
 
 Status Trainer::build() {
   const TrainConfig& c = config_;
+  if (c.checkpoint.encrypt) {  // a missing or malformed key fails now, not at the first save
+    Expected<secure::SecretKey> key = c.checkpoint.key_file.empty()
+                                          ? secure::SecretKey::from_env(c.checkpoint.key_env)
+                                          : secure::SecretKey::from_file(c.checkpoint.key_file);
+    if (!key.ok()) return key.status().with_context("{}: [checkpoint]", c.source);
+    checkpoint_key_ = std::move(*key);
+  }
   TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice target, resolve_train_target(c));
   ops::apply_target(target);
   device_ = target.device;
@@ -125,13 +132,14 @@ Status Trainer::build() {
   // In a data-parallel job every rank reads the same global batches of batch_size x ranks rows
   // and keeps its own rows (RankShard), so the job trains as one process with the global batch.
   DataConfig global_data = c.data;
-  global_data.batch_size *= world_size();
+  const int shards = group_ ? world_size() : options_.data_shards;
+  const int shard = group_ ? rank() : options_.data_shard;
+  global_data.batch_size *= shards;
   TESSEL_ASSIGN_OR_RETURN(data_, DataSource::open(global_data, c.seed, c.source));
   ModelContext context{
       .input_shape = data_->example_shape(), .classes = data_->classes(), .seed = c.seed};
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> train, data_->train_batches());
-  if (group_)
-    train = std::make_unique<parallel::RankShard>(std::move(train), rank(), world_size());
+  if (shards > 1) train = std::make_unique<parallel::RankShard>(std::move(train), shard, shards);
   train_batches_ = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
   const int64_t per_epoch = data_->batches_per_epoch();
   if (c.epochs > 0 && per_epoch == 0)
@@ -168,6 +176,23 @@ Status Trainer::build() {
   if (group_)
     TESSEL_TRY(check_shared_settings(*group_, shared_settings(c, *params_, total_steps_), c.source));
   if (group_) TESSEL_TRY(build_data_parallel());
+  if (c.privacy.enabled) {
+    secure::DpSgdOptions dp;
+    dp.max_grad_norm = c.privacy.max_grad_norm;
+    dp.noise_multiplier = c.privacy.noise_multiplier;
+    if (c.privacy.seed >= 0) {
+      dp.seed.emplace();
+      dp.seed->fill(0);
+      for (int k = 0; k < 8; ++k)
+        (*dp.seed)[size_t(k)] = uint8_t(uint64_t(c.privacy.seed) >> (8 * k));
+    }
+    Expected<std::unique_ptr<secure::DpSgd>> attached = secure::DpSgd::attach(*model_, *params_, dp);
+    if (!attached.ok()) return attached.status().with_context("{}: [privacy]", c.source);
+    dp_sgd_ = std::move(*attached);
+    // Each step's batch is a 1 / batches_per_epoch share of the examples (with drop_last, at
+    // least B / N: the accountant errs on the costly side).
+    sample_rate_ = 1.0 / double(per_epoch);
+  }
   if (c.precision == "fp16") grad_scaler_ = std::make_unique<optim::GradScaler>();
   config_.schedule.total_steps = total_steps_;
   Status schedule_ok = config_.schedule.validate();
@@ -238,11 +263,13 @@ Status Trainer::save_checkpoint(const std::string& path) {
     for (auto& [key, value] : grad_scaler_->state())
       ckpt.metadata["grad_scaler." + key] = value;
   TESSEL_TRY(make_parent_folder(path));
-  return tessel::save_checkpoint(path, ckpt);
+  return tessel::save_checkpoint(path, ckpt, checkpoint_key_ ? &*checkpoint_key_ : nullptr);
 }
 
 Status Trainer::resume(const std::string& checkpoint_path) {
-  TESSEL_ASSIGN_OR_RETURN(Checkpoint ckpt, load_checkpoint(checkpoint_path));
+  TESSEL_ASSIGN_OR_RETURN(
+      Checkpoint ckpt,
+      load_checkpoint(checkpoint_path, checkpoint_key_ ? &*checkpoint_key_ : nullptr));
   auto take = [&](const NamedTensors& from, const std::string& name) -> Expected<Tensor> {
     auto it = from.find(name);
     if (it == from.end())
@@ -303,6 +330,8 @@ Status Trainer::resume(const std::string& checkpoint_path) {
     Status s = grad_scaler_->restore(state);
     if (!s.ok()) return s.with_context("{}", checkpoint_path);
   }
+  // The steps already taken spent privacy (with this config's sigma and sampling rate).
+  if (dp_sgd_ && step_ > 0) accountant_.step(config_.privacy.noise_multiplier, sample_rate_, step_);
   resumed_ = true;
   return ok_status();
 }
@@ -436,6 +465,10 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   auto run_eval = [&]() -> Expected<Evaluation> {
     TESSEL_ASSIGN_OR_RETURN(Evaluation e, evaluate());
     nlohmann::json j = {{"step", step_}, {"eval_loss", e.loss}};
+    if (dp_sgd_)
+      say(fmt::format("step {}: privacy spent epsilon {:.4f} at delta {} (sigma {}, C {}, q {:.6f})",
+                      step_, accountant_.epsilon(c.privacy.delta), c.privacy.delta,
+                      c.privacy.noise_multiplier, c.privacy.max_grad_norm, sample_rate_));
     if (e.classification) {
       say(fmt::format("step {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", step_,
                       100.0 * e.accuracy, e.correct, e.total, e.loss));
@@ -455,6 +488,18 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   int64_t window_steps = 0;
   double window_loss = 0.0;
   while (step_ < end) {
+    if (dp_sgd_ && c.privacy.target_epsilon > 0) {  // would this step pass the budget?
+      secure::RdpAccountant next = accountant_;
+      next.step(c.privacy.noise_multiplier, sample_rate_);
+      if (next.epsilon(c.privacy.delta) > c.privacy.target_epsilon) {
+        say(fmt::format("privacy budget: step {} would spend epsilon {:.4f} > target {} at delta "
+                        "{}; stopping",
+                        step_ + 1, next.epsilon(c.privacy.delta), c.privacy.target_epsilon,
+                        c.privacy.delta));
+        summary.budget_reached = true;
+        break;
+      }
+    }
     const double lr = c.schedule.lr_at(step_);
     double loss_value = 0.0;
     for (int64_t micro = 0; micro < c.grad_accum_steps; ++micro) {
@@ -488,6 +533,10 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     // Whatever reads the gradients before the optimizer needs the ranks' averages in place.
     if (data_parallel_ && (after_backward_ || grad_scaler_ || c.clip_grad_norm > 0))
       TESSEL_TRY(data_parallel_->wait_gradients());
+    if (dp_sgd_) {  // the gradients become the clipped, noised average (secure/dp_sgd.h)
+      TESSEL_TRY(dp_sgd_->privatise(c.data.batch_size));
+      accountant_.step(c.privacy.noise_multiplier, sample_rate_);
+    }
     if (after_backward_) TESSEL_TRY(after_backward_(*params_, step_));
     bool skip_step = false;
     if (grad_scaler_) {
@@ -533,6 +582,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
                           {"samples_per_s", per_step * double(c.data.batch_size * world_size())}};
       if (data_->throughput_unit() == "tokens")
         j["tokens_per_s"] = per_step * double(data_->throughput_per_batch());
+      if (dp_sgd_) j["epsilon"] = accountant_.epsilon(c.privacy.delta);
       TESSEL_TRY(write_metrics(j.dump()));
       window_start = Clock::now();
       window_steps = 0;
@@ -553,7 +603,9 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     TESSEL_TRY(save_checkpoint(c.checkpoint_path));
     say(fmt::format("checkpoint: {} (step {})", c.checkpoint_path, step_));
   }
-  TESSEL_ASSIGN_OR_RETURN(summary.final_eval, run_eval());
+  if (options_.evaluate_at_end) {
+    TESSEL_ASSIGN_OR_RETURN(summary.final_eval, run_eval());
+  }
   if (progress) progress->finish();
   if (data_->text() && c.sample.tokens > 0 && dynamic_cast<nn::GPT*>(model_.get())) {
     TESSEL_ASSIGN_OR_RETURN(summary.sample, sample(c.sample));
@@ -565,6 +617,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   }
   summary.last_step = step_;
   summary.seconds = seconds_since(start);
+  if (dp_sgd_) summary.epsilon = accountant_.epsilon(c.privacy.delta);
   return summary;
 }
 
