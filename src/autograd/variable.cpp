@@ -52,6 +52,40 @@ Variable::Variable(Tensor data, bool requires_grad) : state_(std::make_shared<Va
   state_->requires_grad = requires_grad;
 }
 
+namespace {
+template <typename T>
+Expected<double> first_as_double(const Tensor& t) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<T> v, t.to_vector<T>());
+  return double(v.at(0));
+}
+}  // namespace
+
+Status Variable::zero_grad() {
+  if (!state_) return failed_precondition("zero_grad() of an undefined variable");
+  if (!state_->grad.defined()) return ok_status();
+  return state_->grad.fill(0.0);
+}
+
+Expected<double> Variable::item() const {
+  if (!state_) return failed_precondition("item() of an undefined variable");
+  if (data().numel() != 1)
+    return invalid_argument("item() needs a one-element variable, got shape {}",
+                            shape_string(shape()));
+  const Tensor& t = data();
+  switch (t.dtype()) {
+    case DType::kF32: return first_as_double<float>(t);
+    case DType::kF64: return first_as_double<double>(t);
+    case DType::kI64: return first_as_double<int64_t>(t);
+    case DType::kI32: return first_as_double<int32_t>(t);
+    case DType::kF16:
+    case DType::kBF16: {
+      TESSEL_ASSIGN_OR_RETURN(Tensor f32, ops::cast(t, DType::kF32));
+      return first_as_double<float>(f32);
+    }
+    default: return unimplemented("item() of a {} variable", dtype_name(t.dtype()));
+  }
+}
+
 Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inputs,
                          const ops::Attrs& attrs) {
   std::vector<Tensor> values;
