@@ -27,18 +27,19 @@ using nlohmann::json;
 struct Function {
   std::vector<std::string> scope;  // namespaces, then records
   std::string name;
-  std::string type;  // clang's qualType: "tessel::Status (const std::string &) const"
+  std::string type;     // clang's qualType: "tessel::Status (const std::string &) const"
   bool member = false;  // non-static member function
 };
 
 struct Collector {
   std::vector<Function> functions;
-  std::set<std::string> records;                  // qualified names of the classes seen
-  std::map<std::string, int> declarations;        // "scope::name" -> how many, templates too
+  std::set<std::string> records;            // qualified names of the classes seen
+  std::map<std::string, int> declarations;  // "scope::name" -> how many, templates too
 
   static std::string join(const std::vector<std::string>& parts) {
     std::string out;
-    for (const std::string& p : parts) out += (out.empty() ? "" : "::") + p;
+    for (const std::string& p : parts)
+      out += (out.empty() ? "" : "::") + p;
     return out;
   }
 
@@ -58,9 +59,11 @@ struct Collector {
       if (name.empty()) return;  // an anonymous namespace: nothing there has linkage
       std::vector<std::string> inner = scope;
       inner.push_back(name);
-      for (const json& c : decl.value("inner", json::array())) walk(c, inner, false);
+      for (const json& c : decl.value("inner", json::array()))
+        walk(c, inner, false);
     } else if (kind == "LinkageSpecDecl") {  // extern "C" { ... }
-      for (const json& c : decl.value("inner", json::array())) walk(c, scope, false);
+      for (const json& c : decl.value("inner", json::array()))
+        walk(c, scope, false);
     } else if (kind == "CXXRecordDecl") {
       if (name.empty() || !decl.contains("completeDefinition") || decl.contains("isImplicit"))
         return;
@@ -76,20 +79,23 @@ struct Collector {
         }
       }
     } else if (kind == "FunctionDecl" || kind == "CXXMethodDecl") {
-      // clang writes these only when they hold ("explicitlyDefaulted" is "default", the others true).
+      // clang writes these only when they hold ("explicitlyDefaulted" is "default", the others
+      // true).
       if (decl.contains("isImplicit") || decl.contains("explicitlyDeleted") ||
           decl.contains("explicitlyDefaulted") || decl.contains("pure") || has_body(decl))
         return;
       const bool is_static = decl.value("storageClass", "") == "static";
       if (is_static && !in_record) return;  // internal linkage
-      functions.push_back({scope, name, decl["type"].value("qualType", ""), in_record && !is_static});
+      functions.push_back(
+          {scope, name, decl["type"].value("qualType", ""), in_record && !is_static});
     }
     // Templates of every kind, variables, types: nothing to take the address of.
   }
 
   // The namespace part of a scope (records dropped from the end).
   std::string namespace_of(std::vector<std::string> scope) const {
-    while (!scope.empty() && records.contains(join(scope))) scope.pop_back();
+    while (!scope.empty() && records.contains(join(scope)))
+      scope.pop_back();
     return scope.empty() ? "tessel_api_check" : join(scope);
   }
 };
@@ -146,7 +152,8 @@ int main(int argc, char** argv) {
     calls.push_back("::" + ns + "::" + fn);
   }
   out << "int main() {\n";
-  for (const std::string& c : calls) out << "  " << c << "();\n";
+  for (const std::string& c : calls)
+    out << "  " << c << "();\n";
   out << "  std::printf(\"%d functions referenced\\n\", tessel_api_check::referenced);\n"
          "  return tessel_api_check::referenced > 0 ? 0 : 1;\n}\n";
   return out ? 0 : 1;

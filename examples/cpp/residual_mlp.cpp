@@ -36,9 +36,12 @@ class RingClassifier : public nn::Module {
         relu_(register_module("relu", std::make_unique<nn::ReLU>())),
         blocks_(register_module("blocks", std::make_unique<nn::Sequential>())),
         head_(register_module("head", std::make_unique<nn::Linear>(width, 3))) {
-    for (int i = 0; i < depth; ++i) blocks_.append(std::make_unique<ResidualBlock>(width));
+    for (int i = 0; i < depth; ++i)
+      blocks_.append(std::make_unique<ResidualBlock>(width));
   }
-  Expected<Variable> forward(const Variable& x) override { return head_(blocks_(relu_(input_(x)))); }
+  Expected<Variable> forward(const Variable& x) override {
+    return head_(blocks_(relu_(input_(x))));
+  }
   std::string type_name() const override { return "RingClassifier"; }
 
  private:
@@ -96,7 +99,8 @@ Status run(const std::string& checkpoint) {
     TESSEL_TRY(optimizer->zero_grad());
     TESSEL_TRY(loss.backward());
     TESSEL_TRY(optimizer->step());
-    if (step % 100 == 0 || step == 1) std::printf("step %lld: loss %.4f\n", (long long)step, loss.item().value());
+    if (step % 100 == 0 || step == 1)
+      std::printf("step %lld: loss %.4f\n", (long long)step, loss.item().value());
   }
   TESSEL_TRY(save_training_checkpoint(checkpoint, model, *optimizer, kSteps));
 

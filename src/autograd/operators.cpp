@@ -7,8 +7,8 @@ namespace tessel::autograd {
 namespace {
 
 Expected<Variable> constant_like(const Variable& like, double value) {
-  TESSEL_ASSIGN_OR_RETURN(Tensor t, Tensor::full({}, value, like.data().dtype(),
-                                                  like.data().device()));
+  TESSEL_ASSIGN_OR_RETURN(Tensor t,
+                          Tensor::full({}, value, like.data().dtype(), like.data().device()));
   return Variable(std::move(t));
 }
 
@@ -57,7 +57,9 @@ Expected<Variable> operator+(const Expected<Variable>& a, double b) {
 Expected<Variable> operator-(const Expected<Variable>& a, double b) {
   return with_scalar_after(sub, a, b);
 }
-Expected<Variable> operator*(const Expected<Variable>& a, double b) { return scaled(a, b); }
+Expected<Variable> operator*(const Expected<Variable>& a, double b) {
+  return scaled(a, b);
+}
 Expected<Variable> operator/(const Expected<Variable>& a, double b) {
   return with_scalar_after(div, a, b);
 }
@@ -67,10 +69,14 @@ Expected<Variable> operator+(double a, const Expected<Variable>& b) {
 Expected<Variable> operator-(double a, const Expected<Variable>& b) {
   return with_scalar_before(sub, a, b);
 }
-Expected<Variable> operator*(double a, const Expected<Variable>& b) { return scaled(b, a); }
+Expected<Variable> operator*(double a, const Expected<Variable>& b) {
+  return scaled(b, a);
+}
 Expected<Variable> operator/(double a, const Expected<Variable>& b) {
   return with_scalar_before(div, a, b);
 }
-Expected<Variable> operator-(const Expected<Variable>& a) { return scaled(a, -1.0); }
+Expected<Variable> operator-(const Expected<Variable>& a) {
+  return scaled(a, -1.0);
+}
 
 }  // namespace tessel::autograd

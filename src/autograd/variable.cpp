@@ -73,16 +73,21 @@ Expected<double> Variable::item() const {
                             shape_string(shape()));
   const Tensor& t = data();
   switch (t.dtype()) {
-    case DType::kF32: return first_as_double<float>(t);
-    case DType::kF64: return first_as_double<double>(t);
-    case DType::kI64: return first_as_double<int64_t>(t);
-    case DType::kI32: return first_as_double<int32_t>(t);
+    case DType::kF32:
+      return first_as_double<float>(t);
+    case DType::kF64:
+      return first_as_double<double>(t);
+    case DType::kI64:
+      return first_as_double<int64_t>(t);
+    case DType::kI32:
+      return first_as_double<int32_t>(t);
     case DType::kF16:
     case DType::kBF16: {
       TESSEL_ASSIGN_OR_RETURN(Tensor f32, ops::cast(t, DType::kF32));
       return first_as_double<float>(f32);
     }
-    default: return unimplemented("item() of a {} variable", dtype_name(t.dtype()));
+    default:
+      return unimplemented("item() of a {} variable", dtype_name(t.dtype()));
   }
 }
 

@@ -35,7 +35,8 @@ struct TrainedLinear {
 
 std::map<std::string, std::vector<float>> host_values(const std::map<std::string, Tensor>& m) {
   std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, t] : m) out[name] = t.to_vector<float>().value();
+  for (const auto& [name, t] : m)
+    out[name] = t.to_vector<float>().value();
   return out;
 }
 
@@ -44,19 +45,18 @@ TEST(TrainingCheckpoint, OneCallSavesAndRestoresModelOptimizerStepAndScaler) {
   TrainedLinear saved(/*seed=*/1, /*steps=*/3);
   optim::GradScaler scaler;
   scaler.update(/*found_inf=*/true);  // 2^15 now
-  ASSERT_TRUE(save_training_checkpoint(dir.file("ckpt.safetensors"), saved.model,
-                                       *saved.optimizer, /*step=*/7, {{"data.train", "epoch 2"}},
-                                       &scaler)
+  ASSERT_TRUE(save_training_checkpoint(dir.file("ckpt.safetensors"), saved.model, *saved.optimizer,
+                                       /*step=*/7, {{"data.train", "epoch 2"}}, &scaler)
                   .ok());
 
   // The file's own keys, as io/checkpoint.h and docs/DESIGN.md name them.
   SafetensorsFile file = load_safetensors(dir.file("ckpt.safetensors")).value();
   std::vector<std::string> names;
-  for (const auto& [name, t] : file.tensors) names.push_back(name);
-  EXPECT_EQ(names, (std::vector<std::string>{"bias", "optimizer.bias.exp_avg",
-                                             "optimizer.bias.exp_avg_sq",
-                                             "optimizer.weight.exp_avg",
-                                             "optimizer.weight.exp_avg_sq", "weight"}));
+  for (const auto& [name, t] : file.tensors)
+    names.push_back(name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "bias", "optimizer.bias.exp_avg", "optimizer.bias.exp_avg_sq",
+                       "optimizer.weight.exp_avg", "optimizer.weight.exp_avg_sq", "weight"}));
   EXPECT_EQ(file.metadata.at("step"), "7");
   EXPECT_EQ(file.metadata.at("optimizer.step_count"), "3");
   EXPECT_EQ(file.metadata.at("data.train"), "epoch 2");

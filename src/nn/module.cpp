@@ -246,7 +246,9 @@ const std::vector<FlatParameters::Group>& FlatParameters::groups() const {
   return state_ ? state_->groups : kNone;
 }
 
-Device* FlatParameters::device() const { return state_ ? state_->device : nullptr; }
+Device* FlatParameters::device() const {
+  return state_ ? state_->device : nullptr;
+}
 
 Expected<FlatParameters> FlatParameters::create(Module& root, Device* device, Pcg32& rng) {
   FlatParameters flat;

@@ -8,8 +8,8 @@
 #include <map>
 
 #include "autograd/functional.h"
-#include "ops/ops.h"
 #include "nn/layers.h"
+#include "ops/ops.h"
 
 namespace tessel::nn {
 namespace {
@@ -183,14 +183,16 @@ TEST(Module, ZeroGradOfAParameterClearsTheFlatGradientTheOptimizerReads) {
   Variable x1(Tensor::from_vector<float>(first, {1, 3}).value());
   Variable x2(Tensor::from_vector<float>(second, {1, 3}).value());
   ASSERT_TRUE(autograd::sum(lin(x1).value()).value().backward().ok());
-  for (auto& [name, p] : lin.named_parameters()) ASSERT_TRUE(p->variable.zero_grad().ok());
+  for (auto& [name, p] : lin.named_parameters())
+    ASSERT_TRUE(p->variable.zero_grad().ok());
   ASSERT_TRUE(autograd::sum(lin(x2).value()).value().backward().ok());
   // loss = sum(x W^T + b): dL/dW[o][i] = x[i], dL/db[o] = 1.
   std::vector<float> grads = flat.groups()[0].grads.to_vector<float>().value();
   const auto& w = flat.entries()[0];
   const auto& b = flat.entries()[1];
   for (int o = 0; o < 2; ++o) {
-    for (int i = 0; i < 3; ++i) EXPECT_EQ(grads[w.offset + o * 3 + i], second[i]) << o << i;
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(grads[w.offset + o * 3 + i], second[i]) << o << i;
     EXPECT_EQ(grads[b.offset + o], 1.0f) << o;
   }
   ASSERT_TRUE(lin.zero_grad().ok());
@@ -201,7 +203,8 @@ TEST(Module, ZeroGradOfAParameterClearsTheFlatGradientTheOptimizerReads) {
 // encoder.layer1 maps 3 -> 4 features, encoder.layer2 expects 5: its fc1 is where it fails.
 class Layer : public Module {
  public:
-  Layer(int64_t in, int64_t out) : fc1_(register_module("fc1", std::make_unique<Linear>(in, out))) {}
+  Layer(int64_t in, int64_t out)
+      : fc1_(register_module("fc1", std::make_unique<Linear>(in, out))) {}
   Expected<Variable> forward(const Variable& x) override { return fc1_(x); }
   std::string type_name() const override { return "Layer"; }
 
@@ -253,7 +256,8 @@ TEST(Module, AnErrorNamesTheModulePathWhereItArose) {
 // The tensors of a state dict as host vectors, by name.
 std::map<std::string, std::vector<float>> host_values(const StateDict& state) {
   std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, t] : state) out[name] = t.to_vector<float>().value();
+  for (const auto& [name, t] : state)
+    out[name] = t.to_vector<float>().value();
   return out;
 }
 
@@ -264,7 +268,8 @@ TEST(Module, StateDictHasPyTorchsKeysAndLoadsIntoAnotherInstance) {
   FlatParameters flat_b = FlatParameters::create(b, cpu_device(), rng_b).value();
   StateDict state = a.state_dict();
   std::vector<std::string> keys;
-  for (const auto& [name, t] : state) keys.push_back(name);
+  for (const auto& [name, t] : state)
+    keys.push_back(name);
   std::vector<std::string> expected = names_of(a);
   std::sort(expected.begin(), expected.end());
   EXPECT_EQ(keys, expected);
@@ -332,9 +337,11 @@ TEST(Module, ToMovesParametersAndBuffersToAnotherDevice) {
   EXPECT_EQ(flat.device(), other);  // the caller's handle sees the move
   EXPECT_EQ(lin.weight().variable.data().device(), other);
   EXPECT_EQ(lin.weight().variable.grad().device(), other);
-  std::vector<float> moved = lin(Variable(x.to(other).value())).value().data().to_vector<float>().value();
+  std::vector<float> moved =
+      lin(Variable(x.to(other).value())).value().data().to_vector<float>().value();
   ASSERT_EQ(moved.size(), on_cpu.size());
-  for (size_t i = 0; i < moved.size(); ++i) EXPECT_NEAR(moved[i], on_cpu[i], 1e-5) << i;
+  for (size_t i = 0; i < moved.size(); ++i)
+    EXPECT_NEAR(moved[i], on_cpu[i], 1e-5) << i;
   ASSERT_TRUE(lin.to(cpu_device()).ok());
   EXPECT_EQ(lin(Variable(x)).value().data().to_vector<float>().value(), on_cpu);
 }

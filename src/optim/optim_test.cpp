@@ -302,7 +302,8 @@ TEST(Optimizer, KeepsUpdatingAfterTheCallersFlatParametersMoveAndDie) {
       EXPECT_NEAR(got, initial_value(i) - 0.5 * gradient(i, 0), 1e-6) << name << " " << i;
       ++i;
     }
-  EXPECT_EQ(moved.groups()[0].values.storage(), toy.named_parameters()[0].second->variable.data().storage());
+  EXPECT_EQ(moved.groups()[0].values.storage(),
+            toy.named_parameters()[0].second->variable.data().storage());
 }
 
 TEST(Optimizer, StateDictCarriesStateAndStepCountToAnotherOptimizer) {
@@ -340,7 +341,8 @@ TEST(Optimizer, LoadStateDictNamesWhatIsMissingExtraOrMisshapenAndChangesNothing
   FlatParameters flat = FlatParameters::create(toy, cpu_device(), rng).value();
   auto adamw = AdamW::create(flat, {}).value();
   OptimizerState state = adamw->state_dict();
-  for (auto& [name, t] : state.tensors) state.tensors[name] = t.clone().value();
+  for (auto& [name, t] : state.tensors)
+    state.tensors[name] = t.clone().value();
   ASSERT_TRUE(state.tensors["w.exp_avg"].fill(1.0).ok());
   state.tensors.erase("b.exp_avg");
   state.tensors["b.exp_avg_sq"] = Tensor::zeros({8}, DType::kF32).value();
@@ -350,7 +352,8 @@ TEST(Optimizer, LoadStateDictNamesWhatIsMissingExtraOrMisshapenAndChangesNothing
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("missing 'b.exp_avg'"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("'b.exp_avg_sq' has shape [8], the optimizer's is [7]"),
-            std::string::npos) << s.message();
+            std::string::npos)
+      << s.message();
   EXPECT_NE(s.message().find("unexpected 'c.exp_avg'"), std::string::npos) << s.message();
   EXPECT_EQ(adamw->step_count(), 0);
   EXPECT_EQ(adamw->named_state()[0].second.to_vector<float>().value(),

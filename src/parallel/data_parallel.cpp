@@ -193,13 +193,14 @@ Status DataParallel::build(const OptimizerFactory& make_optimizer) {
       TESSEL_ASSIGN_OR_RETURN(b.shard_grads, Tensor::zeros({b.shard}, b.dtype, params_.device()));
       TESSEL_ASSIGN_OR_RETURN(Tensor mine, g.values.slice(0, lo, lo + b.shard));
       if (stage == 3) {
-        TESSEL_ASSIGN_OR_RETURN(b.shard_values, Tensor::empty({b.shard}, b.dtype, params_.device()));
+        TESSEL_ASSIGN_OR_RETURN(b.shard_values,
+                                Tensor::empty({b.shard}, b.dtype, params_.device()));
         TESSEL_TRY(b.shard_values.copy_from(mine));
       } else {
         b.shard_values = mine;
       }
-      b.view = std::make_unique<nn::FlatParameters>(nn::FlatParameters::over(
-          params_.device(), {{b.dtype, b.shard_values, b.shard_grads}}));
+      b.view = std::make_unique<nn::FlatParameters>(
+          nn::FlatParameters::over(params_.device(), {{b.dtype, b.shard_values, b.shard_grads}}));
     }
     TESSEL_ASSIGN_OR_RETURN(b.optimizer, make_optimizer(*b.view));
     memory_.optimizer_bytes += b.optimizer->state_bytes();
@@ -302,8 +303,7 @@ Status DataParallel::launch_reduction(Bucket& b) {
     if (options_.zero_stage >= 2 && !b.grad_buffer.defined()) {  // no gradient reached it
       TESSEL_ASSIGN_OR_RETURN(b.grad_buffer, Tensor::zeros({count}, b.dtype, params_.device()));
     }
-    const void* send =
-        options_.zero_stage == 1 ? b.grads_at(params_) : address(b.grad_buffer);
+    const void* send = options_.zero_stage == 1 ? b.grads_at(params_) : address(b.grad_buffer);
     b.into_incoming = options_.zero_stage >= 2 && passes_since_step_ > 0;
     if (b.into_incoming && !b.incoming.defined()) {
       TESSEL_ASSIGN_OR_RETURN(b.incoming, Tensor::empty({b.shard}, b.dtype, params_.device()));
@@ -443,8 +443,8 @@ Expected<std::vector<Tensor>> DataParallel::zeroed_flat(std::optional<DType> dty
     lengths[b->group] = std::max(lengths[b->group], b->end);
   std::vector<Tensor> full(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
-    TESSEL_ASSIGN_OR_RETURN(full[g], Tensor::zeros({lengths[g]}, dtype.value_or(groups[g].dtype),
-                                                   params_.device()));
+    TESSEL_ASSIGN_OR_RETURN(
+        full[g], Tensor::zeros({lengths[g]}, dtype.value_or(groups[g].dtype), params_.device()));
   }
   return full;
 }
@@ -597,8 +597,7 @@ Status DataParallel::end_step() {
 }
 
 Status DataParallel::launch_gather(Bucket& b) {
-  TESSEL_ASSIGN_OR_RETURN(b.gathered,
-                          Tensor::empty({b.end - b.begin}, b.dtype, params_.device()));
+  TESSEL_ASSIGN_OR_RETURN(b.gathered, Tensor::empty({b.end - b.begin}, b.dtype, params_.device()));
   Expected<dist::Work> w = group_->all_gather(address(b.shard_values), address(b.gathered),
                                               size_t(b.shard), b.comm_type);
   if (!w.ok()) return w.status().with_context("queueing a parameter all-gather");

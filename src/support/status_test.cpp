@@ -55,8 +55,9 @@ TEST(Expected, ValueOfAFailureIsTheCallersErrorAndCarriesTheStatus) {
     (void)bad.value();
     FAIL() << "value() of a failed Expected returned";
   } catch (const BadExpectedAccess& e) {
-    EXPECT_STREQ(e.what(),
-                 "value() of a failed Expected: invalid argument: expected a positive number, got 0");
+    EXPECT_STREQ(
+        e.what(),
+        "value() of a failed Expected: invalid argument: expected a positive number, got 0");
     EXPECT_EQ(e.status().code(), Code::kInvalidArgument);
   }
   EXPECT_THROW((void)*bad, BadExpectedAccess);

@@ -240,9 +240,9 @@ Status Trainer::resume(const std::string& checkpoint_path) {
       if (!s.ok()) return s.with_context("{}", checkpoint_path);
     }
   } else {
-    TESSEL_ASSIGN_OR_RETURN(state, load_training_checkpoint(checkpoint_path, *model_,
-                                                            mutable_optimizer(),
-                                                            grad_scaler_.get()));
+    TESSEL_ASSIGN_OR_RETURN(state,
+                            load_training_checkpoint(checkpoint_path, *model_, mutable_optimizer(),
+                                                     grad_scaler_.get()));
   }
   step_ = state.step;
   auto get = [&](const std::string& key) -> Expected<std::string> {
