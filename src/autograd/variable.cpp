@@ -52,14 +52,6 @@ Variable::Variable(Tensor data, bool requires_grad) : state_(std::make_shared<Va
   state_->requires_grad = requires_grad;
 }
 
-namespace {
-template <typename T>
-Expected<double> first_as_double(const Tensor& t) {
-  TESSEL_ASSIGN_OR_RETURN(std::vector<T> v, t.to_vector<T>());
-  return double(v.at(0));
-}
-}  // namespace
-
 Status Variable::zero_grad() {
   if (!state_) return failed_precondition("zero_grad() of an undefined variable");
   if (!state_->grad.defined()) return ok_status();
@@ -71,24 +63,9 @@ Expected<double> Variable::item() const {
   if (data().numel() != 1)
     return invalid_argument("item() needs a one-element variable, got shape {}",
                             shape_string(shape()));
-  const Tensor& t = data();
-  switch (t.dtype()) {
-    case DType::kF32:
-      return first_as_double<float>(t);
-    case DType::kF64:
-      return first_as_double<double>(t);
-    case DType::kI64:
-      return first_as_double<int64_t>(t);
-    case DType::kI32:
-      return first_as_double<int32_t>(t);
-    case DType::kF16:
-    case DType::kBF16: {
-      TESSEL_ASSIGN_OR_RETURN(Tensor f32, ops::cast(t, DType::kF32));
-      return first_as_double<float>(f32);
-    }
-    default:
-      return unimplemented("item() of a {} variable", dtype_name(t.dtype()));
-  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor host, data().to(cpu_device()));
+  const auto* bytes = static_cast<const unsigned char*>(host.storage()->host_address());
+  return load_scalar(host.dtype(), bytes + host.offset_bytes());
 }
 
 Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inputs,
