@@ -32,12 +32,12 @@
 #include "cli/bench_gemm_peers.h"
 #include "cli/commands.h"
 #include "hw/cpu_info.h"
-#include "hw/opencl_api.h"
+#include "ops/device_kernel.h"
 #include "ops/kernel_cache.h"
+#include "runtime/device.h"
 #include "tile/codegen/cpu/templates/reference_gemm.h"
 #include "tile/parse/parser.h"
-#include "tile/run/cpu_kernel.h"
-#include "tile/run/opencl_kernel.h"
+#include "tile/run/cpu_jit.h"
 
 namespace tessel::cli {
 namespace {
@@ -167,25 +167,22 @@ std::map<std::string, std::string> gemm_params(GemmInput dtype, const std::strin
   return params;
 }
 
-// A device buffer released on destruction.
-struct ClBuffer {
-  const OpenClApi* api = nullptr;
-  cl_mem mem = nullptr;
-  ~ClBuffer() {
-    if (mem) api->clReleaseMemObject(mem);
+// A buffer of a device, released on destruction, filled from `init` when given.
+struct DeviceMemory {
+  Device* device = nullptr;
+  DeviceBuffer buffer;
+  ~DeviceMemory() {
+    if (device) device->allocator().release(buffer);
   }
 };
 
-Expected<std::unique_ptr<ClBuffer>> opencl_buffer(const tile::OpenClDevice& dev, size_t bytes,
-                                                  const void* init) {
-  auto buffer = std::make_unique<ClBuffer>();
-  buffer->api = dev.api;
-  cl_int err = CL_SUCCESS;
-  buffer->mem =
-      dev.api->clCreateBuffer(dev.context, CL_MEM_READ_WRITE | (init ? CL_MEM_COPY_HOST_PTR : 0),
-                              bytes, const_cast<void*>(init), &err);
-  TESSEL_TRY(opencl_check(err, "clCreateBuffer"));
-  return buffer;
+Expected<std::unique_ptr<DeviceMemory>> device_memory(Device* device, size_t bytes,
+                                                      const void* init) {
+  auto memory = std::make_unique<DeviceMemory>();
+  TESSEL_ASSIGN_OR_RETURN(memory->buffer, device->allocator().allocate(bytes));
+  memory->device = device;
+  if (init) TESSEL_TRY(device->copy_from_host(memory->buffer, 0, init, bytes));
+  return memory;
 }
 
 Status run_bench(const Options& options) {
@@ -202,9 +199,12 @@ Status run_bench(const Options& options) {
         tile_m <= 0 || tile_n <= 0 || tile_k <= 0)
       return invalid_argument("--tiles: '{}' is not BMxBNxBK", options.tiles);
   }
-  tile::CpuJitOptions jit;
+  tile::CpuIsa isa = tile::host_cpu_isa();
   if (!options.isa.empty()) {
-    TESSEL_ASSIGN_OR_RETURN(jit.isa, tile::cpu_isa_named(options.isa));
+    TESSEL_ASSIGN_OR_RETURN(isa, tile::cpu_isa_named(options.isa));
+    ops::TargetOptions cpu_options = ops::target_options(DeviceKind::kCpu);
+    cpu_options.cpu_isa = isa.name;
+    ops::set_target_options(DeviceKind::kCpu, cpu_options);
   }
   std::optional<tile::ReferenceGemm> reference_loop;
   if (options.reference_loop) {
@@ -218,11 +218,11 @@ Status run_bench(const Options& options) {
   TESSEL_ASSIGN_OR_RETURN(
       tile::Kernel gemm_tile,
       tile::parse_kernel(ops::embedded_kernel_files().at("gemm.tile"), "kernels/gemm.tile"));
-  std::map<GemmInput, std::shared_ptr<tile::CpuKernel>> cpu_kernels;
-  std::map<GemmInput, std::shared_ptr<tile::OpenClKernel>> opencl_kernels;
-  std::shared_ptr<tile::OpenClDevice> opencl;
+  std::map<GemmInput, std::shared_ptr<ops::DeviceKernel>> cpu_kernels;
+  std::map<GemmInput, std::shared_ptr<ops::DeviceKernel>> opencl_kernels;
+  Device* opencl = nullptr;
   if (!options.no_opencl) {
-    Expected<std::shared_ptr<tile::OpenClDevice>> dev = tile::open_opencl_device(0);
+    Expected<Device*> dev = get_device("opencl:0");
     if (dev.ok())
       opencl = *dev;
     else
@@ -230,14 +230,13 @@ Status run_bench(const Options& options) {
   }
   for (GemmInput dtype : dtypes) {
     TESSEL_ASSIGN_OR_RETURN(
-        tile::CpuKernel k,
-        tile::CpuKernel::compile(gemm_tile, gemm_params(dtype, options.tiles), jit));
-    cpu_kernels[dtype] = std::make_shared<tile::CpuKernel>(std::move(k));
+        ops::DeviceKernel k,
+        ops::DeviceKernel::compile(gemm_tile, cpu_device(), gemm_params(dtype, options.tiles)));
+    cpu_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k));
     if (opencl) {
-      TESSEL_ASSIGN_OR_RETURN(
-          tile::OpenClKernel k2,
-          tile::OpenClKernel::compile(gemm_tile, opencl, gemm_params(dtype, "")));
-      opencl_kernels[dtype] = std::make_shared<tile::OpenClKernel>(std::move(k2));
+      TESSEL_ASSIGN_OR_RETURN(ops::DeviceKernel k2,
+                              ops::DeviceKernel::compile(gemm_tile, opencl, gemm_params(dtype, "")));
+      opencl_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k2));
     }
   }
 
@@ -247,12 +246,12 @@ Status run_bench(const Options& options) {
         "warm-up, implementations taking turns in each repetition\n",
         threads);
     std::printf("  tessel-cpu: kernels/gemm.tile compiled for the CPU (%s, %s tiles)\n",
-                jit.isa.name.c_str(), options.tiles.empty() ? "default" : options.tiles.c_str());
+                isa.name.c_str(), options.tiles.empty() ? "default" : options.tiles.c_str());
     if (opencl)
       std::printf(
           "  tessel-opencl: kernels/gemm.tile on %s (default gpu tiles); only where m, n, k <= "
           "%lld (--opencl-max), '-' elsewhere\n",
-          opencl->name.c_str(), (long long)options.opencl_max);
+          opencl->name().c_str(), (long long)options.opencl_max);
     if (reference_loop)
       std::printf(
           "  tessel-ref-loop: the CPU gemm templates (%s) via the hand-written block loop\n",
@@ -308,30 +307,34 @@ Status run_bench(const Options& options) {
             peer->settle_seconds());
       }
       const size_t peer_count = contenders.size();
-      tile::CpuKernel* cpu = cpu_kernels.at(dtype).get();
+      ops::DeviceKernel* cpu = cpu_kernels.at(dtype).get();
       contenders.emplace_back(
           "tessel-cpu", [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); },
           /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
       contenders.back().is_tessel = true;
-      std::unique_ptr<ClBuffer> a_cl, b_cl, c_cl;
+      std::unique_ptr<DeviceMemory> a_cl, b_cl, c_cl;
       const bool run_opencl = opencl && std::max({w.m, w.n, w.k}) <= options.opencl_max;
       if (run_opencl) {
-        TESSEL_ASSIGN_OR_RETURN(a_cl, opencl_buffer(*opencl, size_t(w.m * w.k) * in_bytes, a));
-        TESSEL_ASSIGN_OR_RETURN(b_cl, opencl_buffer(*opencl, size_t(w.k * w.n) * in_bytes, b));
-        TESSEL_ASSIGN_OR_RETURN(c_cl, opencl_buffer(*opencl, size_t(w.m * w.n) * 4, nullptr));
-        tile::OpenClKernel* kernel = opencl_kernels.at(dtype).get();
-        cl_mem am = a_cl->mem, bm = b_cl->mem, cm = c_cl->mem;
+        TESSEL_ASSIGN_OR_RETURN(a_cl, device_memory(opencl, size_t(w.m * w.k) * in_bytes, a));
+        TESSEL_ASSIGN_OR_RETURN(b_cl, device_memory(opencl, size_t(w.k * w.n) * in_bytes, b));
+        TESSEL_ASSIGN_OR_RETURN(c_cl, device_memory(opencl, size_t(w.m * w.n) * 4, nullptr));
+        ops::DeviceKernel* kernel = opencl_kernels.at(dtype).get();
+        void* am = a_cl->buffer.handle;
+        void* bm = b_cl->buffer.handle;
+        void* cm = c_cl->buffer.handle;
+        Device* dev = opencl;
+        // Launches are queued: the timed call waits for the kernel.
         contenders.emplace_back(
             "tessel-opencl",
-            [=, &w](float*) { return kernel->launch(gemm_args(w, dtype, am, bm, cm)); },
+            [=, &w](float*) {
+              TESSEL_TRY(kernel->launch(gemm_args(w, dtype, am, bm, cm)));
+              return dev->synchronize();
+            },
             /*settle=*/0.001);
         contenders.back().is_tessel = true;
-        std::shared_ptr<tile::OpenClDevice> dev = opencl;
+        DeviceBuffer c_buffer = c_cl->buffer;
         contenders.back().fetch = [=, &w](float* c) {
-          return opencl_check(
-              dev->api->clEnqueueReadBuffer(dev->queue, cm, CL_TRUE, 0, size_t(w.m * w.n) * 4, c, 0,
-                                            nullptr, nullptr),
-              "clEnqueueReadBuffer");
+          return dev->copy_to_host(c, c_buffer, 0, size_t(w.m * w.n) * 4);
         };
       }
       if (reference_loop) {
@@ -420,7 +423,7 @@ Status run_bench(const Options& options) {
                                 {"reps", reps},
                                 {"agrees", bool(agrees[x])}};
           if (c.is_tessel && best_peer > 0) row["ratio"] = std::round(ratio(c) * 1000) / 1000;
-          if (c.impl == "tessel-cpu") row["isa"] = jit.isa.name;
+          if (c.impl == "tessel-cpu") row["isa"] = isa.name;
           std::printf("%s\n", row.dump().c_str());
         }
       } else {

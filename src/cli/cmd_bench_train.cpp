@@ -10,7 +10,9 @@
 // (getrusage(RUSAGE_SELF).ru_maxrss: the worker's own pages, not those of compilers it ran).
 // Both get the same thread count (tessel's pool: one per physical core; --threads overrides).
 // The two implementations of a workload run one after the other, so the ratios come from the
-// same minute of a shared machine; rerun for a second sample.
+// same minute of a shared machine; rerun for a second sample. `--config FILE` runs tessel's side
+// on the device (and with the options) of the file's [target] table (ops/target_config.h), as
+// `tessel train` would; each timed step then ends with the device's queue drained.
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -32,6 +34,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "ops/kernel_cache.h"
+#include "ops/target_config.h"
 #include "support/thread_pool.h"
 #include "train/workloads.h"
 
@@ -54,7 +58,19 @@ struct Options {
   std::string script;  // empty: the one in the source tree
   uint64_t seed = 1;
   std::string worker;  // hidden: run one tessel workload and print its JSON
+  std::string config;  // a TOML file whose [target] table picks tessel's device; empty: the CPU
 };
+
+// The device tessel's side runs on: the [target] table of --config, else the CPU.
+Expected<Device*> bench_device(const Options& o) {
+  if (o.config.empty()) return cpu_device();
+  TESSEL_ASSIGN_OR_RETURN(Config config, Config::load(o.config));
+  TESSEL_ASSIGN_OR_RETURN(ops::TargetSetting setting, ops::parse_target_setting(config));
+  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice choice,
+                          ops::resolve_target(setting, ops::launches_on));
+  ops::apply_target(choice);
+  return choice.device;
+}
 
 double peak_rss_mb() {
   rusage usage{};
@@ -82,8 +98,10 @@ int run_worker(const Options& o) {
                  s.to_string().c_str());
     return 1;
   };
+  Expected<Device*> device = bench_device(o);
+  if (!device.ok()) return fail(device.status());
   Expected<std::unique_ptr<train::WorkloadRun>> run =
-      train::WorkloadRun::create(o.worker, cpu_device(), o.seed);
+      train::WorkloadRun::create(o.worker, *device, o.seed);
   if (!run.ok()) return fail(run.status());
   for (int i = 0; i < o.warmup; ++i)
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
@@ -94,6 +112,7 @@ int run_worker(const Options& o) {
                        std::chrono::duration<double>(Clock::now() - start).count())) {
     const Clock::time_point t0 = Clock::now();
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
+    if (Status s = (*device)->synchronize(); !s.ok()) return fail(s);  // launches are queued
     seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   Expected<double> loss = (*run)->last_loss();  // also waits for the device
@@ -108,6 +127,7 @@ int run_worker(const Options& o) {
                         {"impl", "tessel"},
                         {"version", "0.1.0"},
                         {"threads", ThreadPool::global().num_threads()},
+                        {"device", (*device)->id()},
                         {"steps", seconds.size()},
                         {"warmup", o.warmup},
                         {"step_ms", median * 1e3},
@@ -280,10 +300,20 @@ int run(const Options& o) {
   const std::vector<std::string> common = {"--steps",  std::to_string(o.steps),
                                            "--warmup", std::to_string(o.warmup),
                                            "--seed",   std::to_string(o.seed)};
+  if (!o.config.empty()) {
+    Expected<Device*> device = bench_device(o);  // a config mistake stops here, once
+    if (!device.ok()) {
+      std::fprintf(stderr, "tessel bench train: %s\n", device.status().message().c_str());
+      return 2;
+    }
+    if (!o.json)
+      std::printf("# tessel on %s (--config %s)\n", (*device)->id().c_str(), o.config.c_str());
+  }
   for (const std::string& name : names) {
     const train::WorkloadSpec spec = *train::find_workload(name);  // checked by the option
     std::vector<std::string> tessel_argv = {self_path(), "bench", "train", "--worker", name};
     tessel_argv.insert(tessel_argv.end(), common.begin(), common.end());
+    if (!o.config.empty()) tessel_argv.insert(tessel_argv.end(), {"--config", o.config});
     nlohmann::json mine =
         measure(tessel_argv, name, "tessel", {{"TESSEL_THREADS", std::to_string(threads)}});
     nlohmann::json theirs;
@@ -360,6 +390,9 @@ void add_bench_train_command(CLI::App& bench) {
   cmd->add_option("--script", options->script,
                   "PyTorch side (default: tools/pytorch/bench_train.py in the source tree)");
   cmd->add_option("--seed", options->seed, "initialisation and batch seed (default 1)");
+  cmd->add_option("--config", options->config,
+                  "a TOML file whose [target] table picks tessel's device (default: the CPU)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--worker", options->worker)->group("")->check(CLI::IsMember(names));
   cmd->callback([options] { exit_code = run(*options); });
 }

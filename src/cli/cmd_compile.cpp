@@ -11,15 +11,14 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "tile/codegen/cpu/cpu_renderer.h"
-#include "tile/codegen/cuda/cuda_renderer.h"
-#include "tile/codegen/opencl/opencl_renderer.h"
+#include "hw/cuda_devices.h"
+#include "ops/target_config.h"
+#include "tile/codegen/abi.h"
+#include "tile/codegen/render.h"
 #include "tile/ir/printer.h"
 #include "tile/parse/parser.h"
 #include "tile/pipeline.h"
 #include "tile/run/cpu_jit.h"
-#include "tile/run/cuda_kernel.h"
-#include "tile/target_config.h"
 
 namespace tessel::cli {
 
@@ -64,11 +63,11 @@ int run_compile(const CompileArgs& a) {
   if (!a.config.empty()) {
     auto config = Config::load(a.config);
     if (!config) return fail(config.status());
-    auto choice = tile::target_from_config(*config);
+    auto choice = ops::target_from_config(*config);
     if (!choice) return fail(choice.status());
     o.target = choice->target;
     target_name = choice->target.name();
-    if (!choice->cpu_isa.empty()) jit.isa = *tile::cpu_isa_named(choice->cpu_isa);
+    if (!choice->options.cpu_isa.empty()) jit.isa = *tile::cpu_isa_named(choice->options.cpu_isa);
   } else {
     auto target = tile::target_from_name(a.target);
     if (!target) return fail(target.status());
@@ -85,9 +84,7 @@ int run_compile(const CompileArgs& a) {
     if (!a.dump_ir) std::printf("%s", tile::to_string(*ir).c_str());
     return 0;
   }
-  std::string source = target_name == "cpu"      ? tile::render_cpu(*ir)
-                       : target_name == "opencl" ? tile::render_opencl(*ir, o.target)
-                                                 : tile::render_cuda(*ir, o.target);
+  std::string source = tile::render(*ir, o.target);
   if (a.emit == "binary") {
     if (target_name == "cpu") {
       auto module = tile::jit_compile_cpu(source, tile::entry_name(*ir), jit);
@@ -96,9 +93,9 @@ int run_compile(const CompileArgs& a) {
       return 0;
     }
     if (target_name == "cuda") {
-      auto ptx = tile::compile_cuda_ptx(source, ir->name);
+      auto ptx = compile_cuda_to_ptx(source, ir->name + ".cu", "compute_80");
       if (!ptx) return fail(ptx.status());
-      std::printf("%s", ptx->c_str());
+      std::printf("%s", ptx->ptx.c_str());
       return 0;
     }
     return fail(unimplemented("--emit binary for opencl: the driver builds OpenCL C at first use; use --emit source"));

@@ -34,6 +34,7 @@ namespace tessel {
   X(clRetainCommandQueue)          \
   X(clReleaseCommandQueue)         \
   X(clCreateBuffer)                \
+  X(clCreateSubBuffer)             \
   X(clRetainMemObject)             \
   X(clReleaseMemObject)            \
   X(clEnqueueReadBuffer)           \
@@ -51,6 +52,8 @@ namespace tessel {
   X(clSetKernelArg)                \
   X(clGetKernelWorkGroupInfo)      \
   X(clEnqueueNDRangeKernel)        \
+  X(clEnqueueMarkerWithWaitList)   \
+  X(clEnqueueBarrierWithWaitList)  \
   X(clWaitForEvents)               \
   X(clGetEventProfilingInfo)       \
   X(clReleaseEvent)                \

@@ -296,6 +296,15 @@ Expected<Tensor> tanh(const Tensor& x) {
 Expected<Tensor> sigmoid(const Tensor& x) {
   return run("sigmoid", {x});
 }
+Expected<Tensor> silu(const Tensor& x) {
+  return run("silu", {x});
+}
+Expected<Tensor> gelu_erf(const Tensor& x) {
+  return run("gelu_erf", {x});
+}
+Expected<Tensor> rsqrt(const Tensor& x) {
+  return run("rsqrt", {x});
+}
 Expected<Tensor> scale(const Tensor& x, double factor) {
   return run("scale", {x}, Attrs().set("factor", factor));
 }

@@ -2,14 +2,11 @@
 #include "ops/kernel_cache.h"
 
 #include <chrono>
-#include <functional>
 #include <memory>
 #include <mutex>
 
-#include "runtime/opencl/opencl_device.h"
+#include "ops/device_kernel.h"
 #include "tile/parse/parser.h"
-#include "tile/run/cpu_kernel.h"
-#include "tile/run/opencl_kernel.h"
 
 namespace tessel::ops {
 
@@ -32,8 +29,6 @@ const std::map<std::string, std::string>& embedded_kernel_files() {
 
 namespace {
 
-using Launch = std::function<Status(const std::vector<tile::LaunchArg>&)>;
-
 // Every kernel of every embedded file, parsed once, by kernel name.
 Expected<const tile::Kernel*> parsed_kernel(const std::string& name) {
   static const Expected<std::map<std::string, tile::Kernel>> all =
@@ -55,49 +50,6 @@ Expected<const tile::Kernel*> parsed_kernel(const std::string& name) {
   return &it->second;
 }
 
-// The tile runtime's view of a runtime OpenCL device: the same context and queue, not owned.
-std::shared_ptr<tile::OpenClDevice> tile_opencl_device(Device* device) {
-  static std::mutex mutex;
-  static std::map<Device*, std::shared_ptr<tile::OpenClDevice>> devices;
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& d = devices[device];
-  if (!d) {
-    const auto& ctx = static_cast<OpenClDevice*>(device)->context();
-    d = std::make_shared<tile::OpenClDevice>();
-    d->api = &ctx->api();
-    d->context = ctx->context();
-    d->device = ctx->device().device;
-    d->queue = ctx->queue();
-    d->name = device->name();
-    d->owned = false;
-  }
-  return d;
-}
-
-// `ahead_of_time` is set when the CPU kernel came from the build's library (no compiler ran).
-Expected<Launch> compile_for(Device* device, const tile::Kernel& kernel,
-                             const KernelParams& params, bool* ahead_of_time) {
-  switch (device->kind()) {
-    case DeviceKind::kCpu: {
-      TESSEL_ASSIGN_OR_RETURN(tile::CpuKernel k, tile::CpuKernel::compile(kernel, params));
-      *ahead_of_time = k.module().ahead_of_time;
-      auto shared = std::make_shared<tile::CpuKernel>(std::move(k));
-      return Launch([shared](const std::vector<tile::LaunchArg>& a) { return shared->launch(a); });
-    }
-    case DeviceKind::kOpenCL: {
-      TESSEL_ASSIGN_OR_RETURN(
-          tile::OpenClKernel k,
-          tile::OpenClKernel::compile(kernel, tile_opencl_device(device), params));
-      auto shared = std::make_shared<tile::OpenClKernel>(std::move(k));
-      return Launch([shared](const std::vector<tile::LaunchArg>& a) { return shared->launch(a); });
-    }
-    case DeviceKind::kCuda:
-      break;
-  }
-  return unimplemented("kernel '{}': launching on {} is not wired into the op library yet",
-                       kernel.name, device->id());
-}
-
 }  // namespace
 
 bool launches_on(DeviceKind kind) { return kind != DeviceKind::kCuda; }
@@ -106,7 +58,7 @@ namespace {
 
 struct Cache {
   std::mutex mutex;
-  std::map<std::string, std::shared_ptr<Launch>> kernels;
+  std::map<std::string, std::shared_ptr<const DeviceKernel>> kernels;
   KernelCacheStats stats;
 };
 Cache& cache() {
@@ -114,15 +66,20 @@ Cache& cache() {
   return c;
 }
 
+// The device, the kernel, its parameters and the target options in force (set_target_options):
+// a kernel compiled before the options changed is not reused after.
 std::string cache_key(Device* device, const std::string& kernel, const KernelParams& params) {
-  std::string key = device->id() + "|" + kernel;
+  const TargetOptions o = target_options(device->kind());
+  std::string key = fmt::format("{}|{}|{}|{}|{}", device->id(), kernel, o.threads_per_block,
+                                o.fast_memory_bytes, o.cpu_isa);
   for (const auto& [name, value] : params)
     key += "|" + name + "=" + value;
   return key;
 }
 
-Expected<std::shared_ptr<Launch>> find_or_compile(Device* device, const std::string& name,
-                                                  const KernelParams& params) {
+Expected<std::shared_ptr<const DeviceKernel>> find_or_compile(Device* device,
+                                                              const std::string& name,
+                                                              const KernelParams& params) {
   Cache& c = cache();
   std::string key = cache_key(device, name, params);
   // One lock around lookup and compile: a compile happens once per key per process, and two
@@ -132,16 +89,15 @@ Expected<std::shared_ptr<Launch>> find_or_compile(Device* device, const std::str
   if (it != c.kernels.end()) return it->second;
   TESSEL_ASSIGN_OR_RETURN(const tile::Kernel* kernel, parsed_kernel(name));
   auto start = std::chrono::steady_clock::now();
-  bool ahead_of_time = false;
-  Expected<Launch> compiled = compile_for(device, *kernel, params, &ahead_of_time);
+  Expected<DeviceKernel> compiled = DeviceKernel::compile(*kernel, device, params);
   if (!compiled.ok())
     return compiled.status().with_context("compiling kernel '{}' for {}", name, device->id());
-  (ahead_of_time ? c.stats.ahead_of_time : c.stats.compiled) += 1;
+  (compiled->ahead_of_time() ? c.stats.ahead_of_time : c.stats.compiled) += 1;
   c.stats.compile_seconds +=
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  auto launch = std::make_shared<Launch>(std::move(*compiled));
-  c.kernels.emplace(key, launch);
-  return launch;
+  auto shared = std::make_shared<const DeviceKernel>(std::move(*compiled));
+  c.kernels.emplace(key, shared);
+  return shared;
 }
 
 Expected<tile::ScalarType> tile_scalar_type(DType dtype) {
@@ -168,31 +124,19 @@ Expected<tile::ScalarType> tile_scalar_type(DType dtype) {
   return invalid_argument("unknown dtype");
 }
 
-// A tensor as a kernel argument. `keep` holds any device copy made for an offset view until the
-// launch is done.
-Expected<tile::TensorArg> tensor_arg(const View& v, std::vector<std::shared_ptr<Storage>>& keep) {
+// A tensor as a kernel argument: its buffer where it lies, and its offset in elements (the
+// kernel ABI's offset slot), the same on every device.
+Expected<tile::TensorArg> tensor_arg(const View& v) {
   const Tensor& t = v.tensor;
   TESSEL_ASSIGN_OR_RETURN(tile::ScalarType type, tile_scalar_type(t.dtype()));
   tile::TensorArg arg{nullptr, type, v.shape, v.strides};
   if (shape_numel(v.shape) == 0) return arg;
-  if (void* host = t.storage()->host_address()) {
-    arg.data = static_cast<char*>(host) + t.offset_bytes();
-    return arg;
+  if (t.offset_bytes() % t.element_size() != 0) {
+    return internal_error("a {} tensor at byte offset {}, not a whole number of elements",
+                          dtype_name(t.dtype()), t.offset_bytes());
   }
-  if (t.offset_bytes() == 0) {
-    arg.data = t.storage()->buffer().handle;
-    return arg;
-  }
-  // Copy the bytes the view spans to a buffer of its own; the strides stay as they are.
-  int64_t highest = 0;
-  for (size_t d = 0; d < v.shape.size(); ++d)
-    highest += (v.shape[d] - 1) * v.strides[d];
-  size_t bytes = static_cast<size_t>(highest + 1) * t.element_size();
-  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<Storage> storage, Storage::allocate(t.device(), bytes));
-  TESSEL_TRY(t.device()->copy_on_device(storage->buffer(), 0, t.storage()->buffer(),
-                                        t.offset_bytes(), bytes));
-  arg.data = storage->buffer().handle;
-  keep.push_back(std::move(storage));
+  arg.data = t.storage()->buffer().handle;
+  arg.offset = static_cast<int64_t>(t.offset_bytes() / t.element_size());
   return arg;
 }
 
@@ -219,17 +163,17 @@ Status launch_kernel(const std::string& kernel, KernelParams params,
     }
   }
   if (device == nullptr) return internal_error("kernel '{}' launched without tensors", kernel);
-  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<Launch> launch, find_or_compile(device, kernel, params));
-  std::vector<std::shared_ptr<Storage>> keep;
+  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceKernel> compiled,
+                          find_or_compile(device, kernel, params));
   std::vector<tile::LaunchArg> launch_args;
   launch_args.reserve(args.size());
   for (const KernelArg& a : args) {
     if (const Tensor* t = std::get_if<Tensor>(&a)) {
       TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg,
-                              tensor_arg(View{*t, t->shape(), t->strides()}, keep));
+                              tensor_arg(View{*t, t->shape(), t->strides()}));
       launch_args.push_back(std::move(arg));
     } else if (const View* v = std::get_if<View>(&a)) {
-      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(*v, keep));
+      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(*v));
       launch_args.push_back(std::move(arg));
     } else if (const double* d = std::get_if<double>(&a)) {
       launch_args.push_back(*d);
@@ -241,7 +185,7 @@ Status launch_kernel(const std::string& kernel, KernelParams params,
     std::lock_guard<std::mutex> lock(cache().mutex);
     cache().stats.launches += 1;
   }
-  return (*launch)(launch_args).with_context("kernel '{}' on {}", kernel, device->id());
+  return compiled->launch(launch_args).with_context("kernel '{}' on {}", kernel, device->id());
 }
 
 KernelCacheStats kernel_cache_stats() {

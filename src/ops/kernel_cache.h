@@ -4,17 +4,17 @@
 //   TESSEL_TRY(launch_kernel("unary", {{"OP", "1"}}, {x3, y3, 1.0}));   // relu on x's device
 //
 // The kernels are the files in kernels/*.tile, compiled into libtessel as text. The first launch
-// of a (device, kernel, parameters) triple compiles it (CPU: the kernel compiled ahead of time
-// when the build made one for it, else the JIT with its on-disk cache, so a later process only
-// loads a shared object; OpenCL: the driver) and keeps it for the life of
-// the process; every later launch is a map lookup. The parameters are the kernel's compile-time
-// parameters (-D NAME=VALUE); the dtype parameter T is filled in from the first tensor argument
-// when the caller leaves it out.
+// of a (device, kernel, parameters) triple compiles it for the device (ops/device_kernel.h; CPU:
+// the kernel compiled ahead of time when the build made one for it, else the JIT with its
+// on-disk cache, so a later process only loads a shared object; OpenCL: the driver) and keeps it
+// for the life of the process; every later launch is a map lookup. The parameters are the
+// kernel's compile-time parameters (-D NAME=VALUE); the dtype parameter T is filled in from the
+// first tensor argument when the caller leaves it out. The [target] options in force for the
+// device's kind (set_target_options) are part of the key.
 //
-// Tensor arguments carry their own shape and strides (any view works, including stride 0). On a
-// device whose memory the host cannot address, a view that starts at a byte offset is first
-// copied (on the device) to a buffer of its own, because kernels take a buffer, not buffer +
-// offset; outputs are always fresh tensors, so only inputs pay for this.
+// Tensor arguments carry their own shape and strides (any view works, including stride 0) and
+// are passed where they lie: buffer + offset, on every device. A launch is queued on the device's
+// queue; reading a result (a copy to the host) waits for it.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +39,7 @@ struct View {
 using KernelArg = std::variant<Tensor, View, double, int64_t>;
 
 // Launches `kernel` (a kernel name from kernels/*.tile) on the device of the tensor arguments,
-// which must all be on one device. Returns when the kernel has run.
+// which must all be on one device. Returns once the kernel is queued (on the CPU: has run).
 Status launch_kernel(const std::string& kernel, KernelParams params,
                      const std::vector<KernelArg>& args);
 

@@ -25,9 +25,9 @@ Expected<Tensor> copy_on_device(const Tensor& t);
 // dimensions do not merge.
 Expected<View> rows_view(const Tensor& t);
 
-// Whether a kernel can write into `t` where it lies: true on the host, and on devices the host
-// cannot address only for a view at offset 0 (other views reach kernels as copies, see
-// launch_kernel). In-place accumulation (add_into, gemm with beta = 1) needs it.
+// Whether a kernel can write into `t` where it lies: any defined tensor, on every device, since
+// kernels take buffer + offset (launch_kernel). In-place accumulation (add_into, gemm with
+// beta = 1) needs it.
 bool kernel_writable_in_place(const Tensor& t);
 
 // "[2, 3] f32 on cpu" (or "undefined") for error messages.

@@ -306,5 +306,8 @@ Expected<Tensor> slice(const Tensor& x, int64_t dim, int64_t start, int64_t end,
 Expected<Tensor> contiguous(const Tensor& x) {
   return run("contiguous", {x});
 }
+Expected<Tensor> concat(const Tensor& a, const Tensor& b, int64_t dim) {
+  return run("concat", {a, b}, Attrs().set("dim", dim));
+}
 
 }  // namespace tessel::ops

@@ -5,6 +5,7 @@
 #include <map>
 #include <mutex>
 
+#include "support/hash.h"
 #include "support/log.h"
 
 namespace tessel {
@@ -83,9 +84,80 @@ const char* device_kind_name(DeviceKind kind) {
   return "unknown";
 }
 
+std::string DeviceId::to_string() const {
+  if (kind == DeviceKind::kCpu) return "cpu";
+  return fmt::format("{}:{}", device_kind_name(kind), index);
+}
+
+Expected<DeviceId> parse_device_id(std::string_view id) {
+  const std::string_view kind_name = id.substr(0, id.find(':'));
+  DeviceId out;
+  if (kind_name == "cpu") {
+    out.kind = DeviceKind::kCpu;
+  } else if (kind_name == "opencl") {
+    out.kind = DeviceKind::kOpenCL;
+  } else if (kind_name == "cuda") {
+    out.kind = DeviceKind::kCuda;
+  } else {
+    return invalid_argument("unknown device '{}': expected cpu, opencl:N or cuda:N", id);
+  }
+  if (kind_name.size() < id.size()) {
+    std::string_view digits = id.substr(kind_name.size() + 1);
+    auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), out.index);
+    if (digits.empty() || err != std::errc() || end != digits.data() + digits.size() ||
+        out.index < 0) {
+      return invalid_argument("device '{}': expected a device number after '{}:', e.g. '{}:0'", id,
+                              kind_name, kind_name);
+    }
+  }
+  return out;
+}
+
 std::string Device::id() const {
-  if (kind_ == DeviceKind::kCpu) return "cpu";
-  return fmt::format("{}:{}", device_kind_name(kind_), index_);
+  return DeviceId{kind_, index_}.to_string();
+}
+
+Expected<std::shared_ptr<KernelModule>> Device::build(const KernelImage& image) {
+  Hasher h;
+  h.add_field(image.code);
+  h.add_field(image.options);
+  const std::string key = image.entry + "|" + h.hex_digest();
+  std::lock_guard<std::mutex> lock(modules_mutex_);
+  auto it = modules_.find(key);
+  if (it != modules_.end()) return it->second;
+  Expected<std::shared_ptr<KernelModule>> built = do_build(image);
+  if (!built) return built.status().with_context("building kernel '{}' for {}", image.name, id());
+  modules_.emplace(key, *built);
+  return built;
+}
+
+Status Device::launch(const KernelModule& module, const LaunchGrid& grid,
+                      const std::vector<KernelArgument>& args) {
+  if (&module.device() != this) {
+    return invalid_argument("kernel '{}' was built for {}, not {}", module.name(),
+                            module.device().id(), id());
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelArgument& a = args[i];
+    if (a.kind == KernelArgument::Kind::kScalar) {
+      if (a.size != 4 && a.size != 8)
+        return invalid_argument("kernel '{}': argument {} is a {}-byte scalar (4 or 8 allowed)",
+                                module.name(), i, a.size);
+      continue;
+    }
+    if (a.buffer.handle != nullptr && a.buffer.bytes > 0 && a.offset >= a.buffer.bytes) {
+      return out_of_range("kernel '{}': argument {} starts at byte {} of a {}-byte buffer",
+                          module.name(), i, a.offset, a.buffer.bytes);
+    }
+  }
+  for (int64_t b : grid.blocks) {
+    if (b < 0) return invalid_argument("kernel '{}': negative grid {}", module.name(), b);
+    if (b == 0) return ok_status();
+  }
+  if (grid.threads_per_block < 1)
+    return invalid_argument("kernel '{}': {} threads per block", module.name(),
+                            grid.threads_per_block);
+  return do_launch(module, grid, args).with_context("kernel '{}' on {}", module.name(), id());
 }
 
 Status Device::copy_from_host(DeviceBuffer dst, size_t dst_offset, const void* src, size_t bytes) {
@@ -124,25 +196,10 @@ bool register_backend(DeviceKind kind, BackendEnumerator enumerate) {
 }
 
 Expected<Device*> get_device(std::string_view id) {
-  const std::string_view kind_name = id.substr(0, id.find(':'));
-  DeviceKind kind;
-  if (kind_name == "cpu") {
-    kind = DeviceKind::kCpu;
-  } else if (kind_name == "opencl") {
-    kind = DeviceKind::kOpenCL;
-  } else if (kind_name == "cuda") {
-    kind = DeviceKind::kCuda;
-  } else {
-    return invalid_argument("unknown device '{}': expected cpu, opencl:N or cuda:N", id);
-  }
-  int index = 0;
-  if (kind_name.size() < id.size()) {
-    std::string_view digits = id.substr(kind_name.size() + 1);
-    auto [end, err] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
-    if (digits.empty() || err != std::errc() || end != digits.data() + digits.size() || index < 0) {
-      return invalid_argument("device '{}': expected a device number after '{}:'", id, kind_name);
-    }
-  }
+  TESSEL_ASSIGN_OR_RETURN(DeviceId parsed, parse_device_id(id));
+  const DeviceKind kind = parsed.kind;
+  const int index = parsed.index;
+  const char* kind_name = device_kind_name(kind);
 
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mutex);

@@ -49,6 +49,91 @@ TEST(DeviceRegistry, BadIdsSayWhatIsWrong) {
       << d.status().to_string();
 }
 
+TEST(DeviceId, OneParserForEveryId) {
+  EXPECT_EQ(parse_device_id("cpu").value().to_string(), "cpu");
+  EXPECT_EQ(parse_device_id("cpu:0").value().to_string(), "cpu");
+  DeviceId gpu = parse_device_id("cuda:3").value();
+  EXPECT_EQ(gpu.kind, DeviceKind::kCuda);
+  EXPECT_EQ(gpu.index, 3);
+  EXPECT_EQ(gpu.to_string(), "cuda:3");
+  EXPECT_EQ(parse_device_id("opencl").value().to_string(), "opencl:0");
+  EXPECT_EQ(parse_device_id("opencl:x").status().message(),
+            "device 'opencl:x': expected a device number after 'opencl:', e.g. 'opencl:0'");
+  EXPECT_EQ(parse_device_id("auto").status().code(), Code::kInvalidArgument);
+}
+
+// A kernel by hand in the CPU ABI (one 8-byte slot per parameter; the entry point runs a range
+// of blocks): y[i] = s * x[i] over blocks of 4 elements.
+constexpr const char* kScaleSource = R"(
+#include <cstdint>
+union Arg { void* ptr; int64_t i64; double f64; float f32; int32_t i32; };
+extern "C" void scale_blocks(const Arg* args, int64_t begin, int64_t end) {
+  const float* x = static_cast<const float*>(args[0].ptr);
+  float* y = static_cast<float*>(args[1].ptr);
+  const float s = args[2].f32;
+  const int64_t n = args[3].i64;
+  for (int64_t b = begin; b < end; ++b)
+    for (int64_t i = 4 * b; i < 4 * b + 4 && i < n; ++i) y[i] = s * x[i];
+}
+)";
+
+TEST(CpuDevice, BuildsOnceAndLaunchesWithOffsets) {
+  Device* cpu = cpu_device();
+  const KernelImage image{"scale", "scale_blocks", kScaleSource, ""};
+  Expected<std::shared_ptr<KernelModule>> module = cpu->build(image);
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  EXPECT_EQ(cpu->build(image).value(), *module) << "a second build of one image is the first";
+  EXPECT_FALSE((*module)->ahead_of_time());
+  EXPECT_EQ(&(*module)->device(), cpu);
+
+  const int64_t n = 10;
+  DeviceBuffer x = *cpu->allocator().allocate(64 + n * sizeof(float));
+  DeviceBuffer y = *cpu->allocator().allocate(n * sizeof(float));
+  std::vector<float> values(n);
+  std::iota(values.begin(), values.end(), 1.0f);
+  ASSERT_TRUE(cpu->copy_from_host(x, 64, values.data(), n * sizeof(float)).ok());
+  // x starts 64 bytes into its buffer; 3 blocks of 4 cover 10 elements.
+  std::vector<KernelArgument> args = {KernelArgument::memory(x, 64), KernelArgument::memory(y),
+                                      KernelArgument::scalar(2.5f), KernelArgument::scalar(n)};
+  ASSERT_TRUE(cpu->launch(**module, {{3, 1, 1}, 1}, args).ok());
+  std::vector<float> got(n);
+  ASSERT_TRUE(cpu->copy_to_host(got.data(), y, 0, n * sizeof(float)).ok());
+  for (int64_t i = 0; i < n; ++i)
+    EXPECT_EQ(got[i], 2.5f * values[i]) << i;
+
+  // The CPU's queue is always empty: its events have happened.
+  Expected<std::shared_ptr<Event>> event = cpu->record_event();
+  ASSERT_TRUE(event.ok());
+  EXPECT_TRUE((*event)->wait().ok());
+  EXPECT_TRUE(cpu->wait_event(**event).ok());
+
+  // Mistakes are errors before anything runs.
+  args[0].offset = x.bytes;
+  EXPECT_EQ(cpu->launch(**module, {{3, 1, 1}, 1}, args).code(), Code::kOutOfRange);
+  args[0].offset = 64;
+  args[2].size = 2;
+  EXPECT_EQ(cpu->launch(**module, {{3, 1, 1}, 1}, args).code(), Code::kInvalidArgument);
+  CpuDevice other;
+  EXPECT_EQ(other.launch(**module, {{3, 1, 1}, 1}, args).message(),
+            "kernel 'scale' was built for cpu, not cpu");  // another instance, same id
+  Expected<std::shared_ptr<KernelModule>> broken =
+      cpu->build({"broken", "broken", "this is not C++", ""});
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.status().message().rfind("building kernel 'broken' for cpu", 0), 0u)
+      << broken.status().message();
+  for (DeviceBuffer b : {x, y})
+    cpu->allocator().release(b);
+}
+
+TEST(CpuDevice, LimitsAreThisMachines) {
+  const DeviceLimits l = cpu_device()->limits();
+  EXPECT_EQ(l.max_threads_per_block, 1);
+  EXPECT_GT(l.fast_memory_bytes, 0);
+  EXPECT_GE(l.compute_units, 1);
+  EXPECT_TRUE(l.f64);
+  EXPECT_FALSE(l.gpu);
+}
+
 TEST(CpuDevice, MemoryIsAlignedAndHostAddressable) {
   CpuDevice cpu;
   for (size_t bytes : {1, 100, 1000, 100000}) {

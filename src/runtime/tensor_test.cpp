@@ -29,6 +29,10 @@ class OpaqueDevice final : public Device {
   CachingAllocator& allocator() override { return allocator_; }
   void* host_address(DeviceBuffer) const override { return nullptr; }
   Status synchronize() override { return ok_status(); }
+  DeviceLimits limits() const override { return {}; }
+  Expected<std::shared_ptr<Event>> record_event() override {
+    return unimplemented("memory-only test device");
+  }
   int copies = 0;
 
  protected:
@@ -47,6 +51,14 @@ class OpaqueDevice final : public Device {
     ++copies;
     std::memcpy(static_cast<char*>(dst.handle) + d, static_cast<const char*>(src.handle) + s, n);
     return ok_status();
+  }
+  // Tensor tests run no kernels.
+  Expected<std::shared_ptr<KernelModule>> do_build(const KernelImage&) override {
+    return unimplemented("memory-only test device");
+  }
+  Status do_launch(const KernelModule&, const LaunchGrid&,
+                   const std::vector<KernelArgument>&) override {
+    return unimplemented("memory-only test device");
   }
 
  private:

@@ -71,3 +71,15 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
 }
 
 }  // namespace tessel::tile
+
+namespace tessel::tile {
+
+Expected<Kernel> lower_for_cpu(const Kernel& parsed,
+                               const std::map<std::string, std::string>& params) {
+  CompileOptions o;
+  TESSEL_ASSIGN_OR_RETURN(o.target, target_from_name("cpu"));
+  o.params = params;
+  return compile_ir(parsed, o);
+}
+
+}  // namespace tessel::tile

@@ -25,4 +25,10 @@ struct CompileOptions {
 
 Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& options);
 
+// The pipeline for this CPU with its own numbers (its L2 cache per core bounds the tiles), as the
+// CPU device compiles by default: what tessel_tilec renders for the ahead-of-time library, so the
+// rendered sources, and so the library's lookup keys, are the same.
+Expected<Kernel> lower_for_cpu(const Kernel& parsed,
+                               const std::map<std::string, std::string>& params = {});
+
 }  // namespace tessel::tile

@@ -7,7 +7,6 @@
 
 #include "data/mnist.h"
 #include "ops/kernel_cache.h"
-#include "tile/target_config.h"
 #include "train/config_keys.h"
 
 namespace tessel::train {
@@ -109,29 +108,18 @@ Status parse_sample(const Config& cfg, TrainConfig& out) {
 
 }  // namespace
 
-Expected<std::string> resolve_device_name(const std::string& name, const std::string& source) {
-  if (name == "auto") {
-    return tile::auto_device([](const std::string& kind) {
-      return ops::launches_on(kind == "cuda" ? DeviceKind::kCuda : DeviceKind::kOpenCL);
-    });
-  }
-  static const std::regex pattern("cpu|(opencl|cuda):[0-9]+");
-  if (!std::regex_match(name, pattern))
-    return invalid_argument("{}: key 'device': '{}' is not allowed; allowed: auto, cpu, opencl:N, "
-                            "cuda:N (N = 0, 1, ...)",
-                            source, name);
-  return name;
+Expected<ops::TargetChoice> resolve_train_target(const TrainConfig& config) {
+  return ops::resolve_target(config.target, ops::launches_on);
 }
 
 Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TrainConfig out;
   out.source = cfg.source();
-  TESSEL_TRY(cfg.check_keys({"seed", "device", "model", "data", "optimizer", "schedule", "train",
-                             "sample", "distributed"}));
+  TESSEL_TRY(cfg.check_keys({"seed", "device", "target", "model", "data", "optimizer",
+                             "schedule", "train", "sample", "distributed"}));
   TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
   out.seed = static_cast<uint64_t>(seed);
-  TESSEL_ASSIGN_OR_RETURN(out.device, cfg.get_or<std::string>("device", "auto"));
-  TESSEL_TRY(resolve_device_name(out.device, out.source));
+  TESSEL_ASSIGN_OR_RETURN(out.target, ops::parse_target_setting(cfg));
 
   if (!cfg.has("model")) return invalid_argument("{}: missing table [model]", out.source);
   TESSEL_ASSIGN_OR_RETURN(out.model, cfg.table("model"));

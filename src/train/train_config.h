@@ -2,7 +2,9 @@
 // and every wrong value is an error naming the file, the key and what is allowed.
 //
 //   seed = 1
-//   device = "auto"                   # "auto" | "cpu" | "opencl:N" | "cuda:N"  (resolve_device_name)
+//   [target]    device = "auto"   # "auto" | "cpu" | "opencl:N" | "cuda:N", with per-kind options
+//               [target.opencl] threads = 64 ... (ops/target_config.h; the top-level `device`
+//               key of older configs is the same setting)
 //   [model]     name = "cnn"          # model_registry.h: "mlp" (hidden = [...]) | "cnn" | ...
 //   [data]      name = "fashion_mnist"   path = "/usr/share/datasets/fashion-mnist"
 //               batch_size = 128   eval_batch_size = 1000   (text, synthetic: data_source.h)
@@ -34,6 +36,7 @@
 #include <optional>
 #include <string>
 
+#include "ops/target_config.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/data_source.h"
@@ -69,7 +72,7 @@ struct DistributedConfig {
 struct TrainConfig {
   std::string source;  // the file, for messages
   uint64_t seed = 0;
-  std::string device = "auto";
+  ops::TargetSetting target;  // [target]: the device and the compiler's options for it
   std::optional<Config> model;  // the [model] table, read by the model's factory
   DataConfig data;
   SampleConfig sample;
@@ -94,10 +97,9 @@ struct TrainConfig {
 Expected<TrainConfig> parse_train_config(const Config& config);
 Expected<TrainConfig> load_train_config(const std::string& path);
 
-// "auto" -> the device a run uses: what the [target] table's "auto" picks (the first CUDA
-// device, else the first OpenCL GPU, else the CPU: tile::auto_device), passing over the kinds
-// the op library cannot launch on yet (CUDA today, so a CUDA machine trains on its OpenCL GPU or
-// CPU). Other names are checked to be "cpu", "opencl:N" or "cuda:N".
-Expected<std::string> resolve_device_name(const std::string& name, const std::string& source);
+// The device a run uses and the compiler's options for it: the [target] setting resolved
+// (ops::resolve_target), where "auto" passes over the kinds the op library cannot launch on yet
+// (ops::launches_on). A device that is not here is an error naming the key and what is missing.
+Expected<ops::TargetChoice> resolve_train_target(const TrainConfig& config);
 
 }  // namespace tessel::train

@@ -51,7 +51,8 @@ std::string with(const std::string& from, const std::string& to) {
 TEST(TrainConfig, ReadsTheValuesWritten) {
   TrainConfig c = parse_train_config(Config::parse(kGood, "run.toml").value()).value();
   EXPECT_EQ(c.seed, 7u);
-  EXPECT_EQ(c.device, "cpu");
+  EXPECT_EQ(c.target.device, "cpu");
+  EXPECT_EQ(c.target.key, "device");
   EXPECT_EQ(c.data.name, "fashion_mnist");
   EXPECT_EQ(c.data.path, "/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(c.data.batch_size, 16);
@@ -75,7 +76,7 @@ TEST(TrainConfig, UnknownKeysNameTheKeyAndTheAllowedOnes) {
                         "[optimizer]: name, lr, momentum, dampening, nesterov, weight_decay"));
   EXPECT_THAT(error_of(with("seed = 7", "seeds = 7")),
               HasSubstr("unknown key 'seeds' (did you mean 'seed'?); allowed in the top level: "
-                        "seed, device, model, data, optimizer, schedule, train, sample"));
+                        "seed, device, target, model, data, optimizer, schedule, train, sample"));
   EXPECT_THAT(error_of(with("steps = 100", "step = 100")),
               HasSubstr("unknown key 'train.step' (did you mean 'steps'?)"));
 }
@@ -100,6 +101,27 @@ TEST(TrainConfig, WrongValuesNameTheKeyAndWhatIsAllowed) {
               HasSubstr("key 'optimizer.lr': expected a number, got a string"));
   EXPECT_THAT(error_of(with("[model]\nname = \"mlp\"", "[model]")),
               HasSubstr("missing key 'model.name'"));
+}
+
+// The device is the one [target] setting (ops/target_config.h); the top-level `device` is its
+// older spelling. Form is checked when the file is read; whether the device is here, when the
+// run is made.
+TEST(TrainConfig, TheDeviceIsTheTargetTable) {
+  // [target] goes before [model] (a key after a table header belongs to that table).
+  const std::string opencl = with("device = \"cpu\"\n[model]",
+                                  "[target]\ndevice = \"opencl:1\"\n[target.opencl]\nthreads = "
+                                  "64\n[model]");
+  TrainConfig c = parse_train_config(Config::parse(opencl, "run.toml").value()).value();
+  EXPECT_EQ(c.target.device, "opencl:1");
+  EXPECT_EQ(c.target.key, "target.device");
+  EXPECT_EQ(c.target.options.at(DeviceKind::kOpenCL).threads_per_block, 64);
+
+  EXPECT_EQ(error_of(with("[model]", "[target]\ndevice = \"cpu\"\n[model]")),
+            "run.toml: key 'device': the device is set twice, here and in 'target.device'; keep "
+            "'[target] device' (the top-level 'device' is its older spelling)");
+  EXPECT_EQ(error_of(with("[model]", "[target.cuda]\nthreads = 128\n[model]")),
+            "run.toml: key 'target.cuda': options for cuda devices, but 'device' = \"cpu\" is a "
+            "cpu device; remove the table or change the device");
 }
 
 TEST(TrainConfig, PrecisionIsFp32Bf16OrFp16) {

@@ -81,11 +81,9 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainConfig config, TrainerOp
 
 Status Trainer::build() {
   const TrainConfig& c = config_;
-  TESSEL_ASSIGN_OR_RETURN(std::string device_name, resolve_device_name(c.device, c.source));
-  Expected<Device*> device = get_device(device_name);
-  if (!device.ok())
-    return device.status().with_context("{}: key 'device' = '{}'", c.source, c.device);
-  device_ = *device;
+  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice target, resolve_train_target(c));
+  ops::apply_target(target);
+  device_ = target.device;
   if (c.distributed.enabled) {  // join the job first: the data is cut by rank
     if (options_.process_group) {
       group_ = options_.process_group;

@@ -14,7 +14,7 @@
 
 #include "hw/cuda_devices.h"
 #include "hw/opencl_devices.h"
-#include "tile/target_config.h"
+#include "ops/target_config.h"
 #include "train/testing/trainer_check.h"
 #include "train/trainer.h"
 
@@ -188,12 +188,30 @@ TEST(TrainDevice, AutoIsTheTargetTablesChoiceAmongLaunchableDevices) {
         break;
       }
   }
-  EXPECT_EQ(resolve_device_name("auto", "run.toml").value(), expected);
-  const std::string target = tile::resolve_target_device("auto").value().device;
+  TrainConfig c;
+  EXPECT_EQ(c.target.device, "auto");
+  EXPECT_EQ(resolve_train_target(c).value().device->id(), expected);
+  const std::string target = ops::resolve_target(c.target).value().device->id();
   if (target.rfind("cuda:", 0) != 0) {
     EXPECT_EQ(target, expected);
   }
-  EXPECT_EQ(resolve_device_name("opencl:1", "run.toml").value(), "opencl:1");
+}
+
+// A device that is not here stops the run before anything is built, naming the key and what is
+// missing (Trainer::build resolves the target first).
+TEST(TrainDevice, AnAbsentDeviceNamesTheKeyAndWhatIsMissing) {
+  auto gpus = list_cuda_devices();
+  if (gpus) GTEST_SKIP() << "a CUDA device is present";
+  TrainConfig c;
+  c.target.source = "run.toml";
+  c.target.device = "cuda:0";
+  Expected<ops::TargetChoice> target = resolve_train_target(c);
+  ASSERT_FALSE(target.ok());
+  EXPECT_EQ(target.status().message().rfind(
+                "run.toml: key 'target.device': device 'cuda:0': no CUDA device", 0),
+            0u)
+      << target.status().message();
+  EXPECT_NE(target.status().message().find(gpus.status().message()), std::string::npos);
 }
 
 }  // namespace

@@ -1,11 +1,16 @@
-// CPU device: aligned host allocation under the caching allocator, memcpy copies, and the
-// registration that makes get_device("cpu") work.
+// CPU device: aligned host allocation under the caching allocator, memcpy copies, kernels from
+// the ahead-of-time library or the JIT run on the thread pool, and the registration that makes
+// get_device("cpu") work.
 #include "runtime/cpu/cpu_device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
 #include "hw/cpu_info.h"
+#include "support/thread_pool.h"
+#include "tile/run/cpu_aot.h"
+#include "tile/run/cpu_jit.h"
 
 namespace tessel {
 namespace {
@@ -27,6 +32,66 @@ std::string cpu_name() {
   return model.empty() ? "host CPU" : model;
 }
 
+// A loaded kernel and the shared workspace its blocks use. The CPU kernel ABI (tile/codegen/abi.h,
+// tile/codegen/cpu/abi.h): one 8-byte slot per parameter, the entry point runs a range of
+// blocks; a kernel whose blocks share packed tiles also exports <entry>_workspace (bytes it
+// needs, from the slots) and <entry>_prepare (fills it), and takes the workspace as a last slot.
+class CpuModule final : public KernelModule {
+ public:
+  CpuModule(const Device* device, std::string name, tile::CpuModule module)
+      : KernelModule(device, std::move(name)), module_(std::move(module)) {
+    const std::string& entry = module_.entry_name;
+    workspace_size_ =
+        reinterpret_cast<WorkspaceSize>(tile::module_symbol(module_, entry + "_workspace"));
+    workspace_prepare_ =
+        reinterpret_cast<WorkspacePrepare>(tile::module_symbol(module_, entry + "_prepare"));
+  }
+  ~CpuModule() override { std::free(workspace_); }
+  bool ahead_of_time() const override { return module_.ahead_of_time; }
+
+  Status run(std::vector<tessel_cpu::Arg>& slots, int64_t blocks) const {
+    std::unique_lock<std::mutex> lock;
+    if (workspace_size_) {
+      lock = std::unique_lock<std::mutex>(workspace_mutex_);
+      const int64_t bytes = workspace_size_(slots.data());
+      if (bytes > workspace_bytes_) {
+        std::free(workspace_);
+        workspace_bytes_ = 0;
+        workspace_ = std::aligned_alloc(64, (static_cast<size_t>(bytes) + 63) / 64 * 64);
+        if (!workspace_)
+          return resource_exhausted("no memory for a {}-byte kernel workspace", bytes);
+        workspace_bytes_ = bytes;
+      }
+      workspace_prepare_(slots.data(), workspace_);
+      tessel_cpu::Arg ws;
+      ws.ptr = workspace_;
+      slots.push_back(ws);
+    }
+    const tessel_cpu::Arg* args = slots.data();
+    tessel_cpu::KernelEntry entry = module_.entry;
+    // One block per chunk: blocks are big, and uneven ones (ragged edges) balance that way.
+    ThreadPool::global().parallel_for(
+        blocks, 1, [&](int64_t begin, int64_t end) { entry(args, begin, end); });
+    return ok_status();
+  }
+
+ private:
+  using WorkspaceSize = int64_t (*)(const tessel_cpu::Arg*);
+  using WorkspacePrepare = void (*)(const tessel_cpu::Arg*, void*);
+  tile::CpuModule module_;
+  WorkspaceSize workspace_size_ = nullptr;
+  WorkspacePrepare workspace_prepare_ = nullptr;
+  mutable std::mutex workspace_mutex_;  // one launch at a time uses the workspace
+  mutable void* workspace_ = nullptr;
+  mutable int64_t workspace_bytes_ = 0;
+};
+
+// Nothing is ever queued on the CPU: every event has happened.
+class DoneEvent final : public Event {
+ public:
+  Status wait() const override { return ok_status(); }
+};
+
 [[maybe_unused]] const bool kRegistered = register_backend(DeviceKind::kCpu, [] {
   std::vector<std::unique_ptr<Device>> devices;
   devices.push_back(std::make_unique<CpuDevice>());
@@ -42,6 +107,52 @@ CpuDevice::CpuDevice(size_t max_cached_bytes)
 size_t CpuDevice::default_cache_limit() {
   const int64_t memory = host_cpu_info().memory_bytes;
   return memory > 0 ? static_cast<size_t>(memory / 4) : CachingAllocator::kUnlimited;
+}
+
+DeviceLimits CpuDevice::limits() const {
+  const CpuInfo& cpu = host_cpu_info();
+  DeviceLimits l;
+  l.memory_bytes = cpu.memory_bytes;
+  l.fast_memory_bytes = cpu.caches.l2_bytes > 0 ? cpu.caches.l2_bytes : 1 << 20;
+  l.max_threads_per_block = 1;
+  l.compute_units = std::max(1, cpu.topology.usable_cores);
+  l.f64 = true;
+  return l;
+}
+
+Expected<std::shared_ptr<Event>> CpuDevice::record_event() {
+  return std::shared_ptr<Event>(std::make_shared<DoneEvent>());
+}
+
+Expected<std::shared_ptr<KernelModule>> CpuDevice::do_build(const KernelImage& image) {
+  tile::CpuIsa isa = tile::host_cpu_isa();
+  if (!image.options.empty()) {
+    TESSEL_ASSIGN_OR_RETURN(isa, tile::cpu_isa_named(image.options));
+  }
+  Expected<tile::CpuModule> module = tile::aot_cpu_module(image.code, isa);
+  if (!module) {
+    tile::CpuJitOptions jit;
+    jit.isa = isa;
+    module = tile::jit_compile_cpu(image.code, image.entry, jit);
+  }
+  if (!module) return module.status();
+  return std::shared_ptr<KernelModule>(
+      std::make_shared<CpuModule>(this, image.name, std::move(*module)));
+}
+
+Status CpuDevice::do_launch(const KernelModule& module, const LaunchGrid& grid,
+                            const std::vector<KernelArgument>& args) {
+  std::vector<tessel_cpu::Arg> slots(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    const KernelArgument& a = args[i];
+    if (a.kind == KernelArgument::Kind::kBuffer) {
+      slots[i].ptr = a.buffer.handle ? static_cast<char*>(a.buffer.handle) + a.offset : nullptr;
+    } else {
+      std::memcpy(&slots[i], a.bytes.data(), a.size);
+    }
+  }
+  return static_cast<const CpuModule&>(module).run(
+      slots, grid.blocks[0] * grid.blocks[1] * grid.blocks[2]);
 }
 
 Status CpuDevice::do_copy_from_host(DeviceBuffer dst, size_t dst_offset, const void* src,

@@ -1,5 +1,8 @@
 // The CPU as a tessel device: memory is 64-byte aligned host memory (a cache line, and the width
-// of an AVX-512 register), copies are memcpy, and there is nothing to wait for.
+// of an AVX-512 register), copies are memcpy, and there is nothing to wait for. Kernels are C++
+// (tile/codegen/cpu) taken from the build's ahead-of-time library when it has them, else compiled
+// by the JIT (tile/run/cpu_jit.h, cached on disk); a launch runs the grid's blocks on the thread
+// pool and returns when they are done, so the queue is always empty.
 //
 //   Device* cpu = cpu_device();              // the registered one (runtime/device.h)
 //   CpuDevice scratch;                       // or a private one, e.g. for tests
@@ -19,6 +22,8 @@ class CpuDevice final : public Device {
   CachingAllocator& allocator() override { return allocator_; }
   void* host_address(DeviceBuffer buffer) const override { return buffer.handle; }
   Status synchronize() override { return ok_status(); }
+  DeviceLimits limits() const override;
+  Expected<std::shared_ptr<Event>> record_event() override;
 
   static size_t default_cache_limit();
 
@@ -28,6 +33,9 @@ class CpuDevice final : public Device {
   Status do_copy_to_host(void* dst, DeviceBuffer src, size_t src_offset, size_t bytes) override;
   Status do_copy_on_device(DeviceBuffer dst, size_t dst_offset, DeviceBuffer src, size_t src_offset,
                            size_t bytes) override;
+  Expected<std::shared_ptr<KernelModule>> do_build(const KernelImage& image) override;
+  Status do_launch(const KernelModule& module, const LaunchGrid& grid,
+                   const std::vector<KernelArgument>& args) override;
 
  private:
   CachingAllocator allocator_;

@@ -42,6 +42,36 @@ Status CudaDevice::do_copy_on_device(DeviceBuffer dst, size_t dst_offset, Device
       .with_context("{}", id());
 }
 
+DeviceLimits CudaDevice::limits() const {
+  const CudaDeviceInfo& d = context_->info();
+  DeviceLimits l;
+  l.memory_bytes = d.total_mem_bytes;
+  l.fast_memory_bytes = d.shared_mem_per_block_bytes > 0 ? d.shared_mem_per_block_bytes : 48 << 10;
+  l.max_threads_per_block = d.max_threads_per_block > 0 ? d.max_threads_per_block : 1024;
+  l.compute_units = d.multiprocessors > 0 ? d.multiprocessors : 1;
+  l.f64 = true;
+  l.compute_capability = 10 * d.compute_major + d.compute_minor;
+  l.gpu = true;
+  return l;
+}
+
+// ---- Minimal stand-ins so that the Device interface compiles; helper `cuda` fills these in. ----
+
+Expected<std::shared_ptr<Event>> CudaDevice::record_event() {
+  return unimplemented("{}: events are not wired yet (issue 10, part 3)", id());
+}
+
+Expected<std::shared_ptr<KernelModule>> CudaDevice::do_build(const KernelImage& image) {
+  return unimplemented("{}: kernel '{}': building kernels is not wired yet (issue 10, part 3)",
+                       id(), image.name);
+}
+
+Status CudaDevice::do_launch(const KernelModule& module, const LaunchGrid&,
+                             const std::vector<KernelArgument>&) {
+  return unimplemented("{}: kernel '{}': launching is not wired yet (issue 10, part 3)", id(),
+                       module.name());
+}
+
 Expected<std::vector<std::unique_ptr<Device>>> enumerate_cuda_devices() {
   TESSEL_ASSIGN_OR_RETURN(std::vector<CudaDeviceInfo> infos, list_cuda_devices());
   std::vector<std::unique_ptr<Device>> devices;

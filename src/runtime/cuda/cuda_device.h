@@ -21,6 +21,9 @@ class CudaDevice final : public Device {
   CachingAllocator& allocator() override { return allocator_; }
   void* host_address(DeviceBuffer) const override { return nullptr; }
   Status synchronize() override { return context_->synchronize(); }
+  DeviceLimits limits() const override;
+  // TODO(cuda, issue 10 part 3): events on the stream (cuEventRecord / cuStreamWaitEvent).
+  Expected<std::shared_ptr<Event>> record_event() override;
 
   // For loading modules and launching kernels on this device's stream (cuda_context.h).
   const std::shared_ptr<CudaContext>& context() const { return context_; }
@@ -31,6 +34,11 @@ class CudaDevice final : public Device {
   Status do_copy_to_host(void* dst, DeviceBuffer src, size_t src_offset, size_t bytes) override;
   Status do_copy_on_device(DeviceBuffer dst, size_t dst_offset, DeviceBuffer src, size_t src_offset,
                            size_t bytes) override;
+  // TODO(cuda, issue 10 part 3): NVRTC -> PTX for the device's compute capability, module load,
+  // cuLaunchKernel on the device's stream. Until then both return unimplemented.
+  Expected<std::shared_ptr<KernelModule>> do_build(const KernelImage& image) override;
+  Status do_launch(const KernelModule& module, const LaunchGrid& grid,
+                   const std::vector<KernelArgument>& args) override;
 
  private:
   std::shared_ptr<CudaContext> context_;  // declared first: the allocator frees through it

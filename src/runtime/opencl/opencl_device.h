@@ -1,18 +1,19 @@
-// An OpenCL device as a tessel Device (runtime/device.h): memory is cl_mem buffers from the
-// device's caching allocator, copies go through its in-order queue. Registered as "opencl:N", N
-// counting the devices that opened, across platforms in the ICD loader's order (the order of
-// `tessel info`).
+// An OpenCL device as a tessel Device (runtime/device.h): one context and one in-order queue;
+// memory is cl_mem buffers from the device's caching allocator; kernels are OpenCL C built by the
+// driver (opencl_program.h); launches and device copies are queued and never waited for, events
+// are markers. Registered as "opencl:N", N counting the devices that opened, across platforms in
+// the ICD loader's order (the order of `tessel info`).
 //
 //   TESSEL_ASSIGN_OR_RETURN(Device* dev, get_device("opencl:0"));
-//   auto* cl = static_cast<OpenClDevice*>(dev);
-//   TESSEL_ASSIGN_OR_RETURN(OpenClProgram p, OpenClProgram::build(cl->context(), src, "", "k.cl"));
-//   kernel.set_arg(0, opencl_mem(buffer));
+//   TESSEL_ASSIGN_OR_RETURN(auto module, dev->build({"add", "add", opencl_c_source, ""}));
+//   TESSEL_TRY(dev->launch(*module, {{groups, 1, 1}, 64}, {KernelArgument::memory(buffer), ...}));
 #pragma once
 
 #include <memory>
 
 #include "runtime/device.h"
 #include "runtime/opencl/opencl_context.h"
+#include "runtime/opencl/opencl_program.h"
 
 namespace tessel {
 
@@ -26,8 +27,11 @@ class OpenClDevice final : public Device {
   // cl_mem buffers have no host address, even on a CPU device (that would need a map).
   void* host_address(DeviceBuffer) const override { return nullptr; }
   Status synchronize() override { return context_->finish(); }
+  DeviceLimits limits() const override;
+  Expected<std::shared_ptr<Event>> record_event() override;
+  Status wait_event(const Event& event) override;
 
-  // For building programs and launching kernels on this device's queue (opencl_program.h).
+  // The context and queue, for tests and tools that talk to OpenCL directly.
   const std::shared_ptr<OpenClContext>& context() const { return context_; }
 
  protected:
@@ -36,6 +40,9 @@ class OpenClDevice final : public Device {
   Status do_copy_to_host(void* dst, DeviceBuffer src, size_t src_offset, size_t bytes) override;
   Status do_copy_on_device(DeviceBuffer dst, size_t dst_offset, DeviceBuffer src, size_t src_offset,
                            size_t bytes) override;
+  Expected<std::shared_ptr<KernelModule>> do_build(const KernelImage& image) override;
+  Status do_launch(const KernelModule& module, const LaunchGrid& grid,
+                   const std::vector<KernelArgument>& args) override;
 
  private:
   std::shared_ptr<OpenClContext> context_;  // declared first: the allocator frees through it

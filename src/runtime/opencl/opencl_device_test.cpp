@@ -1,6 +1,7 @@
 // The OpenCL Device on this machine's OpenCL device (PoCL in CI): registry lookup, copies with
 // offsets in every direction checked against the same moves done on a host array, range errors,
-// and the caching allocator's statistics through the device.
+// the caching allocator's statistics through the device, building and launching kernels with
+// buffer + offset arguments, events across queues, and the limits the compiler targets.
 #include "runtime/opencl/opencl_device.h"
 
 #include "runtime/opencl/opencl_program.h"
@@ -113,14 +114,16 @@ TEST(OpenClDevice, AllocatorStatisticsCountDeviceMemory) {
   EXPECT_EQ(s.raw_frees, 2);
 }
 
-TEST(OpenClDevice, RunsAKernelOnItsBuffersAtAnOffset) {
-  // The path generated kernels take: device buffers in, a program built on the device's context,
-  // a launch on its queue, results copied back. The output lands at an element offset passed as a
-  // kernel argument, since a cl_mem cannot be offset like a pointer.
+TEST(OpenClDevice, BuildsOnceAndLaunchesOnItsQueueWithOffsets) {
+  // The path generated kernels take (runtime/device.h): an image built once by the device, a
+  // launch queued with buffer + byte offset and scalar arguments, results read back after it.
+  // The output lands at an element offset passed as an argument (as the tile ABI does), one
+  // input starts at a byte offset of its buffer (a sub-buffer for the launch).
   Expected<Device*> got = get_device("opencl:0");
   if (!got.ok()) GTEST_SKIP() << got.status().to_string();
-  auto* dev = static_cast<OpenClDevice*>(*got);
+  Device* dev = *got;
   const int n = 777, out_offset = 5;
+  const size_t a_offset = 4096;  // a multiple of every device's base address alignment
   // 2*a is exact for these values, so the device may or may not fuse the multiply-add (OpenCL C
   // allows it) and the host's answer is still bit-for-bit the same.
   std::vector<float> a(n), b(n);
@@ -128,32 +131,84 @@ TEST(OpenClDevice, RunsAKernelOnItsBuffersAtAnOffset) {
     a[i] = static_cast<float>(i) * 0.25f;
     b[i] = static_cast<float>(3 * i) - 100.0f;
   }
-  DeviceBuffer da = *dev->allocator().allocate(n * sizeof(float));
+  DeviceBuffer da = *dev->allocator().allocate(a_offset + n * sizeof(float));
   DeviceBuffer db = *dev->allocator().allocate(n * sizeof(float));
   DeviceBuffer dc = *dev->allocator().allocate((n + out_offset) * sizeof(float));
-  ASSERT_TRUE(dev->copy_from_host(da, 0, a.data(), n * sizeof(float)).ok());
+  ASSERT_TRUE(dev->copy_from_host(da, a_offset, a.data(), n * sizeof(float)).ok());
   ASSERT_TRUE(dev->copy_from_host(db, 0, b.data(), n * sizeof(float)).ok());
 
-  const char* source = R"(
+  const KernelImage image{"axpb", "axpb", R"(
 __kernel void axpb(__global const float* a, __global const float* b, __global float* c,
-                   const int offset, const int n) {
+                   const long offset, const int n) {
   int i = get_global_id(0);
   if (i < n) c[offset + i] = 2.0f * a[i] + b[i];
-})";
-  Expected<OpenClProgram> program = OpenClProgram::build(dev->context(), source, "", "axpb.cl");
-  ASSERT_TRUE(program.ok()) << program.status().to_string();
-  Expected<OpenClKernel> kernel = program->kernel("axpb");
-  ASSERT_TRUE(kernel.ok());
-  ASSERT_TRUE(kernel->set_args(opencl_mem(da), opencl_mem(db), opencl_mem(dc), out_offset, n).ok());
-  ASSERT_TRUE(kernel->launch({800}, {32}).ok());
-  ASSERT_TRUE(dev->synchronize().ok());
+})",
+                          "-cl-std=CL1.2"};
+  Expected<std::shared_ptr<KernelModule>> module = dev->build(image);
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  EXPECT_EQ(dev->build(image).value(), *module) << "a second build of one image is the first";
+  const std::vector<KernelArgument> args = {
+      KernelArgument::memory(da, a_offset), KernelArgument::memory(db),
+      KernelArgument::memory(dc), KernelArgument::scalar<int64_t>(out_offset),
+      KernelArgument::scalar<int32_t>(n)};
+  ASSERT_TRUE(dev->launch(**module, {{25, 1, 1}, 32}, args).ok());
 
   std::vector<float> c(n);
   ASSERT_TRUE(dev->copy_to_host(c.data(), dc, out_offset * sizeof(float), n * sizeof(float)).ok());
   for (int i = 0; i < n; ++i)
     ASSERT_EQ(c[i], 2.0f * a[i] + b[i]) << "at " << i;
+
+  // Mistakes: a module of another device, an offset past the buffer, a build error's log.
+  std::vector<KernelArgument> past = args;
+  past[0].offset = da.bytes;
+  EXPECT_EQ(dev->launch(**module, {{25, 1, 1}, 32}, past).code(), Code::kOutOfRange);
+  Expected<std::shared_ptr<KernelModule>> broken =
+      dev->build({"broken", "broken", "__kernel void broken() { nonsense }", ""});
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.status().message().find("building kernel 'broken' for opencl:0"),
+            std::string::npos)
+      << broken.status().message();
   for (DeviceBuffer buf : {da, db, dc})
     dev->allocator().release(buf);
+}
+
+TEST(OpenClDevice, EventsOrderWorkAcrossQueues) {
+  Expected<Device*> got = get_device("opencl:0");
+  if (!got.ok()) GTEST_SKIP() << got.status().to_string();
+  Device* dev = *got;
+  const int n = 1 << 16;
+  std::vector<float> host(n, 3.0f), back(n, 0.0f);
+  DeviceBuffer src = *dev->allocator().allocate(n * sizeof(float));
+  DeviceBuffer dst = *dev->allocator().allocate(n * sizeof(float));
+  ASSERT_TRUE(dev->copy_from_host(src, 0, host.data(), n * sizeof(float)).ok());
+  ASSERT_TRUE(dev->copy_on_device(dst, 0, src, 0, n * sizeof(float)).ok());  // queued
+  Expected<std::shared_ptr<Event>> copied = dev->record_event();
+  ASSERT_TRUE(copied.ok()) << copied.status().to_string();
+  // The CPU's queue (and the host) wait for it; then the copy's bytes are there.
+  ASSERT_TRUE(cpu_device()->wait_event(**copied).ok());
+  ASSERT_TRUE((*copied)->wait().ok());
+  ASSERT_TRUE(dev->wait_event(**copied).ok());  // its own queue: a barrier, no host wait
+  ASSERT_TRUE(dev->copy_to_host(back.data(), dst, 0, n * sizeof(float)).ok());
+  EXPECT_EQ(back, host);
+  // And the other way: an event of the CPU (whose work is always done) in this queue.
+  ASSERT_TRUE(dev->wait_event(*cpu_device()->record_event().value()).ok());
+  ASSERT_TRUE(dev->synchronize().ok());
+  for (DeviceBuffer buf : {src, dst})
+    dev->allocator().release(buf);
+}
+
+TEST(OpenClDevice, LimitsAreTheDevicesOwn) {
+  Expected<std::vector<OpenClDeviceInfo>> infos = list_opencl_devices();
+  Expected<Device*> got = get_device("opencl:0");
+  if (!got.ok() || !infos || infos->empty()) GTEST_SKIP() << "no OpenCL device here";
+  const DeviceLimits l = (*got)->limits();
+  const OpenClDeviceInfo& info = infos->front();
+  EXPECT_EQ(l.memory_bytes, static_cast<int64_t>(info.global_mem_bytes));
+  EXPECT_EQ(l.fast_memory_bytes, static_cast<int64_t>(info.local_mem_bytes));
+  EXPECT_EQ(static_cast<size_t>(l.max_threads_per_block), info.max_work_group_size);
+  EXPECT_EQ(l.compute_units, static_cast<int>(info.compute_units));
+  EXPECT_EQ(l.f64, info.fp64);
+  EXPECT_EQ(l.gpu, info.type == "gpu");
 }
 
 }  // namespace

@@ -61,6 +61,8 @@ class OpenClKernel {
   Status set_local_arg(unsigned index, std::size_t bytes) {
     return set_arg_bytes(index, bytes, nullptr);
   }
+  // `bytes` bytes at `value` as argument `index`.
+  Status set_arg_bytes(unsigned index, std::size_t bytes, const void* value);
   // All arguments in order, from index 0.
   template <typename... Args>
   Status set_args(const Args&... args) {
@@ -86,7 +88,6 @@ class OpenClKernel {
  private:
   friend class OpenClProgram;
   OpenClKernel() = default;
-  Status set_arg_bytes(unsigned index, std::size_t bytes, const void* value);
   std::shared_ptr<OpenClContext> context_;
   cl_kernel kernel_ = nullptr;
   std::string name_;

@@ -8,9 +8,11 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "ops/device_kernel.h"
+#include "runtime/cpu/cpu_device.h"
 #include "tile/codegen/cpu/cpu_renderer.h"
 #include "tile/parse/parser.h"
-#include "tile/run/cpu_kernel.h"
+#include "tile/pipeline.h"
 #include "tile/run/test_util.h"
 
 namespace tessel::tile {
@@ -20,16 +22,25 @@ using testing::expect_close;
 using testing::kernels_dir;
 using testing::random_floats;
 
-// A JIT cache of its own, empty, so that any compile the JIT does leaves a file there.
+// A CPU device of its own (no kernels built yet) and a JIT cache of its own, empty, so that any
+// compile the JIT does leaves a file there.
 class CpuAotTest : public ::testing::Test {
  protected:
   void SetUp() override {
     char pattern[] = "/tmp/tessel-aot-test-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     cache_ = pattern;
-    jit_.cache_dir = cache_;
+    if (const char* old = std::getenv("TESSEL_CACHE_DIR")) old_cache_ = old;
+    ::setenv("TESSEL_CACHE_DIR", cache_.c_str(), 1);
   }
-  void TearDown() override { std::filesystem::remove_all(cache_); }
+  void TearDown() override {
+    if (old_cache_.empty()) {
+      ::unsetenv("TESSEL_CACHE_DIR");
+    } else {
+      ::setenv("TESSEL_CACHE_DIR", old_cache_.c_str(), 1);
+    }
+    std::filesystem::remove_all(cache_);
+  }
 
   bool jit_compiled_anything() const {
     std::filesystem::path dir = std::filesystem::path(cache_) / "kernels";
@@ -45,8 +56,8 @@ class CpuAotTest : public ::testing::Test {
     return {};
   }
 
-  std::string cache_;
-  CpuJitOptions jit_;
+  std::string cache_, old_cache_;
+  CpuDevice device_;
 };
 
 // C = A @ B in double over the values the kernel sees (bf16-rounded when `bf16`).
@@ -68,9 +79,9 @@ TEST_F(CpuAotTest, DefaultGemmComesFromTheBuildAndMatchesTheReference) {
   for (const char* dtype : {"f32", "bf16"}) {
     SCOPED_TRACE(dtype);
     const bool bf16 = std::string(dtype) == "bf16";
-    Expected<CpuKernel> kernel = CpuKernel::compile(gemm, {{"T", dtype}}, jit_);
+    Expected<ops::DeviceKernel> kernel = ops::DeviceKernel::compile(gemm, &device_, {{"T", dtype}});
     ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
-    EXPECT_TRUE(kernel->module().ahead_of_time) << kernel->module().library_path;
+    EXPECT_TRUE(kernel->ahead_of_time());
     EXPECT_FALSE(jit_compiled_anything());
 
     std::vector<float> av = a, bv = b;
@@ -94,9 +105,10 @@ TEST_F(CpuAotTest, DefaultGemmComesFromTheBuildAndMatchesTheReference) {
 
 TEST_F(CpuAotTest, UnlistedSpecialisationGoesThroughTheJit) {
   Kernel unary = parse("elementwise.tile", "unary");
-  Expected<CpuKernel> kernel = CpuKernel::compile(unary, {{"T", "f32"}, {"OP", "5"}}, jit_);  // exp
+  Expected<ops::DeviceKernel> kernel =
+      ops::DeviceKernel::compile(unary, &device_, {{"T", "f32"}, {"OP", "5"}});  // exp
   ASSERT_TRUE(kernel.ok()) << kernel.status().to_string();
-  EXPECT_FALSE(kernel->module().ahead_of_time);
+  EXPECT_FALSE(kernel->ahead_of_time());
   EXPECT_TRUE(jit_compiled_anything());
   std::vector<float> x = random_floats(37, 3), y(37, 0.0f);
   ASSERT_TRUE(kernel->launch({TensorArg{x.data(), ScalarType::kF32, {1, 1, 37}, {}, 0},

@@ -200,16 +200,16 @@ TEST(GemmKernel, ViewsAtAnOffsetIntoLargerBuffers) {
 }
 
 TEST(GemmKernel, LaunchErrorsNameTheArgument) {
-  auto k = CpuKernel::compile(gemm_source(), kSmallTiles);
+  auto k = testing::cpu_launcher(gemm_source(), kSmallTiles);
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   std::vector<float> a(6), b(6), c(4);
   TensorArg ta{a.data(), ScalarType::kF32, {2, 3}, {}}, tb{b.data(), ScalarType::kF32, {2, 3}, {}};
   TensorArg tc{c.data(), ScalarType::kF32, {2, 2}, {}}, tbias{nullptr, ScalarType::kF32, {2}, {}};
-  EXPECT_EQ(k->launch({ta, tb, tc, tbias, 1.0, 0.0}).message(), "kernel 'gemm': size K is 3 in 'A' but 2 in 'B'");
-  EXPECT_EQ(k->launch({ta, tb, tc, tbias, 1.0}).message(),
+  EXPECT_EQ((*k)({ta, tb, tc, tbias, 1.0, 0.0}).message(), "kernel 'gemm': size K is 3 in 'A' but 2 in 'B'");
+  EXPECT_EQ((*k)({ta, tb, tc, tbias, 1.0}).message(),
             "kernel 'gemm' takes 6 arguments (A, B, C, bias, alpha, beta), got 5");
   TensorArg wrong{b.data(), ScalarType::kBF16, {3, 2}, {}};
-  EXPECT_EQ(k->launch({ta, wrong, tc, tbias, 1.0, 0.0}).message(), "kernel 'gemm': argument 'B' must hold f32, got bf16");
+  EXPECT_EQ((*k)({ta, wrong, tc, tbias, 1.0, 0.0}).message(), "kernel 'gemm': argument 'B' must hold f32, got bf16");
 }
 
 }  // namespace

@@ -1,20 +1,22 @@
-// The backends kernel tests run on: the CPU always, OpenCL when a device opens (PoCL here).
-// A test passes host pointers; an OpenCL launch copies each tensor to a device buffer and every
-// buffer back afterwards, so one test body checks every backend against the same reference.
+// The devices tile kernel tests run on: every device here (the CPU always, OpenCL where a device
+// opens, CUDA where there is a GPU), each through its runtime::Device (ops/device_kernel.h: the
+// device's target, its renderer, its build, a launch on its queue). A test passes host memory: on
+// a device the host cannot address, a launch copies each tensor to a buffer of the device, and
+// every buffer back afterwards, so one test body checks every device against the same reference.
 #pragma once
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "ops/device_kernel.h"
+#include "runtime/device.h"
 #include "support/status.h"
 #include "tile/ir/ir.h"
-#include "support/log.h"
 #include "tile/run/bind.h"
-#include "tile/run/cpu_kernel.h"
-#include "tile/run/opencl_kernel.h"
 
 namespace tessel::tile::testing {
 
@@ -22,11 +24,9 @@ using Launcher = std::function<Status(const std::vector<LaunchArg>&)>;
 using Params = std::map<std::string, std::string>;
 
 struct Backend {
-  std::string name;  // "cpu", "opencl"
+  std::string name;  // the device's id: "cpu", "opencl:0"
   std::function<Expected<Launcher>(const Kernel&, const Params&)> compile;
 };
-
-
 
 namespace detail {
 
@@ -43,58 +43,69 @@ inline size_t span(const TensorArg& t) {
   return n;
 }
 
-inline Expected<Launcher> opencl_launcher(std::shared_ptr<OpenClDevice> dev, const Kernel& k, const Params& p) {
-  auto compiled = OpenClKernel::compile(k, dev, p);
-  if (!compiled) return compiled.status();
-  auto kernel = std::make_shared<OpenClKernel>(std::move(*compiled));
-  return Launcher([dev, kernel](const std::vector<LaunchArg>& args) -> Status {
-    const OpenClApi* cl = dev->api;
-    std::vector<LaunchArg> device_args = args;
-    std::vector<std::pair<cl_mem, std::pair<void*, size_t>>> buffers;
-    auto release = [&] {
-      for (auto& b : buffers) cl->clReleaseMemObject(b.first);
-    };
-    for (LaunchArg& a : device_args) {
-      TensorArg* t = std::get_if<TensorArg>(&a);
-      if (!t || !t->data) continue;
-      size_t bytes = std::max<size_t>(1, (static_cast<size_t>(t->offset) + span(*t)) * DType(t->dtype).bytes());
-      cl_int err = CL_SUCCESS;
-      cl_mem mem = cl->clCreateBuffer(dev->context, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, bytes, t->data, &err);
-      if (err != CL_SUCCESS) {
-        release();
-        return opencl_check(err, "clCreateBuffer");
-      }
-      buffers.push_back({mem, {t->data, bytes}});
-      t->data = mem;
+// Host tensors through device buffers: copied in, launched, copied back, released.
+inline Status launch_through_buffers(Device* device, const ops::DeviceKernel& kernel,
+                                     const std::vector<LaunchArg>& args) {
+  std::vector<LaunchArg> device_args = args;
+  struct Staged {
+    DeviceBuffer buffer;
+    void* host;
+    size_t bytes;
+  };
+  std::vector<Staged> staged;
+  auto release = [&] {
+    for (const Staged& s : staged) device->allocator().release(s.buffer);
+  };
+  Status status;
+  for (LaunchArg& a : device_args) {
+    TensorArg* t = std::get_if<TensorArg>(&a);
+    if (!t || !t->data) continue;
+    const size_t bytes = std::max<size_t>(
+        1, (static_cast<size_t>(t->offset) + span(*t)) * DType(t->dtype).bytes());
+    Expected<DeviceBuffer> buffer = device->allocator().allocate(bytes);
+    if (!buffer) {
+      release();
+      return buffer.status();
     }
-    Status s = kernel->launch(device_args);
-    for (auto& [mem, host] : buffers)
-      if (s.ok())
-        s = opencl_check(cl->clEnqueueReadBuffer(dev->queue, mem, CL_TRUE, 0, host.second, host.first, 0, nullptr, nullptr),
-                         "clEnqueueReadBuffer");
-    release();
-    return s;
-  });
+    staged.push_back({*buffer, t->data, bytes});
+    status = device->copy_from_host(*buffer, 0, t->data, bytes);
+    if (!status.ok()) break;
+    t->data = buffer->handle;
+  }
+  if (status.ok()) status = kernel.launch(device_args);
+  for (const Staged& s : staged)
+    if (status.ok()) status = device->copy_to_host(s.host, s.buffer, 0, s.bytes);
+  release();
+  return status;
 }
 
 }  // namespace detail
 
-// Every backend present on this machine.
+// `k` compiled for `device`; the launcher takes host memory.
+inline Expected<Launcher> device_launcher(Device* device, const Kernel& k, const Params& p) {
+  Expected<ops::DeviceKernel> compiled = ops::DeviceKernel::compile(k, device, p);
+  if (!compiled) return compiled.status();
+  auto kernel = std::make_shared<ops::DeviceKernel>(std::move(*compiled));
+  if (device->kind() == DeviceKind::kCpu)  // host memory is device memory
+    return Launcher([kernel](const std::vector<LaunchArg>& a) { return kernel->launch(a); });
+  return Launcher([device, kernel](const std::vector<LaunchArg>& a) {
+    return detail::launch_through_buffers(device, *kernel, a);
+  });
+}
+
+// `k` on the CPU device.
+inline Expected<Launcher> cpu_launcher(const Kernel& k, const Params& p = {}) {
+  return device_launcher(cpu_device(), k, p);
+}
+
+// Every device present on this machine, the CPU first.
 inline const std::vector<Backend>& test_backends() {
   static const std::vector<Backend> backends = [] {
     std::vector<Backend> list;
-    list.push_back({"cpu", [](const Kernel& k, const Params& p) -> Expected<Launcher> {
-                      auto compiled = CpuKernel::compile(k, p);
-                      if (!compiled) return compiled.status();
-                      auto kernel = std::make_shared<CpuKernel>(std::move(*compiled));
-                      return Launcher([kernel](const std::vector<LaunchArg>& a) { return kernel->launch(a); });
-                    }});
-    auto dev = open_opencl_device(0);
-    if (dev.ok()) {
-      std::shared_ptr<OpenClDevice> d = *dev;
-      list.push_back({"opencl", [d](const Kernel& k, const Params& p) { return detail::opencl_launcher(d, k, p); }});
-    } else {
-      log_warn("tile tests: no OpenCL device, testing the cpu backend only: {}", dev.status().to_string());
+    for (Device* d : available_devices()) {
+      list.push_back({d->id(), [d](const Kernel& k, const Params& p) {
+                        return device_launcher(d, k, p);
+                      }});
     }
     return list;
   }();

@@ -1,7 +1,7 @@
 // tessel_tilec: the build step that renders the op library's most used kernels for the CPU
 // ahead of time (tile/run/cpu_aot.h). It reads a list of specialisations, one per line
 // ("gemm T=bf16 U=f32"; '#' starts a comment), lowers each kernel of kernels/*.tile with those
-// compile-time parameters exactly as CpuKernel does at run time, and writes OUT_DIR/aot_<i>.cpp
+// compile-time parameters exactly as the CPU device does at run time (ops/device_kernel.h), and writes OUT_DIR/aot_<i>.cpp
 // for the i-th line: the rendered C++ with the entry point renamed after the hash of the source
 // the run time will render, so that the run time finds it by rendering, not by parameters.
 //
@@ -18,7 +18,7 @@
 #include "tile/codegen/cpu/cpu_renderer.h"
 #include "tile/parse/parser.h"
 #include "tile/run/cpu_aot.h"
-#include "tile/run/cpu_kernel.h"
+#include "tile/pipeline.h"
 
 namespace {
 

@@ -6,7 +6,8 @@
 
 #include "tile/codegen/cpu/cpu_renderer.h"
 #include "tile/parse/parser.h"
-#include "tile/run/cpu_kernel.h"
+#include "tile/pipeline.h"
+#include "tile/run/test_backends.h"
 
 namespace tessel::tile {
 namespace {
@@ -61,7 +62,7 @@ kernel guarded(X: i64[N], Y: i64[N], d: i64) {
 // Both versions of the loop give the same results: a contiguous X, and one whose pairs are
 // spread out (strides 9, 3, 2).
 TEST(CpuRenderer, PairsKernelIsRightForAnyStrides) {
-  Expected<CpuKernel> k = CpuKernel::compile(parse_kernel(kPairs, "test.tile").value());
+  Expected<testing::Launcher> k = testing::cpu_launcher(parse_kernel(kPairs, "test.tile").value());
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   const int64_t rows = 2, n = 3;
   for (bool spread : {false, true}) {
@@ -74,8 +75,8 @@ TEST(CpuRenderer, PairsKernelIsRightForAnyStrides) {
       for (int64_t i = 0; i < n; ++i)
         for (int64_t e = 0; e < 2; ++e)
           x[r * strides[0] + i * strides[1] + e * strides[2]] = pairs[r * n + i][e];
-    ASSERT_TRUE(k->launch({TensorArg{x.data(), ScalarType::kF32, {rows, n, 2}, strides},
-                           TensorArg{y.data(), ScalarType::kF32, {rows, n, 2}, {}}})
+    ASSERT_TRUE((*k)({TensorArg{x.data(), ScalarType::kF32, {rows, n, 2}, strides},
+                      TensorArg{y.data(), ScalarType::kF32, {rows, n, 2}, {}}})
                     .ok());
     for (int64_t p = 0; p < rows * n; ++p) {
       const float a = pairs[p][0], b = pairs[p][1];
