@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: setup configure build train test bench clean
+.PHONY: setup configure build train test bench clean check-sanitize check-tsan fuzz
 
 setup:
 	@bash scripts/setup.sh
@@ -22,6 +22,55 @@ train: build
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# Checks outside `make test` (they take long): the whole suite under ASan + UBSan, the threaded
+# parts under TSan, and the libFuzzer targets. Each has its own build folder.
+SANITIZE_BUILD ?= build-sanitize
+TSAN_BUILD     ?= build-tsan
+FUZZ_BUILD     ?= build-fuzz
+FUZZ_SECONDS   ?= 60
+SANITIZE_FLAGS  = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+TSAN_FLAGS      = -fsanitize=thread -fno-omit-frame-pointer
+# The thread pool, the collectives (threads and processes) and data-parallel training.
+TSAN_TARGETS    = tessel_support_tests tessel_dist_tests tessel_parallel_tests
+TSAN_TESTS      = ThreadPool|CommThreads|CollectivesOnProcesses|ProcessGroup|Faults|DataParallel
+sanitizer_env   = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
+                  LSAN_OPTIONS=suppressions=$(CURDIR)/tools/sanitize/lsan.supp \
+                  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+                  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+check-sanitize: setup
+	@cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) \
+	  "-DCMAKE_C_FLAGS=$(SANITIZE_FLAGS)" "-DCMAKE_CXX_FLAGS=$(SANITIZE_FLAGS)" \
+	  "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(SANITIZE_FLAGS)" > /dev/null
+	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
+	$(sanitizer_env) ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+
+check-tsan: setup
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) \
+	  "-DCMAKE_C_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_CXX_FLAGS=$(TSAN_FLAGS)" \
+	  "-DCMAKE_EXE_LINKER_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(TSAN_FLAGS)" > /dev/null
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS) tessel_dist_rank_helper
+	$(sanitizer_env) ctest --test-dir $(TSAN_BUILD) --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)'
+
+# libFuzzer targets (tools/fuzz), each run FUZZ_SECONDS from its seed corpus; a crash leaves
+# crash-* in $(FUZZ_BUILD) and fails the target. Needs clang and its runtime (installed here
+# when missing, as setup.sh does for the main build).
+fuzz:
+	@for p in clang libclang-rt-14-dev; do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "install ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then apt-get install -y --no-install-recommends $$missing; fi
+	@CC=clang CXX=clang++ cmake -S tools/fuzz -B $(FUZZ_BUILD) -G Ninja > /dev/null
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	@for t in fuzz_tile fuzz_config fuzz_safetensors fuzz_data; do \
+	  seeds=$(CURDIR)/tools/fuzz/corpus/$$t; \
+	  [ $$t = fuzz_tile ] && seeds="$$seeds $(CURDIR)/kernels"; \
+	  [ $$t = fuzz_config ] && seeds="$$seeds $(CURDIR)/examples"; \
+	  mkdir -p $(FUZZ_BUILD)/corpus/$$t && \
+	  (cd $(FUZZ_BUILD) && ./$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	     corpus/$$t $$seeds) || exit 1; \
+	done
 
 clean:
 	rm -rf $(BUILD)

@@ -127,7 +127,7 @@ Expected<StepTimes> train_step(Workload& w, DType compute, optim::GradScaler* sc
     } else {
       TESSEL_ASSIGN_OR_RETURN(loss, autograd::cross_entropy(logits, Variable(w.targets)));
     }
-    TESSEL_TRY(loss.data().to_vector<float>().status());  // as the trainer reads the loss
+    TESSEL_TRY(loss.data().to_vector<float>());  // as the trainer reads the loss
     t.forward_ms = ms_since(start);
     start = Clock::now();
     if (scaler) {
@@ -140,7 +140,7 @@ Expected<StepTimes> train_step(Workload& w, DType compute, optim::GradScaler* sc
   }
   t.backward_ms = ms_since(start);
   start = Clock::now();
-  if (scaler) TESSEL_TRY(scaler->unscale(*w.params).status());
+  if (scaler) TESSEL_TRY(scaler->unscale(*w.params));
   TESSEL_TRY(w.optimizer->step());
   TESSEL_TRY(w.params->zero_grad());
   t.optimizer_ms = ms_since(start);

@@ -22,5 +22,7 @@ void add_bench_comm_command(CLI::App& bench);  // cmd_bench_comm.cpp
 void add_bench_ddp_command(CLI::App& bench);   // cmd_bench_ddp.cpp
 void add_bench_train_command(CLI::App& bench);  // cmd_bench_train.cpp
 void add_bench_precision_command(CLI::App& bench);  // cmd_bench_precision.cpp
+void add_bench_sparse_command(CLI::App& bench);  // cmd_bench_sparse.cpp
+void add_bench_conv_command(CLI::App& bench);       // cmd_bench_conv.cpp
 
 }  // namespace tessel::cli

@@ -1,6 +1,7 @@
 // idx reader over zlib's gz* functions, which read plain files transparently.
 #include "data/idx.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -69,6 +70,28 @@ class IdxStream {
   // " of the decompressed data" for gzip files, "" for plain ones.
   std::string where() const { return gzdirect(file_) ? "" : " of the decompressed data"; }
   size_t offset() const { return offset_; }
+
+  // Before allocating for what a header promises: whether the rest of the file can hold
+  // `bytes`. A plain file knows its length; a gzip file decompresses to at most ~1032 times its
+  // size (deflate's limit), so a header asking for more is refused without trying.
+  Status check_room(uint64_t bytes, const std::string& what) const {
+    struct stat st;
+    if (::stat(path_.c_str(), &st) != 0) return errno_error("stat " + path_);
+    const auto size = static_cast<uint64_t>(st.st_size);
+    if (gzdirect(file_)) {
+      const uint64_t left = size > offset_ ? size - offset_ : 0;
+      if (bytes > left)
+        return invalid_argument("{}: byte offset {}: expected {} ({} bytes), but the file ends after {}",
+                                path_, offset_, what, bytes, left);
+      return ok_status();
+    }
+    constexpr uint64_t kMaxDeflateRatio = 1032;
+    if (bytes / kMaxDeflateRatio > size)
+      return invalid_argument("{}: byte offset {}{}: the header promises {} ({} bytes), more than a "
+                              "gzip file of {} bytes can hold",
+                              path_, offset_, where(), what, bytes, size);
+    return ok_status();
+  }
   const std::string& path() const { return path_; }
 
  private:
@@ -151,6 +174,7 @@ Expected<Tensor> read_idx(const std::string& path) {
   const auto count = static_cast<size_t>(shape_numel(shape));
   const std::string what = fmt::format("{} elements of type {} for dimensions {}", count,
                                        type->name, shape_string(shape));
+  TESSEL_TRY(in.check_room(uint64_t(count) * type->file_size, what));
   TESSEL_ASSIGN_OR_RETURN(Tensor tensor, Tensor::empty(shape, type->dtype));
   auto* out = static_cast<unsigned char*>(tensor.storage()->host_address());
   if (type->code == 0x0B) {  // i16 in the file, i32 in the tensor

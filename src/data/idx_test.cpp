@@ -86,6 +86,20 @@ std::pair<std::string, std::string> errors_for(const TempDir& dir, const std::st
   return {plain.status().message(), gz.status().message()};
 }
 
+// A header that announces more data than the file holds is refused before anything is allocated
+// (a 12-byte file announcing 2 GiB once took 2.1 GB and then threw std::bad_alloc): a plain file
+// by its length, a gzip file by what deflate can expand to (at most ~1032 times its size).
+TEST(Idx, AHeaderPromisingMoreThanTheFileHoldsIsRefusedBeforeAllocating) {
+  TempDir dir;
+  const std::string plain = dir.file("bad"), gz = dir.file("bad.gz");
+  auto [p, g] = errors_for(dir, idx_bytes(0x08, {65536, 32768}, ""));
+  expect_contains(p, {plain + ": byte offset 12: expected 2147483648 elements of type unsigned byte "
+                              "for dimensions [65536, 32768] (2147483648 bytes), but the file ends "
+                              "after 0"});
+  expect_contains(g, {gz + ": byte offset 12 of the decompressed data: the header promises "
+                           "2147483648 elements", "more than a gzip file of "});
+}
+
 TEST(Idx, MalformedFilesNameThePathTheOffsetAndWhatWasExpected) {
   TempDir dir;
   const std::string plain = dir.file("bad"), gz = dir.file("bad.gz");

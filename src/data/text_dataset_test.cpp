@@ -45,17 +45,12 @@ TEST(CharDataset, MissingFileNamesIt) {
   expect_contains(ds.status().message(), {"/nonexistent/input.txt"});
 }
 
-// Tiny Shakespeare lives in ../shared/data beside the repository (or beside the folder of
-// worktrees, for a worktree under /work/wt/<name>).
+// Tiny Shakespeare ships in the repository's data/ (data/README.md).
 std::string shakespeare_path() {
   const char* source = std::getenv("TESSEL_SOURCE_DIR");
   if (source == nullptr) return "";
-  for (const char* up : {"/../shared/data/tinyshakespeare/input.txt",
-                         "/../../shared/data/tinyshakespeare/input.txt"}) {
-    const std::string path = std::string(source) + up;
-    if (std::ifstream(path).good()) return path;
-  }
-  return "";
+  const std::string path = std::string(source) + "/data/tinyshakespeare/input.txt";
+  return std::ifstream(path).good() ? path : "";
 }
 
 TEST(CharDataset, TinyShakespeareAgainstTheFileReadHere) {
@@ -63,7 +58,7 @@ TEST(CharDataset, TinyShakespeareAgainstTheFileReadHere) {
   if (path.empty()) {
     GTEST_SKIP() << "Tiny Shakespeare not found: TESSEL_SOURCE_DIR (set by ctest) is "
                  << (std::getenv("TESSEL_SOURCE_DIR") ? std::getenv("TESSEL_SOURCE_DIR") : "unset")
-                 << " and ../shared/data/tinyshakespeare/input.txt is not beside it";
+                 << " and data/tinyshakespeare/input.txt is not in it";
   }
   std::stringstream buffer;
   buffer << std::ifstream(path, std::ios::binary).rdbuf();

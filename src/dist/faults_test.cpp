@@ -151,6 +151,22 @@ TEST_F(Faults, StoppedRankIsDeclaredUnresponsiveAfterTheTimeout) {
   }
 }
 
+// A healthy rank that is slower than the others (fewer threads, a busier core) arrives last at
+// every call, so it never waits; it must not be taken for dead. Before liveness had a thread of
+// its own, such a rank stopped refreshing its heartbeat and was declared unresponsive after
+// the timeout. Here: a 1 s timeout and 3 s of calls, each 20 ms late on rank 0.
+TEST_F(Faults, RankThatAlwaysArrivesLastIsNotDeclaredDead) {
+  constexpr double kTimeout = 1;
+  LaunchResult launched = run_ranks(2, {"slow", "0", "3"}, kTimeout);
+  ASSERT_FALSE(launched.deadline_passed) << "a rank hung";
+  ASSERT_EQ(launched.ranks.size(), 2u);
+  for (const RankOutcome& rank : launched.ranks) {
+    EXPECT_FALSE(rank.failed()) << rank.output;
+    EXPECT_NE(rank.output.find("OK slow "), std::string::npos) << rank.output;
+    EXPECT_GE(rank.seconds, 3.0 - 0.1);  // it ran past three timeouts
+  }
+}
+
 TEST_F(Faults, RankThatDestroysOrAbortsItsCommunicatorIsNamed) {
   for (const char* how : {"leave", "abort"}) {
     LaunchResult launched = run_ranks(3, {how, "2"}, 10);

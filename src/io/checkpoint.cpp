@@ -26,6 +26,14 @@ Expected<int64_t> Checkpoint::get_int(const std::string& key) const {
   return value;
 }
 
+Expected<int64_t> Checkpoint::get_int(const std::string& key, int64_t min, int64_t max) const {
+  TESSEL_ASSIGN_OR_RETURN(int64_t value, get_int(key));
+  if (value < min || value > max)
+    return out_of_range("checkpoint {}: metadata '{}' is {}, expected a value in [{}, {}]", path,
+                        key, value, min, max);
+  return value;
+}
+
 Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
   NamedTensors all = checkpoint.model;
   for (const auto& [name, tensor] : checkpoint.model) {
@@ -48,12 +56,17 @@ Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
 Expected<Checkpoint> load_checkpoint(const std::string& path) {
   TESSEL_ASSIGN_OR_RETURN(SafetensorsFile file, load_safetensors(path));
   auto format = file.metadata.find("format");
-  if (format == file.metadata.end() || format->second != kCheckpointFormat) {
+  if (format == file.metadata.end() ||
+      (format->second != kCheckpointFormat && format->second != kCheckpointFormatV1)) {
     return invalid_argument(
         "{}: not a tessel checkpoint: expected __metadata__ 'format' = '{}', found {}", path,
         kCheckpointFormat,
         format == file.metadata.end() ? std::string("no 'format'") : "'" + format->second + "'");
   }
+  if (format->second == kCheckpointFormat && !file.checksummed)
+    return invalid_argument("{}: a {} checkpoint without checksums (header key "
+                            "'tessel.header_xxh64'): the file is damaged",
+                            path, kCheckpointFormat);
   Checkpoint ckpt;
   ckpt.path = path;
   file.metadata.erase(format);

@@ -26,7 +26,10 @@
 
 namespace tessel {
 
-inline constexpr const char* kCheckpointFormat = "tessel.checkpoint.v1";
+// v2 files carry checksums (safetensors.h) and are refused without them; v1 files (written
+// before checksums) still load.
+inline constexpr const char* kCheckpointFormat = "tessel.checkpoint.v2";
+inline constexpr const char* kCheckpointFormatV1 = "tessel.checkpoint.v1";
 inline constexpr const char* kOptimizerPrefix = "optimizer.";
 
 struct Checkpoint {
@@ -38,12 +41,15 @@ struct Checkpoint {
   // A metadata value; a missing key is an error naming the key, the file and the keys present.
   Expected<std::string> get(const std::string& key) const;
   Expected<int64_t> get_int(const std::string& key) const;
+  // The same, refusing a value outside [min, max] with an error naming the key and the range.
+  Expected<int64_t> get_int(const std::string& key, int64_t min, int64_t max) const;
 };
 
 // A model tensor named "optimizer.*", or a metadata key "format", is an error (they would be
 // read back as something else).
 Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
-// A safetensors file without "format" = kCheckpointFormat is an error that says so.
+// A safetensors file without "format" = kCheckpointFormat (or v1) is an error that says so, as is
+// a v2 file without its checksums or with one that does not match.
 Expected<Checkpoint> load_checkpoint(const std::string& path);
 
 }  // namespace tessel

@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <filesystem>
+#include <fstream>
 
 #include "data/batches.h"
 #include "support/atomic_file.h"
@@ -124,6 +127,88 @@ TEST(Checkpoint, AFailedWriteLeavesThePreviousCheckpointIntact) {
   ASSERT_TRUE(save_checkpoint(path, small_checkpoint(3.0f)).ok());
   EXPECT_EQ(*load_checkpoint(path)->model.at("fc.weight").to_vector<float>(),
             (std::vector<float>{3, 6, 9, 12}));
+}
+
+// Every single-byte change of a checkpoint, in the header or in the data, is refused: the data by
+// its tensor's checksum (the error names the tensor), the header by its own checksum or by the
+// parser. Nothing damaged loads.
+TEST(Checkpoint, EverySingleByteFlipIsRefusedNamingTheTensorOrTheHeader) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  ASSERT_TRUE(save_checkpoint(path, small_checkpoint(1.0f)).ok());
+  const std::string good = *read_file(path);
+  uint64_t header_size = 0;
+  for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | uint8_t(good[size_t(i)]);
+  const size_t data_start = 8 + header_size;
+  ASSERT_LT(data_start, good.size());
+  // Where each tensor's bytes are, from the header the writer wrote (largest elements first).
+  SafetensorsFile raw = *load_safetensors(path);
+  const std::string flipped = dir.file("flipped.safetensors");
+  int header_refusals = 0, data_refusals = 0;
+  for (size_t at = 0; at < good.size(); ++at) {
+    for (unsigned char mask : {0x01, 0xFF}) {
+      std::string bad = good;
+      bad[at] = char(uint8_t(bad[at]) ^ mask);
+      std::ofstream(flipped, std::ios::binary | std::ios::trunc) << bad;
+      Expected<Checkpoint> back = load_checkpoint(flipped);
+      ASSERT_FALSE(back.ok()) << "a flip of byte " << at << " (mask " << int(mask) << ") loaded";
+      const std::string& m = back.status().message();
+      EXPECT_EQ(m.rfind(flipped, 0), 0u) << m;
+      if (at < data_start) {
+        ++header_refusals;
+        continue;
+      }
+      ++data_refusals;
+      EXPECT_NE(m.find("checksum mismatch"), std::string::npos) << m;
+      bool names_a_tensor = false;
+      for (const auto& [name, tensor] : raw.tensors)
+        names_a_tensor |= m.find("tensor '" + name + "'") != std::string::npos;
+      EXPECT_TRUE(names_a_tensor) << m;
+    }
+  }
+  EXPECT_EQ(header_refusals, 2 * int(data_start));
+  EXPECT_EQ(data_refusals, 2 * int(good.size() - data_start));
+  // Trailing bytes are refused too.
+  std::ofstream(flipped, std::ios::binary | std::ios::trunc) << good << "x";
+  Expected<Checkpoint> longer = load_checkpoint(flipped);
+  ASSERT_FALSE(longer.ok());
+  EXPECT_NE(longer.status().message().find("1 bytes of trailing data after the last tensor"),
+            std::string::npos)
+      << longer.status().to_string();
+}
+
+TEST(Checkpoint, RangedIntegersNameTheKeyAndTheRange) {
+  Checkpoint c = small_checkpoint(1.0f);
+  c.path = "c.safetensors";
+  EXPECT_EQ(*c.get_int("step", 0, 100), 12);
+  c.metadata["step"] = "-50";
+  EXPECT_EQ(c.get_int("step", 0, 100).status().message(),
+            "checkpoint c.safetensors: metadata 'step' is -50, expected a value in [0, 100]");
+  c.metadata["step"] = "9223372036854775807";
+  EXPECT_FALSE(c.get_int("step", 0, 100).ok());
+  c.metadata["step"] = "99999999999999999999";
+  EXPECT_NE(c.get_int("step", 0, 100).status().message().find("expected an integer"),
+            std::string::npos);
+}
+
+// A save killed mid-write leaves ".<name>.tmp.<pid>.<n>"; the next save of the same path removes
+// those of processes that no longer run, and leaves a live writer's alone.
+TEST(Checkpoint, TheNextSaveRemovesTemporariesOfDeadWriters) {
+  TempDir dir;
+  const std::string path = dir.file("ckpt.safetensors");
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);
+  const std::string dead = dir.file(fmt::format(".ckpt.safetensors.tmp.{}.3", child));
+  const std::string live = dir.file(".ckpt.safetensors.tmp.1.0");  // init never exits
+  const std::string other = dir.file(fmt::format(".other.safetensors.tmp.{}.0", child));
+  for (const std::string& f : {dead, live, other}) std::ofstream(f) << "partial";
+  ASSERT_TRUE(save_checkpoint(path, small_checkpoint(1.0f)).ok());
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(live));
+  EXPECT_TRUE(std::filesystem::exists(other));  // another file's: not this save's business
+  EXPECT_TRUE(load_checkpoint(path).ok());
 }
 
 TEST(Checkpoint, DataPositionAndRngResumeTheSameStream) {

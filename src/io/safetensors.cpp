@@ -6,10 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <nlohmann/json.hpp>
 #include <vector>
 
 #include "support/atomic_file.h"
+#include "support/hash.h"
 
 namespace tessel {
 namespace {
@@ -26,6 +29,37 @@ constexpr DTypeName kDTypeNames[] = {
     {DType::kBF16, "BF16"}, {DType::kI64, "I64"}, {DType::kI32, "I32"},
     {DType::kI8, "I8"},     {DType::kU8, "U8"},   {DType::kBool, "BOOL"},
 };
+// Integrity: "__metadata__" carries an XXH64 of every tensor's bytes and one of the header text
+// itself, taken with its own 16 hex digits written as zeros (the value sits inside what it
+// covers). Other tools ignore these strings; this reader checks them whenever they are present.
+constexpr std::string_view kTensorHashPrefix = "tessel.xxh64.";
+constexpr std::string_view kHeaderHashKey = "tessel.header_xxh64";
+constexpr std::string_view kHashPlaceholder = "0000000000000000";
+
+// Where the header hash's 16 digits start in the header text, or npos when the key is absent;
+// an error when it appears more than once or its value is not 16 hex digits.
+Expected<size_t> find_header_hash(const std::string& path, const std::string& text) {
+  const std::string pattern = fmt::format("\"{}\":\"", kHeaderHashKey);
+  const size_t at = text.find(pattern);
+  if (at == std::string::npos) return std::string::npos;
+  if (text.find(pattern, at + 1) != std::string::npos)
+    return invalid_argument("{}: header (byte offset {}): '{}' appears twice", path, 8 + at,
+                            kHeaderHashKey);
+  const size_t digits = at + pattern.size();
+  bool hex = digits + 17 <= text.size() && text[digits + 16] == '"';
+  for (size_t i = digits; hex && i < digits + 16; ++i)
+    hex = (text[i] >= '0' && text[i] <= '9') || (text[i] >= 'a' && text[i] <= 'f');
+  if (!hex)
+    return invalid_argument("{}: header (byte offset {}): '{}' must be 16 hex digits", path,
+                            8 + digits, kHeaderHashKey);
+  return digits;
+}
+
+uint64_t header_hash(std::string text, size_t digits) {
+  text.replace(digits, kHashPlaceholder.size(), kHashPlaceholder);
+  return hash_text(text);
+}
+
 // Types of the format that tessel has no dtype for.
 constexpr const char* kUnsupported[] = {
     "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
@@ -125,6 +159,33 @@ Expected<Entry> parse_entry(const std::string& path, const std::string& name,
   return entry;
 }
 
+// Moves the checksum entries out of `metadata` into `hashes`. A file with a header checksum was
+// written by tessel, so each of its tensors must have one; a checksum of no tensor is an error.
+Status take_checksums(const std::string& path, bool checksummed, const std::vector<Entry>& entries,
+                      StringMap& metadata, std::map<std::string, std::string>* hashes) {
+  metadata.erase(std::string(kHeaderHashKey));
+  for (auto it = metadata.begin(); it != metadata.end();) {
+    if (!it->first.starts_with(kTensorHashPrefix)) {
+      ++it;
+      continue;
+    }
+    (*hashes)[it->first.substr(kTensorHashPrefix.size())] = it->second;
+    it = metadata.erase(it);
+  }
+  std::map<std::string, const Entry*> by_name;
+  for (const Entry& e : entries) by_name[e.name] = &e;
+  for (const auto& [name, hash] : *hashes)
+    if (!by_name.contains(name))
+      return invalid_argument("{}: header (byte offset 8): a checksum for tensor '{}', which the file "
+                              "does not hold",
+                              path, name);
+  if (checksummed)
+    for (const Entry& e : entries)
+      if (!hashes->contains(e.name))
+        return invalid_argument("{}: header (byte offset 8): tensor '{}' has no checksum", path, e.name);
+  return ok_status();
+}
+
 }  // namespace
 
 const char* safetensors_dtype_name(DType dtype) {
@@ -156,12 +217,19 @@ Status save_safetensors(const std::string& path, const NamedTensors& tensors,
   });
 
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
-  if (!metadata.empty()) {
-    nlohmann::ordered_json meta = nlohmann::ordered_json::object();
-    for (const auto& [key, value] : metadata)
-      meta[key] = value;
-    header["__metadata__"] = std::move(meta);
+  nlohmann::ordered_json meta = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : metadata) {
+    if (key.starts_with(kTensorHashPrefix) || key == kHeaderHashKey)
+      return invalid_argument("save {}: metadata key '{}' is reserved for checksums", path, key);
+    meta[key] = value;
   }
+  for (const Item& item : items)
+    meta[std::string(kTensorHashPrefix) + *item.name] = hash_hex(hash_bytes(
+        static_cast<const unsigned char*>(item.host.storage()->host_address()) +
+            item.host.offset_bytes(),
+        item.host.nbytes()));
+  meta[std::string(kHeaderHashKey)] = std::string(kHashPlaceholder);
+  header["__metadata__"] = std::move(meta);
   uint64_t offset = 0;
   for (const Item& item : items) {
     const uint64_t size = item.host.nbytes();
@@ -178,6 +246,9 @@ Status save_safetensors(const std::string& path, const NamedTensors& tensors,
                             path, e.what());
   }
   text.append((8 - text.size() % 8) % 8, ' ');
+  TESSEL_ASSIGN_OR_RETURN(size_t digits, find_header_hash(path, text));
+  TESSEL_CHECK(digits != std::string::npos, "the header hash placeholder is missing");
+  text.replace(digits, kHashPlaceholder.size(), hash_hex(header_hash(text, digits)));
   unsigned char length[8];
   for (int i = 0; i < 8; ++i)
     length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
@@ -219,6 +290,16 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path) {
   }
   std::string text(header_size, '\0');
   TESSEL_TRY(read_at(fd, path, text.data(), text.size(), 8));
+  TESSEL_ASSIGN_OR_RETURN(size_t hash_digits, find_header_hash(path, text));
+  const bool checksummed = hash_digits != std::string::npos;
+  if (checksummed) {
+    const std::string stored = text.substr(hash_digits, kHashPlaceholder.size());
+    const std::string computed = hash_hex(header_hash(text, hash_digits));
+    if (stored != computed)
+      return invalid_argument("{}: header (file bytes 8..{}): checksum mismatch (stored {}, computed {}): "
+                       "the header is damaged",
+                       path, 8 + header_size, stored, computed);
+  }
   nlohmann::json header;
   try {
     header = nlohmann::json::parse(text);
@@ -231,6 +312,7 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path) {
 
   SafetensorsFile result;
   std::vector<Entry> entries;
+  std::map<std::string, std::string> hashes;  // tensor name -> stored checksum
   for (const auto& [name, info] : header.items()) {
     if (name == "__metadata__") {
       if (!info.is_object())
@@ -250,8 +332,9 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path) {
   }
   const uint64_t data_start = 8 + header_size;
   const uint64_t data_size = file_size - data_start;
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end) < std::tie(b.begin, b.end);
+  });
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
     if (e.end > data_size) {
@@ -269,11 +352,33 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path) {
           data_start + e.end, data_start + e.begin);
     }
   }
+  // As the reference implementation demands: the data buffer is the tensors, back to back from
+  // offset 0, and nothing after them (where a damaged or appended byte would go unnoticed).
+  uint64_t covered = 0;
+  for (const Entry& e : entries) {
+    if (e.begin != covered)
+      return invalid_argument("{}: tensor '{}': data_offsets begin at {}, expected {} (the data of "
+                              "consecutive tensors must be back to back)",
+                              path, e.name, e.begin, covered);
+    covered = e.end;
+  }
+  if (covered != data_size)
+    return invalid_argument("{}: byte offset {}: {} bytes of trailing data after the last tensor",
+                            path, data_start + covered, data_size - covered);
+  TESSEL_TRY(take_checksums(path, checksummed, entries, result.metadata, &hashes));
+  result.checksummed = checksummed;
   for (const Entry& e : entries) {
     TESSEL_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(e.shape, e.dtype));
     if (e.end > e.begin)
       TESSEL_TRY(
           read_at(fd, path, t.storage()->host_address(), e.end - e.begin, data_start + e.begin));
+    if (auto h = hashes.find(e.name); h != hashes.end()) {
+      const std::string computed = hash_hex(hash_bytes(t.storage()->host_address(), e.end - e.begin));
+      if (computed != h->second)
+        return invalid_argument("{}: tensor '{}' (file bytes {}..{}): checksum mismatch (stored {}, "
+                         "computed {}): the data is damaged",
+                         path, e.name, data_start + e.begin, data_start + e.end, h->second, computed);
+    }
     result.tensors.emplace(e.name, std::move(t));
   }
   return result;

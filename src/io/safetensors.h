@@ -18,7 +18,13 @@
 // then by name, so every tensor is aligned to its element size; it writes through
 // support/atomic_file.h, so a reader sees the old file or the whole new one. The reader checks
 // everything (header length against the file size, the JSON, dtypes, shapes, offsets in range,
-// sizes that match dtype x shape, no overlaps); each error names the path and a byte offset.
+// sizes that match dtype x shape, tensors back to back with nothing after them); each error names
+// the path and a byte offset.
+//
+// Integrity: the writer adds to "__metadata__" an XXH64 of each tensor's bytes
+// ("tessel.xxh64.<name>") and of the header text ("tessel.header_xxh64"); the reader checks
+// them when present, so any changed byte of a tessel-written file is an error naming the tensor
+// (or the header). Files from other writers have none and load as before.
 #pragma once
 
 #include <map>
@@ -34,7 +40,8 @@ using StringMap = std::map<std::string, std::string>;
 
 struct SafetensorsFile {
   NamedTensors tensors;
-  StringMap metadata;  // "__metadata__"
+  StringMap metadata;  // "__metadata__", less the checksums
+  bool checksummed = false;  // the file carried tessel's checksums (and they matched)
 };
 
 // Tensors may live on any device and have any strides; they are written contiguous.

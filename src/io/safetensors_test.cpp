@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/atomic_file.h"
+#include "support/hash.h"
 
 namespace tessel {
 namespace {
@@ -183,6 +184,41 @@ TEST(Safetensors, CorruptFilesGiveErrorsWithPathAndOffset) {
                   {"'__metadata__' entry 'step' must be a string"});
   expect_contains(load_safetensors(dir.file("none")).status().message(),
                   {dir.file("none"), "No such file"});
+}
+
+TEST(Safetensors, ChecksumsAreWrittenCheckedAndHiddenFromTheCaller) {
+  TempDir dir;
+  const std::string path = dir.file("c.safetensors");
+  Tensor w = *Tensor::from_vector<float>({1, 2, 3}, {3});
+  ASSERT_TRUE(save_safetensors(path, {{"w", w}}, {{"step", "3"}}).ok());
+  const std::string bytes = *read_file(path);
+  // The stored value is XXH64 of the tensor's bytes, as any xxhash tool computes it.
+  EXPECT_NE(bytes.find("\"tessel.xxh64.w\":\"" + hash_hex(hash_bytes(w.storage()->host_address(), 12)) + "\""),
+            std::string::npos);
+  Expected<SafetensorsFile> f = load_safetensors(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_TRUE(f->checksummed);
+  EXPECT_EQ(f->metadata, (StringMap{{"step", "3"}}));
+  EXPECT_EQ(save_safetensors(path, {{"w", w}}, {{"tessel.xxh64.w", "0"}}).code(),
+            Code::kInvalidArgument);
+  // A file without checksums (another writer's) loads unchecked.
+  const std::string header = R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})";
+  std::string plain(8, '\0');
+  plain[0] = char(header.size());
+  ASSERT_TRUE(write_file_atomic(path, plain + header + le_bytes<float>({2.5f})).ok());
+  f = load_safetensors(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_FALSE(f->checksummed);
+}
+
+TEST(Safetensors, GapsAndTrailingBytesAreRefused) {
+  TempDir dir;
+  const std::string p = dir.file("bad.safetensors");
+  const std::string eight(8, 'x');
+  expect_contains(load_error(dir, R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight),
+                  {p + ": byte offset 66: 4 bytes of trailing data after the last tensor"});
+  expect_contains(load_error(dir, R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})", eight),
+                  {p + ": tensor 'w': data_offsets begin at 4, expected 0"});
 }
 
 TEST(Safetensors, WriterRefusesWhatItCannotWrite) {

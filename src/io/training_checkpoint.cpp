@@ -1,6 +1,8 @@
 // Training state over the checkpoint bundle (see training_checkpoint.h).
 #include "io/training_checkpoint.h"
 
+#include <limits>
+
 namespace tessel {
 namespace {
 
@@ -34,8 +36,9 @@ Status save_training_state(const std::string& path, const TrainingState& state) 
 Expected<TrainingState> load_training_state(const std::string& path) {
   TESSEL_ASSIGN_OR_RETURN(Checkpoint ckpt, load_checkpoint(path));
   TrainingState state;
-  TESSEL_ASSIGN_OR_RETURN(state.step, ckpt.get_int(kStepKey));
-  TESSEL_ASSIGN_OR_RETURN(state.optimizer.step_count, ckpt.get_int(kOptimizerStepKey));
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  TESSEL_ASSIGN_OR_RETURN(state.step, ckpt.get_int(kStepKey, 0, kMax));
+  TESSEL_ASSIGN_OR_RETURN(state.optimizer.step_count, ckpt.get_int(kOptimizerStepKey, 0, kMax));
   for (auto& [key, value] : ckpt.metadata) {
     if (key.starts_with(kGradScalerPrefix))
       state.grad_scaler[key.substr(std::string_view(kGradScalerPrefix).size())] = value;

@@ -1,15 +1,22 @@
-// NCHW convolution and pooling (kernels/conv.tile). conv2d is im2col + one gemm launch over
-// every (image, group) pair with the bias in its epilogue. Its gradient recomputes the columns
-// from the saved input rather than keeping them (they are kh kw times the input's size); the
-// weight and bias gradients come from one kernel that sums over the batch, and the input
-// gradient is a gemm folded back onto the input by col2im. Pooling is pool2d; its gradient
-// writes each window directly where windows tile the input (the usual 2x2 / stride 2), and
-// otherwise gathers, per input element, from the windows that contain it.
+// NCHW convolution and pooling (kernels/conv.tile). On the CPU conv2d is an implicit gemm
+// (conv_implicit): the input is written once, padded and split into stride phases, channel-major,
+// and every tap of the window is a strided view of that buffer, so no columns are materialised;
+// the input gradient is the same kernel run transposed over the output gradient (one output
+// phase per grid plane for strided layers), and the weight gradient one gemm per tap over the
+// same views. Other devices run im2col + one gemm launch over every (image, group) pair with the
+// bias in its epilogue; their gradient recomputes the columns from the saved input rather than
+// keeping them (they are kh kw times the input's size), the weight and bias gradients come from
+// one kernel that sums over the batch, and the input gradient is a gemm folded back onto the
+// input by col2im. Pooling is pool2d; its gradient writes each window directly where windows
+// tile the input (the usual 2x2 / stride 2), and otherwise gathers, per input element, from the
+// windows that contain it.
 // Precision (ops/gemm_precision.h): x and weight are f32, f16 or bf16; in a 16-bit compute dtype
-// x, weight and the output gradient are cast to it around the gemms (the columns are then 16-bit
-// too, half the bytes), which accumulate in f32; results and gradients before their final cast
-// are f32.
+// x, weight and the output gradient are cast to it around the gemms (the relaid inputs or the
+// columns are then 16-bit too, half the bytes), which accumulate in f32; results and gradients
+// before their final cast are f32.
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
 
 #include "ops/gemm_precision.h"
 #include "ops/kernel_util.h"
@@ -28,6 +35,11 @@ struct Window {
   int64_t kh, kw, sh, sw, ph, pw, dh, dw;
   int64_t out_h(int64_t h) const { return (h + 2 * ph - dh * (kh - 1) - 1) / sh + 1; }
   int64_t out_w(int64_t w) const { return (w + 2 * pw - dw * (kw - 1) - 1) / sw + 1; }
+  // Whether the (dilated) window fits the padded input: out_h/out_w round a negative span
+  // towards zero, so a window one larger than the input would otherwise give one output.
+  bool fits(int64_t h, int64_t w) const {
+    return h + 2 * ph >= dh * (kh - 1) + 1 && w + 2 * pw >= dw * (kw - 1) + 1;
+  }
 };
 
 Expected<std::pair<int64_t, int64_t>> pair_attr(const std::string& op, const Attrs& a,
@@ -93,10 +105,10 @@ Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& 
         "conv2d: needs x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O] with C and O "
         "multiples of groups = {}, got {}",
         g, shapes_string(in));
-  TESSEL_TRY(gemm_compute_dtype("conv2d", {in[0], in[1]}, a).status());
+  TESSEL_TRY(gemm_compute_dtype("conv2d", {in[0], in[1]}, a));
   TESSEL_ASSIGN_OR_RETURN(Window win, window_of("conv2d", a, w[2], w[3]));
   int64_t oh = win.out_h(x[2]), ow = win.out_w(x[3]);
-  if (oh < 1 || ow < 1)
+  if (!win.fits(x[2], x[3]) || oh < 1 || ow < 1)
     return invalid_argument(
         "conv2d: a {}x{} window (dilation {}x{}) does not fit input {} with padding {}x{}", w[2],
         w[3], win.dh, win.dw, shape_string(x), win.ph, win.pw);
@@ -106,6 +118,19 @@ Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& 
 
 bool unit_strides(const Window& w) {
   return w.sh == 1 && w.sw == 1;
+}
+
+// Whether a conv2d pass runs as an implicit gemm (the CPU) or as im2col + gemm (other devices,
+// and the CPU under TESSEL_CONV=im2col, for comparisons). `depth` is the K of each tap's gemm
+// (C / G forward and for the weight gradient, O / G for the input gradient): below 16, as in an
+// RGB stem (3) or a depthwise layer (1), a tap's gemm is too shallow to keep the micro-kernel
+// busy, and im2col's columns, kh kw taps deep, are the better operand.
+bool implicit_gemm(const Tensor& like, int64_t depth) {
+  static const bool im2col = [] {
+    const char* v = std::getenv("TESSEL_CONV");
+    return v != nullptr && std::string_view(v) == "im2col";
+  }();
+  return like.device()->kind() == DeviceKind::kCpu && !im2col && depth >= 16;
 }
 
 // The columns of x: [N, G, K, L] (as [N, G K, OH, OW] for the kernel).
@@ -141,6 +166,175 @@ Expected<DType> conv_compute(const Tensor& x, const Tensor& weight, const Attrs&
                             a);
 }
 
+// ---- implicit gemm (CPU) ----
+//
+// The position grid conv_implicit runs over (kernels/conv.tile): per image hh x ww positions, of
+// which the first rows x cols are outputs, and the input relaid as [C, phases_y, phases_x, N, hh,
+// ww] (or, `direct`, the NCHW input as it is: 1x1, stride 1, no padding). taps_y x taps_x are
+// the offsets a tap can add; the buffer ends with `slack()` elements that positions outside the
+// outputs may read.
+struct TapGrid {
+  bool direct = false;
+  int64_t phases_y = 1, phases_x = 1, taps_y = 1, taps_x = 1, hh = 0, ww = 0;
+  int64_t plane() const { return hh * ww; }
+  int64_t slack() const { return (taps_y - 1) * ww + taps_x - 1; }
+};
+
+// The grid of the forward pass (and of the weight gradient, which reads the same views).
+TapGrid forward_grid(const Window& w, const ConvShape& s) {
+  TapGrid g;
+  g.direct = w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0;
+  const int64_t reach_y = (w.kh - 1) * w.dh, reach_x = (w.kw - 1) * w.dw;
+  g.phases_y = std::min(w.sh, reach_y + 1);
+  g.phases_x = std::min(w.sw, reach_x + 1);
+  g.taps_y = reach_y / w.sh + 1;
+  g.taps_x = reach_x / w.sw + 1;
+  g.hh = s.oh + g.taps_y - 1;
+  g.ww = s.ow + g.taps_x - 1;
+  return g;
+}
+
+// The grid of the input gradient over the output gradient, padded by top x left: output phase
+// (py, px) of dX has ceil(H / sh) x ceil(W / sw) positions, and tap (i, j) reads the output
+// gradient (py + ph - i dh) / sh rows below (where that divides).
+struct TransposedGrid {
+  TapGrid grid;
+  int64_t top = 0, left = 0;
+};
+
+TransposedGrid input_grad_grid(const Window& w, const ConvShape& s, int64_t h, int64_t wd) {
+  auto offsets = [](int64_t stride, int64_t pad, int64_t k, int64_t dil) {
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (int64_t p = 0; p < stride; ++p)
+      for (int64_t i = 0; i < k; ++i)
+        if ((p + pad - i * dil) % stride == 0) {
+          lo = std::min(lo, (p + pad - i * dil) / stride);
+          hi = std::max(hi, (p + pad - i * dil) / stride);
+        }
+    if (lo > hi) lo = hi = 0;
+    return std::make_pair(lo, hi);
+  };
+  auto [lo_y, hi_y] = offsets(w.sh, w.ph, w.kh, w.dh);
+  auto [lo_x, hi_x] = offsets(w.sw, w.pw, w.kw, w.dw);
+  TransposedGrid t;
+  t.top = std::max<int64_t>(0, -lo_y);
+  t.left = std::max<int64_t>(0, -lo_x);
+  t.grid.direct = w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0;
+  t.grid.taps_y = hi_y + t.top + 1;
+  t.grid.taps_x = hi_x + t.left + 1;
+  t.grid.hh = ceil_div(h, w.sh) + hi_y + t.top;
+  t.grid.ww = ceil_div(wd, w.sw) + hi_x + t.left;
+  (void)s;
+  return t;
+}
+
+// x [N, C, H, W] relaid for the grid g by conv_relayout, as `to`: a flat buffer of
+// C * phases * N * hh * ww elements and g.slack() more.
+Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t sh, int64_t sw,
+                          int64_t ph, int64_t pw) {
+  const int64_t n = x.size(0), c = x.size(1);
+  const int64_t per_channel = g.phases_y * g.phases_x * n * g.plane();
+  TESSEL_ASSIGN_OR_RETURN(Tensor buf, empty_like_device({c * per_channel + g.slack()}, to, x));
+  View p{buf,
+         {c, g.phases_y, g.phases_x, n, g.hh, g.ww},
+         {per_channel, g.phases_x * n * g.plane(), n * g.plane(), g.plane(), g.ww, 1}};
+  TESSEL_TRY(launch_kernel("conv_relayout", {{"U", dtype_name(to)}}, {x, p, sh, sw, ph, pw}));
+  return buf;
+}
+
+// The [Z, G, PY, PX, TY, TX, K, Q] view conv_implicit reads (Q, K swapped when `qk`, for the
+// weight gradient) of `buf`, the relaid input of `channels` channels in `groups` groups, or of
+// the NCHW tensor itself when g.direct.
+View tap_view(const Tensor& buf, const TapGrid& g, int64_t n, int64_t channels, int64_t groups,
+              bool qk) {
+  const int64_t cg = channels / groups;
+  Shape shape;
+  Strides strides;
+  if (g.direct) {
+    const Strides& st = buf.strides();
+    shape = {n, groups, 1, 1, 1, 1, cg, g.plane()};
+    strides = {st[0], cg * st[1], 0, 0, 0, 0, st[1], 1};
+  } else {
+    const int64_t plane_stride = n * g.plane();
+    const int64_t channel_stride = g.phases_y * g.phases_x * plane_stride;
+    shape = {1, groups, g.phases_y, g.phases_x, g.taps_y, g.taps_x, cg, n * g.plane()};
+    strides = {0, cg * channel_stride, g.phases_x * plane_stride, plane_stride, g.ww, 1,
+               channel_stride, 1};
+  }
+  if (qk) {
+    std::swap(shape[6], shape[7]);
+    std::swap(strides[6], strides[7]);
+  }
+  return View{buf, shape, strides};
+}
+
+// The weights tap by tap, [G, R, M, K], as `to`: M = O / G, K = C / G (or, `transposed`, for the
+// input gradient, M = C / G and K = O / G).
+Expected<Tensor> weight_taps(const Tensor& weight, DType to, int64_t groups, bool transposed) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+  const int64_t o = wc.size(0), cg = wc.size(1), r = wc.size(2) * wc.size(3), og = o / groups;
+  const int64_t m = transposed ? cg : og, k = transposed ? og : cg;
+  View src{wc, {groups, m, k, r}, {og * cg * r, transposed ? r : cg * r, transposed ? cg * r : r, 1}};
+  TESSEL_ASSIGN_OR_RETURN(Tensor taps, empty_like_device({groups, r, m, k}, to, wc));
+  TESSEL_TRY(launch_kernel("conv_weight_taps", {{"U", dtype_name(to)}}, {src, taps}));
+  return taps;
+}
+
+// Y [N, M G, yh, yw] as conv_implicit's [Z, G, M, E] store target for grid g over n images.
+View store_view(const Tensor& y, const TapGrid& g, int64_t groups) {
+  const int64_t n = y.size(0), m = y.size(1) / groups, l = y.size(2) * y.size(3);
+  if (g.direct) return View{y, {n, groups, m, l}, {y.size(1) * l, m * l, l, 1}};
+  return View{y, {1, groups, m, n * y.size(1) * l}, {0, m * l, l, 1}};
+}
+
+// One conv_implicit launch: y = the convolution of `input` (already viewed) by `taps`.
+Status launch_implicit(const Tensor& taps, const View& input, const Tensor& y, const View& bias,
+                       bool has_bias, bool transposed, const Window& w, const TapGrid& g,
+                       int64_t groups, int64_t ty0, int64_t tx0) {
+  const int64_t yh = y.size(2), yw = y.size(3);
+  KernelParams params{{"BIAS", has_bias ? "1" : "0"},
+                      {"TRANSPOSED", transposed ? "1" : "0"},
+                      {"DENSE", g.direct ? "1" : "0"}};
+  std::vector<KernelArg> args{taps,
+                              input,
+                              store_view(y, g, groups),
+                              bias,
+                              w.kw,
+                              w.dh,
+                              w.dw,
+                              w.sh,
+                              w.sw,
+                              w.ph,
+                              w.pw,
+                              ty0,
+                              tx0,
+                              transposed ? w.sh : int64_t{1},
+                              transposed ? w.sw : int64_t{1},
+                              g.ww,
+                              g.plane(),
+                              yh,
+                              yw,
+                              y.size(1) * yh * yw};
+  return launch_kernel("conv_implicit", params, args);
+}
+
+Expected<Tensor> conv_forward_implicit(const Tensor& x, const Tensor& weight, const View& bias,
+                                       const Window& w, const ConvShape& s, DType compute,
+                                       const TensorMeta& out) {
+  const TapGrid g = forward_grid(w, s);
+  Tensor input = x;
+  if (!g.direct) {
+    TESSEL_ASSIGN_OR_RETURN(input, relayout(x, compute, g, w.sh, w.sw, w.ph, w.pw));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(input, contiguous_on_device(x));
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor taps, weight_taps(weight, compute, s.groups, false));
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  TESSEL_TRY(launch_implicit(taps, tap_view(input, g, s.n, s.c, s.groups, false), y, bias, true,
+                             false, w, g, s.groups, 0, 0));
+  return y;
+}
+
 Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
                               const TensorMeta& out) {
   TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(in[0], in[1], a));
@@ -149,13 +343,14 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
   TESSEL_ASSIGN_OR_RETURN(Tensor bias_f32, cast(in[2], DType::kF32));
   TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
   const ConvShape s = conv_shape(x, weight, groups_of(a), w);
+  const int64_t og = s.o / s.groups;
+  View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
+  if (implicit_gemm(x, s.c / s.groups)) return conv_forward_implicit(x, weight, bias, w, s, compute, out);
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
-  const int64_t og = s.o / s.groups;
   View a_view{wc, {s.groups, og, s.k}, {og * s.k, s.k, 1}};
   View b_view{cols, {s.n, s.groups, s.k, s.l()}, {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
-  View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
   KernelParams params = conv_gemm_params(y);
   params["BIAS"] = "1";
   TESSEL_TRY(launch_kernel("conv_gemm", params, {a_view, b_view, grouped(y, s), bias}));
@@ -184,6 +379,71 @@ int64_t weight_grad_splits(const ConvShape& s, const Tensor& like, bool swapped)
   return splits;
 }
 
+// The weight gradient [O, C / G, kh, kw] (f32) of an implicit-gemm convolution: one gemm per
+// tap over the forward's views of x and the output gradient g on the same position grid, split
+// along the positions only as far as needed to keep every thread busy.
+Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Window& w,
+                                      const ConvShape& s, DType compute) {
+  const TapGrid grid = forward_grid(w, s);
+  const int64_t og = s.o / s.groups, cg = s.c / s.groups, taps = w.kh * w.kw;
+  Tensor input = x, dy = g;
+  View a;
+  int64_t positions = 0;
+  if (grid.direct) {
+    TESSEL_ASSIGN_OR_RETURN(input, contiguous_on_device(x));
+    TESSEL_ASSIGN_OR_RETURN(dy, contiguous_on_device(g));
+    positions = s.l();
+    a = View{dy, {s.n, s.groups, og, positions}, {s.o * positions, og * positions, positions, 1}};
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(input, relayout(x, compute, grid, w.sh, w.sw, w.ph, w.pw));
+    TapGrid on_grid;  // g at the forward's positions, zeros at those it computes and drops
+    on_grid.hh = grid.hh;
+    on_grid.ww = grid.ww;
+    TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, on_grid, 1, 1, 0, 0));
+    positions = s.n * grid.plane();
+    a = View{dy, {1, s.groups, og, positions}, {0, og * positions, positions, 1}};
+  }
+  const bool cpu = x.device()->kind() == DeviceKind::kCpu;
+  const int64_t bm = cpu ? 192 : 64, bn = cpu ? 256 : 64, bk = cpu ? 256 : 16;
+  const int64_t blocks = ceil_div(og, bm) * ceil_div(cg, bn) * s.groups * taps;
+  const int64_t k_tiles = ceil_div(positions, bk);
+  const int64_t want = cpu ? 4 * ThreadPool::global().num_threads() : 64;
+  const int64_t per = ceil_div(k_tiles, std::clamp<int64_t>(ceil_div(want, blocks), 1, k_tiles));
+  const int64_t splits = ceil_div(k_tiles, per);
+  TESSEL_ASSIGN_OR_RETURN(Tensor parts,
+                          empty_like_device({splits, s.o, cg, taps}, DType::kF32, x));
+  View out{parts,
+           {splits, s.groups, taps, og, cg},
+           {s.o * cg * taps, og * cg * taps, 1, cg * taps, taps}};
+  TESSEL_TRY(launch_kernel("conv_implicit_weight_grad", {},
+                           {a, tap_view(input, grid, s.n, s.c, s.groups, true), out, w.kw, w.dh,
+                            w.dw, w.sh, w.sw, per}));
+  if (splits == 1) return parts;
+  const int64_t m = s.o * cg * taps;
+  TESSEL_ASSIGN_OR_RETURN(Tensor dw, empty_like_device({m}, DType::kF32, x));
+  TESSEL_TRY(launch_kernel("sum_splits", {}, {View{parts, {splits, m}, {m, 1}}, dw}));
+  return dw;
+}
+
+// The input gradient [N, C, H, W] (f32) of an implicit-gemm convolution: conv_implicit run
+// transposed over the output gradient g, padded so that every tap reads inside it.
+Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
+                                     const ConvShape& s, const Shape& x_shape, DType compute) {
+  const TransposedGrid t = input_grad_grid(w, s, x_shape[2], x_shape[3]);
+  Tensor dy = g;
+  if (t.grid.direct) {
+    TESSEL_ASSIGN_OR_RETURN(dy, contiguous_on_device(g));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, t.grid, 1, 1, t.top, t.left));
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor taps, weight_taps(weight, compute, s.groups, true));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
+  View no_bias{dx, {s.groups, s.c / s.groups}, {0, 0}};  // unread with BIAS = 0
+  TESSEL_TRY(launch_implicit(taps, tap_view(dy, t.grid, s.n, s.o, s.groups, false), dx, no_bias,
+                             false, true, w, t.grid, s.groups, t.top, t.left));
+  return dx;
+}
+
 Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(b.inputs[0], b.inputs[1], b.attrs));
   TESSEL_ASSIGN_OR_RETURN(Tensor x, cast(b.inputs[0], compute));
@@ -195,7 +455,11 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(g_compute));
   const View g_view = grouped(g, s);
   std::vector<Tensor> grads(3);
-  if (b.needs_grad[1]) {
+  if (implicit_gemm(x, s.c / s.groups) && b.needs_grad[1]) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_grad_implicit(x, g, w, s, compute));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
+    TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
+  } else if (b.needs_grad[1]) {
     // dW[g] = sum_n G[n, g] cols[n, g]^T over S splits of the batch (or dW^T = sum_n cols[n, g]
     // G[n, g]^T, see conv_weight_grad).
     TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
@@ -229,7 +493,10 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     TESSEL_TRY(launch_kernel("conv_bias_grad", {}, {g3, db}));
     TESSEL_ASSIGN_OR_RETURN(grads[2], cast(db, b.input_meta[2].dtype));
   }
-  if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input
+  if (implicit_gemm(x, og) && b.needs_grad[0]) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, input_grad_implicit(g, weight, w, s, x.shape(), compute));
+    TESSEL_ASSIGN_OR_RETURN(grads[0], cast(dx, b.input_meta[0].dtype));
+  } else if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input
     TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
     View wt{wc, {s.groups, s.k, og}, {og * s.k, 1, s.k}};
     TESSEL_ASSIGN_OR_RETURN(Tensor dcols,
@@ -331,9 +598,9 @@ OpDef pool_op(const std::string& name, bool is_max) {
                               shapes_string(in));
     TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, a));
     int64_t oh = w.out_h(x[2]), ow = w.out_w(x[3]);
-    if (oh < 1 || ow < 1)
-      return invalid_argument("{}: a {}x{} window does not fit input {}", name, w.kh, w.kw,
-                              shape_string(x));
+    if (!w.fits(x[2], x[3]) || oh < 1 || ow < 1)
+      return invalid_argument("{}: a {}x{} window does not fit input {} with padding {}x{}", name,
+                              w.kh, w.kw, shape_string(x), w.ph, w.pw);
     return TensorMeta{{x[0], x[1], oh, ow}, DType::kF32};
   };
   op.forward = [name, is_max](const std::vector<Tensor>& in, const Attrs& a,

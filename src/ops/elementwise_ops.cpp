@@ -25,23 +25,6 @@ enum UnaryKind {
   kGeluErf = 13
 };
 
-// Launches an element-wise kernel over tensors of one shape (inputs already expanded), merging
-// dimensions to the kernel's 3; inputs that keep more than 3 are copied contiguous first.
-Status launch_elementwise(const std::string& kernel, const KernelParams& params,
-                          std::vector<Tensor> tensors, const std::vector<KernelArg>& scalars) {
-  auto views = merged_views(tensors, 3);
-  if (!views) {
-    for (size_t i = 0; i + 1 < tensors.size(); ++i) {
-      TESSEL_ASSIGN_OR_RETURN(tensors[i], contiguous_on_device(tensors[i]));
-    }
-    views = merged_views(tensors, 3);
-    TESSEL_CHECK(views.has_value(), "contiguous tensors of one shape always merge");
-  }
-  std::vector<KernelArg> args(views->begin(), views->end());
-  args.insert(args.end(), scalars.begin(), scalars.end());
-  return launch_kernel(kernel, params, args);
-}
-
 Expected<TensorMeta> infer_binary(const std::string& name, const std::vector<TensorMeta>& in) {
   if (in[0].dtype != in[1].dtype || !is_floating_point(in[0].dtype))
     return invalid_argument("{}: inputs must share one floating-point dtype, got {}", name,

@@ -34,6 +34,21 @@ std::optional<std::vector<View>> merged_views(const std::vector<Tensor>& tensors
   return views;
 }
 
+Status launch_elementwise(const std::string& kernel, const KernelParams& params,
+                          std::vector<Tensor> tensors, const std::vector<KernelArg>& scalars) {
+  auto views = merged_views(tensors, 3);
+  if (!views) {
+    for (size_t i = 0; i + 1 < tensors.size(); ++i) {
+      TESSEL_ASSIGN_OR_RETURN(tensors[i], contiguous_on_device(tensors[i]));
+    }
+    views = merged_views(tensors, 3);
+    TESSEL_CHECK(views.has_value(), "contiguous tensors of one shape always merge");
+  }
+  std::vector<KernelArg> args(views->begin(), views->end());
+  args.insert(args.end(), scalars.begin(), scalars.end());
+  return launch_kernel(kernel, params, args);
+}
+
 Expected<Tensor> empty_like_device(const Shape& shape, DType dtype, const Tensor& like) {
   return Tensor::empty(shape, dtype, like.device());
 }
@@ -46,12 +61,16 @@ Expected<Tensor> contiguous_on_device(const Tensor& t) {
 Expected<Tensor> copy_on_device(const Tensor& t) {
   TESSEL_ASSIGN_OR_RETURN(Tensor out, empty_like_device(t.shape(), t.dtype(), t));
   if (out.numel() == 0) return out;
-  auto views = merged_views({t, out}, 4);
+  if (auto views = merged_views({t, out}, 4)) {
+    TESSEL_TRY(launch_kernel("copy4", {}, {(*views)[0], (*views)[1]}));
+    return out;
+  }
+  auto views = merged_views({t, out}, 8);
   if (!views) {
-    return unimplemented("copying a view of shape {} (strides {}) needs more than 4 dimensions",
+    return unimplemented("copying a view of shape {} (strides {}) needs more than 8 dimensions",
                          shape_string(t.shape()), shape_string(t.strides()));
   }
-  TESSEL_TRY(launch_kernel("copy4", {}, {(*views)[0], (*views)[1]}));
+  TESSEL_TRY(launch_kernel("copy8", {}, {(*views)[0], (*views)[1]}));
   return out;
 }
 

@@ -15,6 +15,12 @@ namespace tessel::ops {
 // padded with leading 1s to `rank`. nullopt when more than `rank` dimensions remain.
 std::optional<std::vector<View>> merged_views(const std::vector<Tensor>& tensors, size_t rank);
 
+// Launches an element-wise kernel over tensors of one shape (broadcast inputs already expanded),
+// merging dimensions to the kernel's [D0, D1, D2]; inputs that keep more than 3 are copied
+// contiguous first. `scalars` follow the tensors.
+Status launch_elementwise(const std::string& kernel, const KernelParams& params,
+                          std::vector<Tensor> tensors, const std::vector<KernelArg>& scalars);
+
 // `t` itself when contiguous, else a contiguous copy made on its device (the copy4 kernel).
 Expected<Tensor> contiguous_on_device(const Tensor& t);
 

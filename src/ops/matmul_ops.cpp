@@ -72,7 +72,7 @@ Expected<TensorMeta> infer_matmul(const std::vector<TensorMeta>& in, const Attrs
   if (a.size() < 2 || b.size() < 2 || a.back() != b[b.size() - 2])
     return invalid_argument("matmul: needs [..., M, K] and [..., K, N], got {}",
                             shapes_string(in));
-  TESSEL_TRY(gemm_compute_dtype("matmul", in, attrs).status());
+  TESSEL_TRY(gemm_compute_dtype("matmul", in, attrs));
   Shape batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
   Expected<Shape> batch = broadcast_shapes(batch_a, batch_b);
   if (!batch.ok())
@@ -96,6 +96,7 @@ Expected<Tensor> matmul_forward(const std::vector<Tensor>& in, const Attrs& attr
   Shape batch(out.shape.begin(), out.shape.end() - 2);
   TESSEL_ASSIGN_OR_RETURN(Tensor c, empty_like_device(out.shape, out.dtype, in[0]));
   if (c.numel() == 0) return c;
+  if (in[0].size(-1) == 0) return Tensor::zeros(out.shape, out.dtype, c.device());  // K = 0
   TESSEL_ASSIGN_OR_RETURN(DType compute, compute_of("matmul", in, attrs));
   TESSEL_ASSIGN_OR_RETURN(Tensor a16, gemm_operand(in[0], compute));
   TESSEL_ASSIGN_OR_RETURN(Tensor b16, gemm_operand(in[1], compute));
@@ -208,7 +209,7 @@ Expected<TensorMeta> infer_linear(const std::vector<TensorMeta>& in, const Attrs
       !is_float_operand(in[2].dtype))
     return invalid_argument("linear: needs x [..., K], weight [N, K], bias [N], got {}",
                             shapes_string(in));
-  TESSEL_TRY(gemm_compute_dtype("linear", {in[0], in[1]}, attrs).status());
+  TESSEL_TRY(gemm_compute_dtype("linear", {in[0], in[1]}, attrs));
   Shape out = x;
   out.back() = w[0];
   return TensorMeta{out, DType::kF32};
@@ -223,6 +224,10 @@ Expected<Tensor> linear_forward(const std::vector<Tensor>& in, const Attrs& attr
   TESSEL_ASSIGN_OR_RETURN(Tensor x16, gemm_operand(in[0], compute));
   TESSEL_ASSIGN_OR_RETURN(Tensor w, gemm_operand(in[1], compute));
   TESSEL_ASSIGN_OR_RETURN(Tensor bias, cast(in[2], DType::kF32));
+  if (w.size(1) == 0) {  // K = 0: an empty product, so each row is the bias
+    TESSEL_ASSIGN_OR_RETURN(Tensor rows, bias.expand(out.shape));
+    return copy_on_device(rows);
+  }
   TESSEL_ASSIGN_OR_RETURN(View x, rows_view(x16));
   const int64_t m = x.shape[0], n = w.size(0), k = w.size(1);
   View wt{w, {k, n}, {w.strides()[1], w.strides()[0]}};

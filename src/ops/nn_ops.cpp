@@ -4,6 +4,7 @@
 // layernorm_grad.tile, embedding.tile.
 #include <cmath>
 
+#include "ops/index_check.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -85,118 +86,218 @@ OpDef softmax_op(const std::string& name, bool log) {
 }
 
 // ---- cross_entropy ----
+//
+// torch.nn.functional.cross_entropy over logits [..., C]: targets are i64 class ids [...]
+// (ignore_index, label smoothing, class weights) or class probabilities [..., C] of the logits'
+// dtype (soft labels: label smoothing and weights, no ignore_index); reduction 0 mean (over the
+// kept targets' weights, or the rows for probabilities), 1 sum, 2 none (a loss per target).
+// Probability targets get no gradient (PyTorch gives them one).
 
 struct CrossEntropyAttrs {
   int64_t ignore_index;
   double smoothing;
-  bool sum;
+  int64_t reduction;           // 0 mean, 1 sum, 2 none
+  std::vector<double> weight;  // empty: every class weighs 1
 };
 CrossEntropyAttrs ce_attrs(const Attrs& a) {
   return {a.get_int("ignore_index", -100), a.get_double("label_smoothing", 0.0),
-          a.get_int("reduction", 0) == 1};
+          a.get_int("reduction", 0), a.get_doubles("weight")};
+}
+
+bool probability_targets(const TensorMeta& target) {
+  return is_floating_point(target.dtype);
 }
 
 Expected<TensorMeta> infer_cross_entropy(const std::vector<TensorMeta>& in, const Attrs& a) {
   const Shape &x = in[0].shape, &t = in[1].shape;
-  bool leading = !x.empty() && t == Shape(x.begin(), x.end() - 1);
-  if (!leading || in[0].dtype != DType::kF32 || in[1].dtype != DType::kI64)
+  const bool probs = probability_targets(in[1]);
+  bool ok = !x.empty() && in[0].dtype == DType::kF32;
+  if (probs)
+    ok = ok && t == x && in[1].dtype == DType::kF32;
+  else
+    ok = ok && t == Shape(x.begin(), x.end() - 1) && in[1].dtype == DType::kI64;
+  if (!ok)
     return invalid_argument(
-        "cross_entropy: needs f32 logits [..., C] and i64 targets [...], got {}",
+        "cross_entropy: needs f32 logits [..., C] and i64 class ids [...] or f32 class "
+        "probabilities [..., C], got {}",
         shapes_string(in));
-  double eps = a.get_double("label_smoothing", 0.0);
-  if (eps < 0 || eps > 1)
-    return invalid_argument("cross_entropy: label_smoothing {} is outside [0, 1]", eps);
-  int64_t r = a.get_int("reduction", 0);
-  if (r != 0 && r != 1)
-    return invalid_argument("cross_entropy: reduction {} is neither 0 (mean) nor 1 (sum)", r);
+  if (x.back() == 0 && shape_numel(t) > 0)
+    return invalid_argument("cross_entropy: logits {} have no classes", shape_string(x));
+  const CrossEntropyAttrs c = ce_attrs(a);
+  if (c.smoothing < 0 || c.smoothing > 1)
+    return invalid_argument("cross_entropy: label_smoothing {} is outside [0, 1]", c.smoothing);
+  if (c.reduction < 0 || c.reduction > 2)
+    return invalid_argument("cross_entropy: reduction {} is none of 0 (mean), 1 (sum), 2 (none)",
+                            c.reduction);
+  if (!c.weight.empty() && static_cast<int64_t>(c.weight.size()) != x.back())
+    return invalid_argument("cross_entropy: {} class weights for {} classes", c.weight.size(),
+                            x.back());
+  if (c.reduction == 2) return TensorMeta{Shape(x.begin(), x.end() - 1), DType::kF32};
   return TensorMeta{{}, DType::kF32};
 }
 
 // The column block of the cross-entropy kernels for `n` classes: the smallest power of two that
 // holds a row, from 16 to the kernels' default 256, so 10 classes do not pay for 256 exp()s.
-KernelParams cross_entropy_params(int64_t n) {
+KernelParams cross_entropy_params(int64_t n, bool weighted) {
   int64_t bc = 16;
   while (bc < n && bc < 256)
     bc *= 2;
-  return {{"T", "f32"}, {"BC", std::to_string(bc)}};
+  return {{"T", "f32"}, {"BC", std::to_string(bc)}, {"WEIGHTED", weighted ? "1" : "0"}};
 }
 
-// Per-row losses and kept-row flags, each summed: {total loss, rows kept}, each of shape [].
-Expected<std::pair<Tensor, Tensor>> cross_entropy_totals(const Tensor& logits, const Tensor& target,
-                                                         const CrossEntropyAttrs& a) {
+// The class weights on the logits' device, or a stride-0 stand-in the kernels do not read.
+struct ClassWeights {
+  View view;
+  double sum;
+};
+Expected<ClassWeights> class_weights(const CrossEntropyAttrs& a, const Tensor& logits) {
+  const int64_t n = logits.shape().back();
+  if (a.weight.empty()) return ClassWeights{View{logits, {n}, {0}}, static_cast<double>(n)};
+  std::vector<float> w(a.weight.begin(), a.weight.end());
+  TESSEL_ASSIGN_OR_RETURN(Tensor t, Tensor::from_vector(w, {n}, logits.device()));
+  double sum = 0;
+  for (double v : a.weight)
+    sum += v;
+  return ClassWeights{View{t, {n}, {1}}, sum};
+}
+
+// Per-row losses [m] and, for class ids, each row's weight (0 where ignored).
+Expected<std::pair<Tensor, Tensor>> cross_entropy_rows(const Tensor& logits, const Tensor& target,
+                                                       const CrossEntropyAttrs& a) {
   TESSEL_ASSIGN_OR_RETURN(View x, rows_view(logits));
-  const int64_t m = x.shape[0];
+  const int64_t m = x.shape[0], n = x.shape[1];
+  TESSEL_ASSIGN_OR_RETURN(ClassWeights w, class_weights(a, logits));
+  const KernelParams params = cross_entropy_params(n, !a.weight.empty());
   TESSEL_ASSIGN_OR_RETURN(Tensor loss, empty_like_device({m}, DType::kF32, logits));
+  if (target.dtype() != DType::kI64) {
+    TESSEL_ASSIGN_OR_RETURN(View p, rows_view(target));
+    TESSEL_TRY(launch_kernel("cross_entropy_prob_rows", params, {x, p, w.view, loss, a.smoothing}));
+    return std::make_pair(loss, Tensor());
+  }
   TESSEL_ASSIGN_OR_RETURN(Tensor weight, empty_like_device({m}, DType::kF32, logits));
   TESSEL_ASSIGN_OR_RETURN(Tensor t, contiguous_on_device(target));
-  TESSEL_TRY(launch_kernel("cross_entropy_rows", cross_entropy_params(x.shape[1]),
-                           {x, View{t, {m}, {1}}, loss, weight, a.ignore_index, a.smoothing}));
-  TESSEL_ASSIGN_OR_RETURN(Tensor total, empty_like_device({}, DType::kF32, logits));
-  TESSEL_ASSIGN_OR_RETURN(Tensor kept, empty_like_device({}, DType::kF32, logits));
-  TESSEL_TRY(launch_kernel("reduce_rows", {{"OP", "0"}},
-                           {View{loss, {1, m}, {m, 1}}, View{total, {1}, {1}}}));
-  TESSEL_TRY(launch_kernel("reduce_rows", {{"OP", "0"}},
-                           {View{weight, {1, m}, {m, 1}}, View{kept, {1}, {1}}}));
-  return std::make_pair(total, kept);
+  TESSEL_TRY(launch_kernel(
+      "cross_entropy_rows", params,
+      {x, View{t, {m}, {1}}, w.view, loss, weight, a.ignore_index, a.smoothing, w.sum}));
+  return std::make_pair(loss, weight);
 }
 
-Expected<Tensor> cross_entropy_forward(const std::vector<Tensor>& in, const Attrs& attrs) {
+Expected<Tensor> total(const Tensor& rows) {
+  const int64_t m = rows.numel();
+  TESSEL_ASSIGN_OR_RETURN(Tensor out, empty_like_device({}, DType::kF32, rows));
+  TESSEL_TRY(launch_kernel("reduce_rows", {{"OP", "0"}},
+                           {View{rows, {1, m}, {m, 1}}, View{out, {1}, {1}}}));
+  return out;
+}
+
+// What the mean divides by: the kept targets' weights, or the number of rows for probabilities.
+Expected<Tensor> mean_divisor(const std::pair<Tensor, Tensor>& rows) {
+  if (rows.second.defined()) return total(rows.second);
+  return Tensor::full({}, static_cast<double>(rows.first.numel()), DType::kF32,
+                      rows.first.device());
+}
+
+Expected<Tensor> cross_entropy_forward(const std::vector<Tensor>& in, const Attrs& attrs,
+                                       const TensorMeta& out) {
   CrossEntropyAttrs a = ce_attrs(attrs);
-  TESSEL_ASSIGN_OR_RETURN(auto totals, cross_entropy_totals(in[0], in[1], a));
-  if (a.sum) return totals.first;
-  return div(totals.first, totals.second);
+  if (in[1].dtype() == DType::kI64) {
+    TESSEL_TRY(
+        check_indices("cross_entropy", "target", in[1], 0, in[0].shape().back(), a.ignore_index));
+  }
+  if (in[0].numel() == 0)  // PyTorch: the mean over no targets is NaN, their sum 0
+    return Tensor::full({}, a.reduction == 1 ? 0.0 : NAN, DType::kF32, in[0].device());
+  TESSEL_ASSIGN_OR_RETURN(auto rows, cross_entropy_rows(in[0], in[1], a));
+  if (a.reduction == 2) return reshape(rows.first, out.shape);
+  TESSEL_ASSIGN_OR_RETURN(Tensor sum, total(rows.first));
+  if (a.reduction == 1) return sum;
+  TESSEL_ASSIGN_OR_RETURN(Tensor divisor, mean_divisor(rows));
+  return div(sum, divisor);
 }
 
 Expected<std::vector<Tensor>> cross_entropy_backward(const BackwardArgs& b) {
   CrossEntropyAttrs a = ce_attrs(b.attrs);
   const Tensor &logits = b.inputs[0], &target = b.inputs[1];
-  // scale = upstream gradient, divided by the rows kept for the mean (counted again here rather
-  // than kept from forward: a pass over the targets is cheaper than a tape entry for it).
-  Tensor factor = b.grad_output;
-  if (!a.sum) {
-    TESSEL_ASSIGN_OR_RETURN(auto totals, cross_entropy_totals(logits, target, a));
-    TESSEL_ASSIGN_OR_RETURN(factor, div(b.grad_output, totals.second));
-  }
   TESSEL_ASSIGN_OR_RETURN(View x, rows_view(logits));
   const int64_t m = x.shape[0], n = x.shape[1];
+  // scale[r]: the upstream gradient, per row (none) or one for all (sum), divided for the mean
+  // by what forward divided by (recounted here rather than kept from forward: a pass over the
+  // targets is cheaper than a tape entry for it).
+  View scale;
+  if (a.reduction == 2) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(b.grad_output));
+    scale = View{g, {m}, {1}};
+  } else {
+    Tensor factor = b.grad_output;
+    if (a.reduction == 0) {
+      TESSEL_ASSIGN_OR_RETURN(auto rows, cross_entropy_rows(logits, target, a));
+      TESSEL_ASSIGN_OR_RETURN(Tensor divisor, mean_divisor(rows));
+      TESSEL_ASSIGN_OR_RETURN(factor, div(b.grad_output, divisor));
+    }
+    scale = View{factor, {m}, {0}};
+  }
+  TESSEL_ASSIGN_OR_RETURN(ClassWeights w, class_weights(a, logits));
+  const KernelParams params = cross_entropy_params(n, !a.weight.empty());
   TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(logits.shape(), DType::kF32, logits));
-  TESSEL_ASSIGN_OR_RETURN(Tensor t, contiguous_on_device(target));
-  TESSEL_TRY(launch_kernel("cross_entropy_grad", cross_entropy_params(n),
-                           {x, View{t, {m}, {1}}, View{factor, {1}, {1}}, View{dx, {m, n}, {n, 1}},
-                            a.ignore_index, a.smoothing}));
+  const View dxv{dx, {m, n}, {n, 1}};
+  if (target.dtype() != DType::kI64) {
+    TESSEL_ASSIGN_OR_RETURN(View p, rows_view(target));
+    TESSEL_TRY(
+        launch_kernel("cross_entropy_prob_grad", params, {x, p, w.view, scale, dxv, a.smoothing}));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(Tensor t, contiguous_on_device(target));
+    TESSEL_TRY(launch_kernel(
+        "cross_entropy_grad", params,
+        {x, View{t, {m}, {1}}, w.view, scale, dxv, a.ignore_index, a.smoothing, w.sum}));
+  }
   return std::vector<Tensor>{dx, Tensor()};
 }
 
 RefTensor cross_entropy_reference(const std::vector<RefTensor>& in, const Attrs& attrs) {
   CrossEntropyAttrs a = ce_attrs(attrs);
-  const int64_t n = in[0].shape.back(), m = reference::numel(in[1].shape);
-  double total = 0, kept = 0;
+  const int64_t n = in[0].shape.back(), m = n == 0 ? 0 : reference::numel(in[0].shape) / n;
+  const bool probs = in[1].shape == in[0].shape;
+  auto w = [&](int64_t c) { return a.weight.empty() ? 1.0 : a.weight[c]; };
+  std::vector<double> losses(m, 0.0);
+  double total = 0, divisor = probs ? static_cast<double>(m) : 0.0;
   for (int64_t r = 0; r < m; ++r) {
-    int64_t t = static_cast<int64_t>(in[1].values[r]);
-    if (t == a.ignore_index) continue;
     const double* row = &in[0].values[r * n];
-    double mx = -INFINITY, s = 0, mean_x = 0;
+    double mx = -INFINITY, s = 0;
     for (int64_t c = 0; c < n; ++c)
       mx = std::max(mx, row[c]);
     for (int64_t c = 0; c < n; ++c)
-      s += std::exp(row[c] - mx), mean_x += row[c] / n;
-    double lse = mx + std::log(s);
-    total += (1 - a.smoothing) * (lse - row[t]) + a.smoothing * (lse - mean_x);
-    kept += 1;
+      s += std::exp(row[c] - mx);
+    const double lse = mx + std::log(s);
+    double loss = 0;
+    if (probs) {
+      for (int64_t c = 0; c < n; ++c)
+        loss +=
+            w(c) * ((1 - a.smoothing) * in[1].values[r * n + c] + a.smoothing / n) * (lse - row[c]);
+    } else {
+      const int64_t t = static_cast<int64_t>(in[1].values[r]);
+      if (t == a.ignore_index) continue;
+      double smooth = 0;
+      for (int64_t c = 0; c < n; ++c)
+        smooth += w(c) * (lse - row[c]) / n;
+      loss = (1 - a.smoothing) * w(t) * (lse - row[t]) + a.smoothing * smooth;
+      divisor += w(t);
+    }
+    losses[r] = loss;
+    total += loss;
   }
-  return RefTensor{{}, {a.sum ? total : total / kept}};
+  if (a.reduction == 2) return RefTensor{Shape(in[0].shape.begin(), in[0].shape.end() - 1), losses};
+  return RefTensor{{}, {a.reduction == 1 ? total : total / divisor}};
 }
 
 OpDef cross_entropy_op() {
   OpDef op;
   op.name = "cross_entropy";
   op.arity = 2;
-  op.attrs = {"ignore_index", "label_smoothing", "reduction"};
+  op.attrs = {"ignore_index", "label_smoothing", "reduction", "weight"};
   op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     return infer_cross_entropy(in, a);
   };
-  op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta&) {
-    return cross_entropy_forward(in, a);
+  op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+    return cross_entropy_forward(in, a, out);
   };
   op.reference = cross_entropy_reference;
   op.save_inputs = {true, true};
@@ -207,7 +308,7 @@ OpDef cross_entropy_op() {
 
 // ---- layer_norm ----
 
-Expected<TensorMeta> infer_layer_norm(const std::vector<TensorMeta>& in) {
+Expected<TensorMeta> infer_layer_norm(const std::vector<TensorMeta>& in, const Attrs& a) {
   const Shape& x = in[0].shape;
   bool ok = !x.empty() && in[1].shape == Shape{x.back()} && in[2].shape == Shape{x.back()};
   for (const TensorMeta& m : in)
@@ -215,6 +316,9 @@ Expected<TensorMeta> infer_layer_norm(const std::vector<TensorMeta>& in) {
   if (!ok)
     return invalid_argument("layer_norm: needs f32 x [..., C], weight [C], bias [C], got {}",
                             shapes_string(in));
+  // A negative eps can make var + eps negative: NaN rows instead of an error.
+  const double eps = a.get_double("eps", 1e-5);
+  if (!(eps >= 0)) return invalid_argument("layer_norm: eps must be >= 0, got {}", eps);
   return in[0];
 }
 
@@ -272,7 +376,9 @@ OpDef layer_norm_op() {
   op.name = "layer_norm";
   op.arity = 3;
   op.attrs = {"eps"};
-  op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return infer_layer_norm(in); };
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
+    return infer_layer_norm(in, a);
+  };
   op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta&) {
     return layer_norm_forward(in, a);
   };
@@ -293,20 +399,9 @@ Expected<TensorMeta> infer_embedding(const std::vector<TensorMeta>& in) {
   return TensorMeta{out, DType::kF32};
 }
 
-// Ids outside the table are a user error on every device: on one the host cannot address, the
-// ids are read back first (kernels would read past the table there, not fail).
-Status check_ids(const Tensor& ids, int64_t vocabulary) {
-  TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> values, ids.to_vector<int64_t>());
-  for (size_t i = 0; i < values.size(); ++i)
-    if (values[i] < 0 || values[i] >= vocabulary)
-      return out_of_range("embedding: id {} at position {} is outside the table of {} rows",
-                          values[i], i, vocabulary);
-  return ok_status();
-}
-
 Expected<Tensor> embedding_forward(const std::vector<Tensor>& in, const TensorMeta& out) {
   const Tensor& w = in[0];
-  TESSEL_TRY(check_ids(in[1], w.size(0)));
+  TESSEL_TRY(check_indices("embedding", "id", in[1], 0, w.size(0)));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, w));
   if (y.numel() == 0) return y;
   TESSEL_ASSIGN_OR_RETURN(Tensor ids, contiguous_on_device(in[1]));
@@ -315,13 +410,30 @@ Expected<Tensor> embedding_forward(const std::vector<Tensor>& in, const TensorMe
   return y;
 }
 
+// dW = S dY with S [V, R] the 0/1 matrix of which positions hold which id, in CSR (positions
+// grouped by id on the host): the spmm_csr kernel of kernels/sparse.tile sums each row's
+// positions, O(V C + R C) (a kernel that scanned every id for each row of dW was O(V R C)).
 Expected<std::vector<Tensor>> embedding_backward(const BackwardArgs& b) {
   const Shape& ws = b.input_meta[0].shape;
-  TESSEL_ASSIGN_OR_RETURN(Tensor ids, contiguous_on_device(b.inputs[1]));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> ids, b.inputs[1].to_vector<int64_t>());
+  std::vector<int64_t> indptr(static_cast<size_t>(ws[0] + 1), 0), positions(ids.size());
+  for (int64_t id : ids)
+    indptr[id + 1] += 1;
+  for (size_t v = 1; v < indptr.size(); ++v)
+    indptr[v] += indptr[v - 1];
+  std::vector<int64_t> next(indptr.begin(), indptr.end() - 1);
+  for (size_t r = 0; r < ids.size(); ++r)
+    positions[next[ids[r]]++] = static_cast<int64_t>(r);
+  Device* device = b.grad_output.device();
+  const int64_t n = static_cast<int64_t>(ids.size());
+  TESSEL_ASSIGN_OR_RETURN(Tensor rowptr, Tensor::from_vector(indptr, {ws[0] + 1}, device));
+  TESSEL_ASSIGN_OR_RETURN(Tensor cols, Tensor::from_vector(positions, {n}, device));
+  TESSEL_ASSIGN_OR_RETURN(Tensor ones, Tensor::full({n}, 1.0, DType::kF32, device));
   TESSEL_ASSIGN_OR_RETURN(View g, rows_view(b.grad_output));
   TESSEL_ASSIGN_OR_RETURN(Tensor dw, empty_like_device(ws, DType::kF32, b.grad_output));
-  TESSEL_TRY(
-      launch_kernel("embedding_grad", {{"T", "f32"}}, {View{ids, {ids.numel()}, {1}}, g, dw}));
+  KernelParams params{{"T", "f32"}};
+  if (device->kind() == DeviceKind::kCpu) params["BN"] = ws[1] <= 64 ? "64" : ws[1] <= 128 ? "128" : "256";
+  TESSEL_TRY(launch_kernel("spmm_csr", params, {rowptr, cols, ones, g, dw}));
   return std::vector<Tensor>{dw, Tensor()};
 }
 
@@ -367,12 +479,14 @@ Expected<Tensor> log_softmax(const Tensor& x) {
   return run("log_softmax", {x});
 }
 Expected<Tensor> cross_entropy(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                               double label_smoothing, int reduction) {
-  return run("cross_entropy", {logits, target},
-             Attrs()
-                 .set("ignore_index", ignore_index)
-                 .set("label_smoothing", label_smoothing)
-                 .set("reduction", reduction));
+                               double label_smoothing, int reduction,
+                               std::vector<double> class_weight) {
+  Attrs a = Attrs()
+                .set("ignore_index", ignore_index)
+                .set("label_smoothing", label_smoothing)
+                .set("reduction", reduction);
+  if (!class_weight.empty()) a.set_reals("weight", std::move(class_weight));
+  return run("cross_entropy", {logits, target}, a);
 }
 Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   return run("layer_norm", {x, weight, bias}, Attrs().set("eps", eps));

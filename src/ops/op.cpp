@@ -30,6 +30,15 @@ std::vector<int64_t> Attrs::get_ints(const std::string& name, std::vector<int64_
   return fallback;
 }
 
+std::vector<double> Attrs::get_doubles(const std::string& name) const {
+  auto it = values_.find(name);
+  if (it == values_.end()) return {};
+  if (const auto* v = std::get_if<std::vector<double>>(&it->second)) return *v;
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&it->second))
+    return std::vector<double>(v->begin(), v->end());
+  return {get_double(name, 0.0)};
+}
+
 std::string Attrs::to_string() const {
   std::string out;
   for (const auto& [name, value] : values_) {
@@ -39,8 +48,10 @@ std::string Attrs::to_string() const {
       out += std::to_string(*i);
     else if (const double* d = std::get_if<double>(&value))
       out += fmt::format("{}", *d);
+    else if (const auto* ints = std::get_if<std::vector<int64_t>>(&value))
+      out += shape_string(*ints);
     else
-      out += shape_string(std::get<std::vector<int64_t>>(value));
+      out += fmt::format("[{}]", fmt::join(std::get<std::vector<double>>(value), ", "));
   }
   return out;
 }
@@ -54,6 +65,40 @@ std::string shapes_string(const std::vector<TensorMeta>& inputs) {
   return out;
 }
 
+namespace {
+
+// Backward rules see no empty tensors, as forwards see no empty outputs (run()): an input with
+// no elements gets an empty gradient, and when the output has none every input's gradient is
+// zero (nothing downstream depends on it).
+using BackwardFn = std::function<Expected<std::vector<Tensor>>(const BackwardArgs&)>;
+BackwardFn with_empty_gradients(BackwardFn rule) {
+  return [rule = std::move(rule)](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    const bool empty_output = b.grad_output.numel() == 0;
+    BackwardArgs rest = b;
+    bool any_left = false, any_empty = empty_output;
+    for (size_t i = 0; i < b.input_meta.size(); ++i) {
+      if (shape_numel(b.input_meta[i].shape) == 0 || empty_output) {
+        any_empty = any_empty || b.needs_grad[i];
+        rest.needs_grad[i] = false;
+      }
+      any_left = any_left || rest.needs_grad[i];
+    }
+    if (!any_empty) return rule(b);
+    std::vector<Tensor> grads(b.input_meta.size());
+    if (any_left) {
+      TESSEL_ASSIGN_OR_RETURN(grads, rule(rest));
+    }
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!b.needs_grad[i] || rest.needs_grad[i]) continue;
+      TESSEL_ASSIGN_OR_RETURN(grads[i], Tensor::zeros(b.input_meta[i].shape, b.input_meta[i].dtype,
+                                                      b.grad_output.device()));
+    }
+    return grads;
+  };
+}
+
+}  // namespace
+
 const std::vector<OpDef>& all_ops() {
   static const std::vector<OpDef> ops = [] {
     std::vector<OpDef> list;
@@ -65,10 +110,13 @@ const std::vector<OpDef>& all_ops() {
     add_mask_ops(list);
     add_conv_ops(list);
     add_batch_norm_ops(list);
+    add_math_ops(list);
+    add_index_ops(list);
     for (OpDef& op : list) {
       TESSEL_CHECK(op.infer && op.forward && op.reference, "op '{}' is missing a part", op.name);
       op.save_inputs.resize(op.arity, false);
       op.differentiable.resize(op.arity, true);
+      if (op.backward) op.backward = with_empty_gradients(std::move(op.backward));
     }
     return list;
   }();
@@ -120,6 +168,9 @@ Expected<Tensor> run(const OpDef& op, const std::vector<Tensor>& inputs, const A
     metas.push_back(TensorMeta{t.shape(), t.dtype()});
   }
   TESSEL_ASSIGN_OR_RETURN(TensorMeta out, infer(op, metas, attrs));
+  // An output with no elements (a 0-sized dimension) needs no kernel: PyTorch's empty result.
+  if (!op.is_view && shape_numel(out.shape) == 0)
+    return Tensor::empty(out.shape, out.dtype, device);
   return op.forward(inputs, attrs, out);
 }
 

@@ -25,19 +25,24 @@
 
 namespace tessel::ops {
 
-// Named attributes of one op call: integers, reals, integer lists.
+// Named attributes of one op call: integers, reals, integer lists, real lists.
 class Attrs {
  public:
-  using Value = std::variant<int64_t, double, std::vector<int64_t>>;
+  using Value = std::variant<int64_t, double, std::vector<int64_t>, std::vector<double>>;
   Attrs& set(const std::string& name, int64_t v) { return put(name, v); }
   Attrs& set(const std::string& name, int v) { return put(name, static_cast<int64_t>(v)); }
   Attrs& set(const std::string& name, double v) { return put(name, v); }
   Attrs& set(const std::string& name, std::vector<int64_t> v) { return put(name, std::move(v)); }
+  // Not an overload of set(): `set("axes", {0, 2})` would be ambiguous.
+  Attrs& set_reals(const std::string& name, std::vector<double> v) {
+    return put(name, std::move(v));
+  }
 
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   int64_t get_int(const std::string& name, int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
   std::vector<int64_t> get_ints(const std::string& name, std::vector<int64_t> fallback = {}) const;
+  std::vector<double> get_doubles(const std::string& name) const;  // empty when absent
   const std::map<std::string, Value>& values() const { return values_; }
   std::string to_string() const;
 
@@ -121,6 +126,8 @@ void add_view_ops(std::vector<OpDef>& ops);
 void add_mask_ops(std::vector<OpDef>& ops);
 void add_conv_ops(std::vector<OpDef>& ops);
 void add_batch_norm_ops(std::vector<OpDef>& ops);
+void add_math_ops(std::vector<OpDef>& ops);
+void add_index_ops(std::vector<OpDef>& ops);
 
 std::string shapes_string(const std::vector<TensorMeta>& inputs);
 

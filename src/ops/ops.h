@@ -5,6 +5,8 @@
 //   TESSEL_ASSIGN_OR_RETURN(Tensor loss, ops::cross_entropy(ops::relu(h).value(), targets));
 #pragma once
 
+#include <optional>
+
 #include "ops/op.h"
 
 namespace tessel::ops {
@@ -25,6 +27,23 @@ Expected<Tensor> silu(const Tensor& x);      // x sigmoid(x)
 Expected<Tensor> gelu_erf(const Tensor& x);  // the exact gelu, 0.5 x (1 + erf(x / sqrt 2))
 Expected<Tensor> rsqrt(const Tensor& x);
 Expected<Tensor> scale(const Tensor& x, double factor);  // factor * x
+// PyTorch's element-wise math (ops/math_ops.cpp), floats of any width computed in f32: exp, log,
+// sqrt, abs (gradient 0 at 0), neg, erf; pow, maximum and minimum broadcast (maximum and minimum
+// propagate NaN and split the gradient of a tie); clamp to [min, max], either bound optional;
+// where(condition (bool), a, b) broadcasting all three; comparisons "eq", "ne", "lt", "le",
+// "gt", "ge" (bool results).
+Expected<Tensor> exp(const Tensor& x);
+Expected<Tensor> log(const Tensor& x);
+Expected<Tensor> sqrt(const Tensor& x);
+Expected<Tensor> abs(const Tensor& x);
+Expected<Tensor> neg(const Tensor& x);
+Expected<Tensor> erf(const Tensor& x);
+Expected<Tensor> pow(const Tensor& x, const Tensor& exponent);
+Expected<Tensor> maximum(const Tensor& a, const Tensor& b);
+Expected<Tensor> minimum(const Tensor& a, const Tensor& b);
+Expected<Tensor> clamp(const Tensor& x, std::optional<double> min, std::optional<double> max);
+Expected<Tensor> where(const Tensor& condition, const Tensor& a, const Tensor& b);
+Expected<Tensor> compare(const std::string& op, const Tensor& a, const Tensor& b);
 // dst += src in place (same shape and dtype; dst contiguous): how gradients accumulate without
 // a temporary. Not an op: nothing records it.
 Status add_into(const Tensor& dst, const Tensor& src);
@@ -52,16 +71,26 @@ Status sum_rows_into(const Tensor& x, const Tensor& y);
 // Over the last axis.
 Expected<Tensor> softmax(const Tensor& x);
 Expected<Tensor> log_softmax(const Tensor& x);
-// logits [..., C], target [...] (i64 class ids) -> scalar loss; mean over the targets that are
-// not ignore_index (reduction 0) or their sum (reduction 1).
+// logits [..., C], target [...] (i64 class ids) or [..., C] (f32 class probabilities) -> the
+// loss of torch.nn.functional.cross_entropy: reduction 0 the mean over the targets that are not
+// ignore_index (weighted by their class weights), 1 their sum, 2 none (one loss per target).
+// class_weight: one per class, or empty for all 1.
 Expected<Tensor> cross_entropy(const Tensor& logits, const Tensor& target,
                                int64_t ignore_index = -100, double label_smoothing = 0.0,
-                               int reduction = 0);
+                               int reduction = 0, std::vector<double> class_weight = {});
 // Over the last axis, with weight and bias of its size.
 Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                             double eps = 1e-5);
 // weight [V, C], ids [...] i64 -> [..., C].
 Expected<Tensor> embedding(const Tensor& weight, const Tensor& ids);
+
+// Indexing along `dim` (ops/index_ops.cpp); ids are i64 in [-N, N), negatives counting from the
+// end as ONNX takes them. index_select: torch.index_select with an index of any rank (ONNX
+// Gather). gather / scatter_add: torch.gather / torch.scatter_add with index (and src) of x's
+// shape except along dim.
+Expected<Tensor> index_select(const Tensor& x, int64_t dim, const Tensor& index);
+Expected<Tensor> gather(const Tensor& x, int64_t dim, const Tensor& index);
+Expected<Tensor> scatter_add(const Tensor& x, int64_t dim, const Tensor& index, const Tensor& src);
 
 // Scores [..., queries, keys] with the keys after each query's position set to -inf.
 Expected<Tensor> causal_mask(const Tensor& scores);

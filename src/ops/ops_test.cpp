@@ -25,7 +25,7 @@ namespace {
 
 // How a test input is made.
 struct Input {
-  enum Kind { kReal, kPositive, kIds } kind = kReal;
+  enum Kind { kReal, kPositive, kIds, kBool } kind = kReal;
   Shape shape;
   int64_t classes = 0;         // kIds: values in [0, classes)
   int64_t ignore = INT64_MIN;  // kIds: this value appears too, at every third position
@@ -40,6 +40,9 @@ Input positive(Shape s) {
 }
 Input ids(Shape s, int64_t classes, int64_t ignore = INT64_MIN) {
   return {Input::kIds, std::move(s), classes, ignore};
+}
+Input flags(Shape s) {  // bool, about half true
+  return {Input::kBool, std::move(s)};
 }
 Input transposed(Shape s) {
   Input i = real(std::move(s));
@@ -214,6 +217,30 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d",  // fewer column rows (4) than output channels (8): dW^T is computed
                {real({3, 1, 6, 5}), real({8, 1, 2, 2}), real({8})},
                Attrs().set("padding", {1, 0})});
+  // The CPU's implicit gemm (ops/conv_ops.cpp; 16 channels or more per group, else im2col as
+  // above): a 1x1 read in place over more positions than a tile; a 1x1 / stride 2 downsample; a
+  // 3x3 / stride 2 layer (two stride phases; taps that skip output phases in the input
+  // gradient); a 1x3 whose position grid spans tiles and images; a dilated window; two groups.
+  // And an RGB-like 7x7 / stride 2 stem, which stays on im2col.
+  c.push_back({"conv2d", {real({1, 16, 16, 17}), real({16, 16, 1, 1}), real({16})}, {}});
+  c.push_back({"conv2d",
+               {real({2, 16, 7, 6}), real({16, 16, 1, 1}), real({16})},
+               Attrs().set("stride", {2, 2})});
+  c.push_back({"conv2d",
+               {real({2, 16, 9, 8}), real({16, 16, 3, 3}), real({16})},
+               Attrs().set("stride", {2, 2}).set("padding", {1, 1})});
+  c.push_back({"conv2d",
+               {real({2, 16, 10, 12}), real({16, 16, 1, 3}), real({16})},
+               Attrs().set("padding", {0, 1})});
+  c.push_back({"conv2d",
+               {real({2, 16, 7, 6}), real({16, 16, 2, 2}), real({16})},
+               Attrs().set("padding", {1, 1}).set("dilation", {2, 2})});
+  c.push_back({"conv2d",
+               {real({1, 32, 5, 6}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("padding", {1, 1}).set("groups", 2)});
+  c.push_back({"conv2d",
+               {real({1, 2, 11, 10}), real({3, 2, 7, 7}), real({3})},
+               Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
   c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
   c.push_back({"max_pool2d",  // windows that tile it, with a row and column left over
                {real({1, 2, 7, 35})},
@@ -243,6 +270,53 @@ std::vector<Case> all_cases() {
   c.push_back({"batch_norm",
                {transposed({2, 2, 5, 3}), real({2}), real({2}), real({2}), positive({2})},
                Attrs().set("training", 1)});
+  // Element-wise math (ops/math_ops.cpp; edge cases in coverage_math_test.cpp).
+  for (const char* op : {"exp", "abs", "neg", "erf"}) {
+    c.push_back({op, {real({3, 5})}, {}});
+    c.push_back({op, {transposed({2, 3, 7})}, {}});
+  }
+  for (const char* op : {"log", "sqrt"})
+    c.push_back({op, {positive({4, 33})}, {}});
+  c.push_back({"exp", {half(real({2, 9}), bf16)}, {}, 200});
+  c.push_back({"pow", {positive({3, 5}), real({5})}, {}});
+  c.push_back({"pow", {positive({2, 1, 4}), transposed({3, 4})}, {}});
+  for (const char* op : {"maximum", "minimum"}) {
+    c.push_back({op, {real({3, 5}), real({3, 1})}, {}});
+    c.push_back({op, {real({1}), transposed({4, 3})}, {}});
+  }
+  c.push_back({"clamp", {real({6, 7})}, Attrs().set("min", -0.5).set("max", 1.0)});
+  c.push_back({"clamp", {transposed({3, 5})}, Attrs().set("min", 0.25)});
+  c.push_back({"clamp", {real({2, 3, 4})}, Attrs().set("max", -1.0)});
+  c.push_back({"where", {flags({3, 5}), real({3, 5}), real({5})}, {}});
+  c.push_back({"where", {flags({4, 1}), real({1}), transposed({4, 6})}, {}});
+  for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"})
+    c.push_back({op, {real({3, 5}), real({5})}, {}});
+  c.push_back({"eq", {real({2, 3}), real({2, 3})}, {}});
+  // Indexing (ops/index_ops.cpp; edge cases in coverage_index_test.cpp): repeated ids, and -2
+  // (counted from the end) at every third position.
+  c.push_back({"index_select", {real({5, 4}), ids({7}, 5, -2)}, Attrs().set("dim", 0)});
+  c.push_back({"index_select", {transposed({2, 6, 3}), ids({2, 2}, 6)}, Attrs().set("dim", -2)});
+  c.push_back({"index_select", {real({3, 300}), ids({4}, 300, -2)}, Attrs().set("dim", 1)});
+  c.push_back({"gather", {real({4, 3}), ids({6, 3}, 4, -2)}, Attrs().set("dim", 0)});
+  c.push_back({"gather", {real({2, 5, 3}), ids({2, 2, 3}, 5)}, Attrs().set("dim", 1)});
+  c.push_back({"scatter_add", {real({4, 3}), ids({6, 3}, 4, -2), real({6, 3})},
+               Attrs().set("dim", 0)});
+  c.push_back({"scatter_add", {real({2, 3, 5}), ids({2, 3, 7}, 5), real({2, 3, 7})},
+               Attrs().set("dim", -1)});
+  // cross_entropy's class weights, reduction "none" and probability targets (coverage_ce_test.cpp
+  // has PyTorch's values).
+  const std::vector<double> w7{0.5, 2.0, 1.0, 0.25, 3.0, 1.5, 0.75}, w5{1.0, 0.5, 2.0, 3.0, 0.2};
+  c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7, -100)},
+               Attrs().set_reals("weight", w7).set("label_smoothing", 0.1)});
+  c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7)},
+               Attrs().set_reals("weight", w7).set("reduction", 1)});
+  c.push_back({"cross_entropy", {real({2, 3, 5}), ids({2, 3}, 5, 1)},
+               Attrs().set("reduction", 2).set("ignore_index", 1).set_reals("weight", w5)});
+  c.push_back({"cross_entropy", {real({3, 300}), ids({3}, 300)}, Attrs().set("reduction", 2)});
+  c.push_back({"cross_entropy", {real({4, 5}), positive({4, 5})}, {}});
+  c.push_back({"cross_entropy", {real({2, 3, 5}), positive({2, 3, 5})},
+               Attrs().set_reals("weight", w5).set("label_smoothing", 0.2).set("reduction", 2)});
+  c.push_back({"cross_entropy", {real({3, 300}), positive({3, 300})}, Attrs().set("reduction", 1)});
   return c;
 }
 
@@ -260,7 +334,9 @@ std::vector<RefTensor> make_inputs(const Case& c, uint32_t seed) {
   for (const Input& in : c.inputs) {
     RefTensor t{in.shape, std::vector<double>(shape_numel(in.shape))};
     for (size_t i = 0; i < t.values.size(); ++i) {
-      if (in.kind == Input::kIds) {
+      if (in.kind == Input::kBool) {
+        t.values[i] = std::uniform_int_distribution<int>(0, 1)(rng);
+      } else if (in.kind == Input::kIds) {
         t.values[i] = (in.ignore != INT64_MIN && i % 3 == 1)
                           ? in.ignore
                           : std::uniform_int_distribution<int64_t>(0, in.classes - 1)(rng);
@@ -287,6 +363,10 @@ Expected<Tensor> from_floats(const std::vector<float>& v, const Shape& shape, DT
   return Tensor::from_vector(v, shape, device);
 }
 Expected<std::vector<float>> to_floats(const Tensor& t) {
+  if (t.dtype() == DType::kBool) {
+    TESSEL_ASSIGN_OR_RETURN(std::vector<bool> v, t.to_vector<bool>());
+    return std::vector<float>(v.begin(), v.end());
+  }
   if (t.dtype() == DType::kBF16) {
     TESSEL_ASSIGN_OR_RETURN(std::vector<BFloat16> v, t.to_vector<BFloat16>());
     return std::vector<float>(v.begin(), v.end());
@@ -299,6 +379,10 @@ Expected<std::vector<float>> to_floats(const Tensor& t) {
 }
 
 Expected<Tensor> to_device(const RefTensor& r, const Input& in, Device* device) {
+  if (in.kind == Input::kBool) {
+    std::vector<bool> v(r.values.begin(), r.values.end());
+    return Tensor::from_vector(v, r.shape, device);
+  }
   if (in.kind == Input::kIds) {
     std::vector<int64_t> v(r.values.begin(), r.values.end());
     return Tensor::from_vector(v, r.shape, device);
@@ -343,7 +427,9 @@ using testing::should_run;
 std::vector<DType> input_dtypes(const Case& c) {
   std::vector<DType> dtypes;
   for (const Input& in : c.inputs)
-    dtypes.push_back(in.kind == Input::kIds ? DType::kI64 : in.dtype);
+    dtypes.push_back(in.kind == Input::kIds    ? DType::kI64
+                     : in.kind == Input::kBool ? DType::kBool
+                                               : in.dtype);
   return dtypes;
 }
 
@@ -414,7 +500,15 @@ void check_case(const Case& c, Device* device, int index) {
     // Rounding to a compute dtype is piecewise constant: differentiate the unrounded op.
     Attrs smooth;
     for (const auto& [name, value] : c.attrs.values())
-      if (name != "compute") std::visit([&, n = name](const auto& v) { smooth.set(n, v); }, value);
+      if (name != "compute")
+        std::visit(
+            [&, n = name](const auto& v) {
+              if constexpr (std::is_same_v<std::decay_t<decltype(v)>, std::vector<double>>)
+                smooth.set_reals(n, v);
+              else
+                smooth.set(n, v);
+            },
+            value);
     if (c.straight_through) numeric = w;
     for (size_t j = 0; j < numeric.size() && !c.straight_through; ++j) {
       std::vector<RefTensor> x = ref_in;
@@ -553,13 +647,12 @@ TEST(BackendOps, BadInputIsTheSameErrorOnEveryDevice) {
     Expected<Tensor> e = embedding(table, ids);
     ASSERT_FALSE(e.ok());
     EXPECT_EQ(e.status().code(), Code::kOutOfRange);
-    EXPECT_EQ(e.status().message(), "embedding: id 9 at position 1 is outside the table of 2 rows");
+    EXPECT_EQ(e.status().message(), "embedding: id 9 at position 1 is outside [0, 2)");
     // A view of the ids at an offset is read where it starts.
     auto more = Tensor::from_vector<int64_t>({5, 1, -1}, {3}, device).value();
     Expected<Tensor> v = embedding(table, more.slice(0, 1, 3).value());
     ASSERT_FALSE(v.ok());
-    EXPECT_EQ(v.status().message(),
-              "embedding: id -1 at position 1 is outside the table of 2 rows");
+    EXPECT_EQ(v.status().message(), "embedding: id -1 at position 1 is outside [0, 2)");
   }
 }
 

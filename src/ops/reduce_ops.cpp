@@ -31,6 +31,12 @@ Expected<std::vector<int64_t>> reduced_axes(const std::string& op, const Shape& 
   return axes;
 }
 
+// ONNX's noop_with_empty_axes: no axes given means no reduction (the input, copied) instead of
+// all axes.
+bool is_noop(const Attrs& a) {
+  return a.get_int("noop_with_empty_axes", 0) != 0 && a.get_ints("axes").empty();
+}
+
 Shape reduced_shape(const Shape& shape, const std::vector<int64_t>& axes, bool keepdim) {
   Shape out;
   for (size_t d = 0; d < shape.size(); ++d) {
@@ -92,12 +98,21 @@ Expected<TensorMeta> infer_reduce(const std::string& op, const std::vector<Tenso
                                   const Attrs& a) {
   if (!is_floating_point(in[0].dtype))
     return invalid_argument("{}: needs a floating-point input, got {}", op, shapes_string(in));
+  if (is_noop(a)) return in[0];
   TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
                           reduced_axes(op, in[0].shape, a.get_ints("axes")));
+  if (op == "max") {  // PyTorch: the maximum of nothing is an error, not -inf
+    for (int64_t d : axes)
+      if (in[0].shape[d] == 0)
+        return invalid_argument(
+            "max: axis {} of {} has size 0; the maximum of nothing is undefined", d,
+            shape_string(in[0].shape));
+  }
   return TensorMeta{reduced_shape(in[0].shape, axes, a.get_int("keepdim", 0) != 0), in[0].dtype};
 }
 
 RefTensor reduce_reference(const RefTensor& x, const Attrs& a, bool mean) {
+  if (is_noop(a)) return x;
   std::vector<int64_t> axes = reduced_axes("sum", x.shape, a.get_ints("axes")).value();
   Shape kept = reduced_shape(x.shape, axes, true);
   RefTensor out{reduced_shape(x.shape, axes, a.get_int("keepdim", 0) != 0),
@@ -105,10 +120,10 @@ RefTensor reduce_reference(const RefTensor& x, const Attrs& a, bool mean) {
   for (int64_t i = 0; i < reference::numel(x.shape); ++i)
     out.values[reference::broadcast_source(reference::unravel(i, x.shape), kept)] += x.values[i];
   if (mean) {
-    double n = static_cast<double>(reference::numel(x.shape)) /
-               std::max<int64_t>(1, reference::numel(kept));
+    const int64_t groups = reference::numel(kept);
+    double n = groups == 0 ? 0.0 : static_cast<double>(reference::numel(x.shape)) / groups;
     for (double& v : out.values)
-      v /= n;
+      v = n == 0 ? NAN : v / n;
   }
   return out;
 }
@@ -127,12 +142,15 @@ Expected<Tensor> broadcast_back(const BackwardArgs& b, double factor) {
 OpDef reduce_op(const std::string& name, bool mean) {
   OpDef op;
   op.name = name;
-  op.attrs = {"axes", "keepdim"};
+  op.attrs = {"axes", "keepdim", "noop_with_empty_axes"};
   op.infer = [name](const std::vector<TensorMeta>& in, const Attrs& a) {
     return infer_reduce(name, in, a);
   };
   op.forward = [mean](const std::vector<Tensor>& in, const Attrs& a,
                       const TensorMeta& out) -> Expected<Tensor> {
+    if (is_noop(a)) return copy_on_device(in[0]);
+    if (in[0].numel() == 0)  // PyTorch: a sum over nothing is 0, a mean over nothing NaN
+      return Tensor::full(out.shape, mean ? NAN : 0.0, out.dtype, in[0].device());
     TESSEL_ASSIGN_OR_RETURN(Tensor s, reduce_forward(in[0], a, out, 0));
     if (!mean || out.shape == in[0].shape()) return s;
     return scale(s, static_cast<double>(s.numel()) /
@@ -142,6 +160,7 @@ OpDef reduce_op(const std::string& name, bool mean) {
     return reduce_reference(in[0], a, mean);
   };
   op.backward = [mean](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    if (is_noop(b.attrs)) return std::vector<Tensor>{b.grad_output};
     double factor = 1.0;
     if (mean) {
       int64_t n = shape_numel(b.input_meta[0].shape), m = b.grad_output.numel();
@@ -157,14 +176,16 @@ OpDef reduce_op(const std::string& name, bool mean) {
 OpDef max_op() {
   OpDef op;
   op.name = "max";
-  op.attrs = {"axes", "keepdim"};
+  op.attrs = {"axes", "keepdim", "noop_with_empty_axes"};
   op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) {
     return infer_reduce("max", in, a);
   };
   op.forward = [](const std::vector<Tensor>& in, const Attrs& a, const TensorMeta& out) {
+    if (is_noop(a)) return copy_on_device(in[0]);
     return reduce_forward(in[0], a, out, 1);
   };
   op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
+    if (is_noop(a)) return in[0];
     std::vector<int64_t> axes = reduced_axes("max", in[0].shape, a.get_ints("axes")).value();
     Shape kept = reduced_shape(in[0].shape, axes, true);
     RefTensor out{reduced_shape(in[0].shape, axes, a.get_int("keepdim", 0) != 0),
@@ -178,6 +199,7 @@ OpDef max_op() {
   op.save_inputs = {true};
   op.save_output = true;
   op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    if (is_noop(b.attrs)) return std::vector<Tensor>{b.grad_output};
     const Shape& in = b.input_meta[0].shape;
     std::vector<int64_t> axes = reduced_axes("max", in, b.attrs.get_ints("axes")).value();
     Shape kept = reduced_shape(in, axes, true);

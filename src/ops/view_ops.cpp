@@ -227,6 +227,8 @@ OpDef concat_op() {
     const int64_t dim = concat_dim(a, in[0].rank());
     TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, in[0]));
     if (y.numel() == 0) return y;
+    for (int i = 0; i < 2; ++i)  // an empty operand (size 0 along dim) adds nothing
+      if (in[i].numel() == 0) return copy_on_device(in[1 - i]);
     int64_t outer = 1, inner = 1;
     for (int64_t d = 0; d < dim; ++d)
       outer *= out.shape[d];

@@ -415,7 +415,9 @@ TEST(DataParallel, ClipGradNormUsesTheWholeGradientUnderEveryStage) {
     ASSERT_TRUE(loss.backward().ok());
   }
   double want_sq = 0;
-  for (float g : ref_params.groups()[0].grads.to_vector<float>().value()) want_sq += double(g) * g;
+  // A named vector: a range-for over `temporary.value()` would read the destroyed Expected.
+  const std::vector<float> ref_grads = ref_params.groups()[0].grads.to_vector<float>().value();
+  for (float g : ref_grads) want_sq += double(g) * g;
   const double want = std::sqrt(want_sq), max_norm = want / 4;
   for (int stage = 0; stage <= 3; ++stage) {
     auto groups = dist::ProcessGroup::in_process(2).value();

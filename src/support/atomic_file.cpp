@@ -1,7 +1,9 @@
 // Atomic file writes: temporary file, fsync, rename, fsync of the folder.
 #include "support/atomic_file.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,12 +37,41 @@ Status sync_folder(const std::string& folder) {
   return ok_status();
 }
 
+// Removes the temporaries "." + name + ".tmp.<pid>.<n>" in `folder` that a process killed in the
+// middle of a write left behind: those whose writer no longer runs on this machine. A live
+// writer's file (this process's, or another's writing the same target) is left alone.
+void remove_stale_temporaries(const std::string& folder, const std::string& name) {
+  DIR* dir = ::opendir(folder.c_str());
+  if (!dir) return;
+  const std::string prefix = "." + name + ".tmp.";
+  while (const dirent* e = ::readdir(dir)) {
+    std::string_view entry(e->d_name);
+    if (!entry.starts_with(prefix)) continue;
+    std::string_view rest = entry.substr(prefix.size());
+    const size_t dot = rest.find('.');
+    if (dot == 0 || dot == std::string_view::npos) continue;
+    long long pid = 0;
+    for (char c : rest.substr(0, dot)) {
+      if (c < '0' || c > '9' || pid > (1LL << 31)) {
+        pid = -1;
+        break;
+      }
+      pid = pid * 10 + (c - '0');
+    }
+    if (pid <= 0 || pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive, or not ours
+    ::unlink((folder + "/" + std::string(entry)).c_str());
+  }
+  ::closedir(dir);
+}
+
 }  // namespace
 
 Expected<AtomicFileWriter> AtomicFileWriter::open(const std::string& path) {
   if (path.empty() || path.back() == '/')
     return invalid_argument("cannot write a file at '{}'", path);
   static std::atomic<unsigned> counter{0};
+  remove_stale_temporaries(folder_of(path), name_of(path));
   // A hidden name in the target's folder, unique per process and call.
   const std::string base =
       folder_of(path) + "/." + name_of(path) + ".tmp." + std::to_string(::getpid());

@@ -11,6 +11,8 @@
 // is atomic), which is fsync'ed, renamed over the target, and then the folder is fsync'ed so the
 // rename itself survives a power cut. Concurrent writers of one path each use their own temporary
 // file; the last rename wins. A writer destroyed before commit() removes its temporary file.
+// Temporaries of a writer that was killed (its process no longer runs) are removed by the next
+// open() of the same path.
 // Every failure is an io_error naming the path and the system's reason.
 #pragma once
 

@@ -18,6 +18,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "support/log.h"
@@ -121,8 +122,17 @@ int default_thread_count() {
 ThreadPool::ThreadPool(int num_threads) {
   num_threads = std::clamp(num_threads, 1, kMaxThreads);
   workers_.reserve(num_threads - 1);
-  for (int i = 0; i + 1 < num_threads; ++i)
-    workers_.emplace_back([this] { worker_loop(); });
+  for (int i = 0; i + 1 < num_threads; ++i) {
+    // Under a process or memory limit a thread may not start: run with those that did (the
+    // caller's thread always works), rather than abort in a constructor that cannot fail.
+    try {
+      workers_.emplace_back([this] { worker_loop(); });
+    } catch (const std::system_error& e) {
+      log_warn("thread pool: could not start worker thread {} of {} ({}); running with {} threads",
+               i + 1, num_threads - 1, e.what(), workers_.size() + 1);
+      break;
+    }
+  }
 }
 
 ThreadPool::~ThreadPool() {

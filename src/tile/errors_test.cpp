@@ -2,6 +2,7 @@
 // file:line:col and message the compiler gives. The compiler must report each one as a Status,
 // never crash or assert. Sources are short so the locations can be checked by eye: line 1 is the
 // kernel header, columns count from 1.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -319,7 +320,144 @@ const ErrorCase kCases[] = {
      "}\n",
      "e.tile:3:5: stages must be a compile-time constant of at least 1, got 0",
      {{"S", "0"}}},
+    // ----- hostile input: every compile-time integer is checked, sizes and nesting are bounded
+    {"FoldDivisionOverflow",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = (-9223372036854775807 - 1) / -1\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:36: integer overflow: -9223372036854775808 / -1 does not fit i64"},
+    {"FoldModuloOverflow",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = (-9223372036854775807 - 1) % -1\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:36: integer overflow: -9223372036854775808 % -1 does not fit i64"},
+    {"FoldMultiplicationOverflow",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = 9223372036854775807 * 9223372036854775807\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:29: integer overflow: 9223372036854775807 * 9223372036854775807 does not fit i64"},
+    {"ParameterOverflowsInASum",
+     "kernel k<BM = 4>(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = BM + 1\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:12: integer overflow: 9223372036854775807 + 1 does not fit i64",
+     {{"BM", "9223372036854775807"}}},
+    {"NegatingTheMinimum",
+     "kernel k<BM = 4>(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = -BM\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:9: integer overflow: -(-9223372036854775808) does not fit i64",
+     {{"BM", "-9223372036854775808"}}},
+    {"DivisionByZero",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = b / 0\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:11: division by zero in 'b / 0'"},
+    {"ModuloByZeroParameter",
+     "kernel k<D = 2>(x: f32[N]) {\n"
+     "  grid (N) as (b) {\n"
+     "    v = b % D\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:11: division by zero in 'b % 0'",
+     {{"D", "0"}}},
+    {"CdivByZero",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (cdiv(N, 0)) as (b) { }\n"
+     "}\n",
+     "e.tile:2:9: division by zero in 'cdiv(N, 0)'"},
+    {"CdivByNegative",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (cdiv(N, -4)) as (b) { }\n"
+     "}\n",
+     "e.tile:2:9: cdiv needs a positive divisor, got -4 in 'cdiv(N, -4)'"},
+    {"TileElementCountOverflows",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    t = shared<f32>[4294967296, 4294967296]\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: tile 't' [4294967296, 4294967296] has more than 2147483647 elements"},
+    {"ParallelIterationsOverflow",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    parallel (i, j) in [4294967296, 4294967296] { }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: parallel loop over [4294967296, 4294967296] has more than 2147483647 iterations"},
+    {"TooManyStages",
+     "kernel k<S = 2>(x: f32[N]) {\n"
+     "  grid (1) as (b) {\n"
+     "    for t in pipelined(4, stages=S) { }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:3:5: stages is 1000000; at most 32 are supported",
+     {{"S", "1000000"}}},
+    {"TooManyStagesOnAGpu",
+     "kernel k<S = 2>(A: f32[M, K]) {\n"
+     "  grid (1) as (b) {\n"
+     "    As = shared<f32>[4, 4]\n"
+     "    for t in pipelined(4, stages=S) { copy(A[0, t * 4], As) }\n"
+     "  }\n"
+     "}\n",
+     "e.tile:4:5: stages is 1000000; at most 32 are supported",
+     {{"S", "1000000"}},
+     Target::cuda()},
 };
+
+// Sources too deep or too long for the recursive passes: each is refused with the location of the
+// first construct past the limit, instead of overflowing the stack.
+std::string repeat(const std::string& s, int n) {
+  std::string out;
+  for (int i = 0; i < n; ++i) out += s;
+  return out;
+}
+
+TEST(TileErrors, DeepNestingAndLongExpressionsGetLocatedErrors) {
+  const std::string head = "kernel k(x: f32[N]) {\n  grid (N) as (b) {\n";
+  const std::string tail = "\n  }\n}\n";
+  // 10,700 parentheses: with the grid and the statement, the 99th (column 9 + 98) is level 101.
+  EXPECT_EQ(first_error({"", (head + "    v = " + repeat("(", 10700) + "1" + repeat(")", 10700) + tail).c_str(), ""}),
+            "e.tile:3:107: nested more than 100 levels deep; split the expression or the block");
+  // 4,850 nested ifs, one per line from line 3: the condition of the 99th is level 101.
+  std::string ifs = head;
+  for (int i = 0; i < 4850; ++i) ifs += "    if b > 0 {\n";
+  ifs += repeat("}", 4850) + tail;
+  EXPECT_EQ(first_error({"", ifs.c_str(), ""}),
+            "e.tile:101:8: nested more than 100 levels deep; split the expression or the block");
+  // else-if chains nest too.
+  std::string chain = head + "    if b > 0 { }" + repeat(" else if b > 0 { }", 5000) + tail;
+  EXPECT_EQ(first_error({"", chain.c_str(), ""}).rfind("e.tile:3:", 0), 0u);
+  // A flat sum of 18,400 terms: the 1001st '+' (" + 1" each, after "v = 1") is refused.
+  std::string sum = head + "    v = 1" + repeat(" + 1", 18400) + tail;
+  EXPECT_EQ(first_error({"", sum.c_str(), ""}),
+            fmt::format("e.tile:3:{}: more than 1000 operators in one statement; split it with named values",
+                        10 + 4 * 1000 + 1));
+  // Unary minus chains nest like parentheses.
+  std::string minus = head + "    v = " + repeat("-", 20000) + "1" + tail;
+  EXPECT_EQ(first_error({"", minus.c_str(), ""}).rfind("e.tile:3:", 0), 0u);
+}
+
+// Just inside the limits (90 parentheses, 901 operators) a kernel still compiles.
+TEST(TileErrors, NestingUpToTheLimitStillCompiles) {
+  const std::string head = "kernel k(x: f32[N]) {\n  grid (N) as (b) {\n    parallel (i) in [1] {\n";
+  const std::string tail = "\n    }\n  }\n}\n";
+  std::string src = head + "      x[b] = f32(" + repeat("(", 90) + "b" + repeat(")", 90) + " + " +
+                    "1" + repeat(" + 1", 900) + ")" + tail;
+  EXPECT_EQ(first_error({"", src.c_str(), ""}), "");
+}
 
 class TileErrors : public ::testing::TestWithParam<ErrorCase> {};
 

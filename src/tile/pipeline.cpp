@@ -3,6 +3,7 @@
 
 #include "tile/ir/verifier.h"
 #include "tile/passes/check_fast_memory.h"
+#include "tile/passes/check_integers.h"
 #include "tile/passes/check_shapes.h"
 #include "tile/passes/infer_bounds.h"
 #include "tile/passes/insert_barriers.h"
@@ -32,6 +33,7 @@ Expected<Kernel> compile_ir(const Kernel& parsed, const CompileOptions& o) {
 
   TESSEL_ASSIGN_OR_RETURN(k, specialize(k, o.params, target.name()));
   TESSEL_TRY(after("specialize", k, o));
+  TESSEL_TRY(check_integers(k));
 
   TESSEL_TRY(check_shapes(k));
 

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "support/config.h"
@@ -40,11 +42,17 @@ inline Expected<std::string> get_choice(const Config& table, const std::string& 
   return value;
 }
 
-// A number key with a lower bound (the fallback, when the key is missing, is not checked).
+// A number key with a lower bound (the fallback, when the key is missing, is not checked). A
+// float must be finite: nan passes no comparison and inf trains to nan, both silently.
 template <typename T>
 Expected<T> get_at_least(const Config& table, const std::string& key, T fallback, T minimum) {
   if (!table.has(key)) return fallback;
   TESSEL_ASSIGN_OR_RETURN(T value, table.get<T>(key));
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(value))
+      return invalid_argument("{}: key '{}': must be a finite number, got {}", table.source(),
+                              full_key(table, key), value);
+  }
   if (value < minimum)
     return invalid_argument("{}: key '{}': must be >= {}, got {}", table.source(),
                             full_key(table, key), minimum, value);

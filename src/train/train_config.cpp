@@ -28,7 +28,7 @@ Status parse_optimizer(const Config& cfg, OptimizerConfig& out) {
     TESSEL_ASSIGN_OR_RETURN(o.weight_decay, get_at_least(t, "weight_decay", o.weight_decay, 0.0));
     TESSEL_ASSIGN_OR_RETURN(std::vector<double> betas,
                             t.get_or<std::vector<double>>("betas", {o.beta1, o.beta2}));
-    if (betas.size() != 2 || betas[0] < 0 || betas[0] >= 1 || betas[1] < 0 || betas[1] >= 1)
+    if (betas.size() != 2 || !(betas[0] >= 0 && betas[0] < 1) || !(betas[1] >= 0 && betas[1] < 1))
       return invalid_argument("{}: key 'optimizer.betas': expected two numbers in [0, 1)",
                               t.source());
     o.beta1 = betas[0];
@@ -55,6 +55,9 @@ Status parse_schedule(const Config& cfg, double lr, optim::Schedule& out) {
   TESSEL_ASSIGN_OR_RETURN(out.kind, optim::parse_schedule_kind(name));
   out.base_lr = lr;
   TESSEL_ASSIGN_OR_RETURN(out.min_lr, get_at_least(t, "min_lr", 0.0, 0.0));
+  if (out.min_lr > lr)
+    return invalid_argument("{}: key 'schedule.min_lr': must be <= the optimizer's lr ({}), got {}",
+                            t.source(), lr, out.min_lr);
   const bool warmup =
       out.kind == optim::ScheduleKind::kWarmupConstant || out.kind == optim::ScheduleKind::kWarmupCosine;
   if (!warmup && t.has("warmup_steps"))

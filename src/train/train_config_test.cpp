@@ -124,6 +124,25 @@ TEST(TrainConfig, TheDeviceIsTheTargetTable) {
             "cpu device; remove the table or change the device");
 }
 
+// Numbers that would train to NaN, or silently change the run, are config errors naming the key.
+TEST(TrainConfig, NonFiniteAndInconsistentNumbersNameTheKey) {
+  EXPECT_EQ(error_of(with("lr = 0.05", "lr = nan")),
+            "run.toml: key 'optimizer.lr': must be a finite number, got nan");
+  EXPECT_EQ(error_of(with("lr = 0.05", "lr = inf")),
+            "run.toml: key 'optimizer.lr': must be a finite number, got inf");
+  EXPECT_EQ(error_of(with("name = \"sgd\"\nlr = 0.05\nmomentum = 0.9", "name = \"adamw\"\neps = nan")),
+            "run.toml: key 'optimizer.eps': must be a finite number, got nan");
+  EXPECT_EQ(error_of(with("name = \"sgd\"\nlr = 0.05\nmomentum = 0.9",
+                          "name = \"adamw\"\nbetas = [nan, 0.999]")),
+            "run.toml: key 'optimizer.betas': expected two numbers in [0, 1)");
+  EXPECT_EQ(error_of(with("clip_grad_norm = 1.0", "clip_grad_norm = nan")),
+            "run.toml: key 'train.clip_grad_norm': must be a finite number, got nan");
+  EXPECT_EQ(error_of(with("warmup_steps = 10", "warmup_steps = 10\nmin_lr = 0.1")),
+            "run.toml: key 'schedule.min_lr': must be <= the optimizer's lr (0.05), got 0.1");
+  EXPECT_EQ(error_of(with("warmup_steps = 10", "warmup_steps = 10\nmin_lr = -inf")),
+            "run.toml: key 'schedule.min_lr': must be a finite number, got -inf");
+}
+
 TEST(TrainConfig, PrecisionIsFp32Bf16OrFp16) {
   TrainConfig fp32 = parse_train_config(Config::parse(kGood, "run.toml").value()).value();
   EXPECT_EQ(fp32.precision, "fp32");

@@ -18,8 +18,10 @@
 #include "nn/gpt.h"
 #include "optim/clip.h"
 #include "parallel/rank_shard.h"
+#include "support/atomic_file.h"
 #include "train/model_registry.h"
 #include "train/progress.h"
+#include "train/shared_settings.h"
 
 namespace tessel::train {
 namespace {
@@ -62,6 +64,26 @@ Expected<Variable> loss_of(const Variable& logits, const Variable& targets) {
   TESSEL_ASSIGN_OR_RETURN(Variable flat_logits, autograd::reshape(logits, {rows, s.back()}));
   TESSEL_ASSIGN_OR_RETURN(Variable flat_targets, autograd::reshape(targets, {rows}));
   return autograd::cross_entropy(flat_logits, flat_targets);
+}
+
+// The name of the first parameter whose values (or gradients) hold an inf or NaN, or "" when
+// there is none: read on the host, only after a step went wrong.
+std::string first_non_finite(const nn::FlatParameters& params, bool gradients) {
+  std::map<size_t, std::vector<float>> host;  // group -> its values or gradients
+  for (const nn::FlatParameters::Entry& e : params.entries()) {
+    const nn::FlatParameters::Group& g = params.groups()[e.group];
+    const Tensor& t = gradients ? g.grads : g.values;
+    if (!t.defined()) continue;
+    auto it = host.find(e.group);
+    if (it == host.end()) {
+      Expected<std::vector<float>> v = t.to_vector<float>();
+      if (!v.ok()) continue;
+      it = host.emplace(e.group, std::move(*v)).first;
+    }
+    for (int64_t i = e.offset; i < e.offset + e.numel && i < int64_t(it->second.size()); ++i)
+      if (!std::isfinite(it->second[size_t(i)])) return e.name;
+  }
+  return "";
 }
 
 // The generator streams of the run's seed used here (data_source.cpp has the data's).
@@ -116,6 +138,10 @@ Status Trainer::build() {
     return invalid_argument("{}: key 'train.epochs': data '{}' has no epochs; use 'train.steps'",
                             c.source, c.data.name);
   total_steps_ = c.steps > 0 ? c.steps : c.epochs * per_epoch / c.grad_accum_steps;
+  if (total_steps_ == 0)
+    return invalid_argument("{}: key 'train.grad_accum_steps': {} micro-batches per step, but the "
+                            "run has {} batches ({} epochs of {}): it would take no step",
+                            c.source, c.grad_accum_steps, c.epochs * per_epoch, c.epochs, per_epoch);
   // A prompt the vocabulary cannot encode fails now, not after the run.
   if (data_->text() && c.sample.tokens > 0) {
     Expected<std::vector<int64_t>> prompt = data_->text()->encode(c.sample.prompt);
@@ -138,11 +164,22 @@ Status Trainer::build() {
     if (!adamw.ok()) return adamw.status().with_context("{}: [optimizer]", c.source);
     optimizer_ = std::move(*adamw);
   }
+  // Before any collective that depends on them: ranks that disagree stop here, each told how.
+  if (group_)
+    TESSEL_TRY(check_shared_settings(*group_, shared_settings(c, *params_, total_steps_), c.source));
   if (group_) TESSEL_TRY(build_data_parallel());
   if (c.precision == "fp16") grad_scaler_ = std::make_unique<optim::GradScaler>();
   config_.schedule.total_steps = total_steps_;
   Status schedule_ok = config_.schedule.validate();
   if (!schedule_ok.ok()) return schedule_ok.with_context("{}: [schedule]", c.source);
+  // A checkpoint that cannot be written fails now, not after the whole run.
+  if (!c.checkpoint_path.empty() && rank() == 0) {
+    Status writable = make_parent_folder(c.checkpoint_path);
+    if (writable.ok()) writable = AtomicFileWriter::open(c.checkpoint_path).status();
+    if (!writable.ok())
+      return writable.with_context("{}: key 'train.checkpoint_path' = '{}'", c.source,
+                                   c.checkpoint_path);
+  }
   return ok_status();
 }
 
@@ -242,6 +279,14 @@ Status Trainer::resume(const std::string& checkpoint_path) {
                             load_training_checkpoint(checkpoint_path, *model_, mutable_optimizer(),
                                                      grad_scaler_.get()));
   }
+  // A step past the run's end, or more optimizer steps than steps (one per step, less those the
+  // loss scaler skipped), is a damaged or foreign file.
+  if (state.step < 0 || state.step > total_steps_)
+    return out_of_range("{}: metadata 'step' = {} is outside [0, {}]", checkpoint_path,
+                        state.step, total_steps_);
+  if (state.optimizer.step_count > state.step)
+    return out_of_range("{}: metadata 'optimizer.step_count' = {} is outside [0, {}]",
+                        checkpoint_path, state.optimizer.step_count, state.step);
   step_ = state.step;
   auto get = [&](const std::string& key) -> Expected<std::string> {
     auto it = state.metadata.find(key);
@@ -281,6 +326,30 @@ Expected<bool> Trainer::any_rank_found_inf(bool found_inf_here) {
                           group_->all_reduce(&flag, 1, dist::DataType::kFloat64, dist::RedOp::kMax));
   TESSEL_TRY(w.wait());
   return flag > 0.0;
+}
+
+Status Trainer::check_finite(double loss) {
+  const bool whole_gradients = !data_parallel_;  // ZeRO keeps shards, DDP averages in flight
+  std::string bad;
+  if (!std::isfinite(loss)) {
+    bad = fmt::format("the loss is {}", loss);
+  } else if (whole_gradients) {
+    TESSEL_ASSIGN_OR_RETURN(double norm, optim::global_grad_norm(*params_));
+    if (std::isfinite(norm)) return ok_status();
+    std::string name = first_non_finite(*params_, /*gradients=*/true);
+    bad = fmt::format("the gradient of '{}' is not finite", name.empty() ? "?" : name);
+  } else {
+    return ok_status();
+  }
+  if (whole_gradients || config_.distributed.zero_stage < 3) {
+    std::string name = first_non_finite(*params_, /*gradients=*/false);
+    if (!name.empty()) bad += fmt::format(" (parameter '{}' holds inf or NaN)", name);
+  }
+  return failed_precondition(
+      "{}: step {}: {}; stopping the run{}", config_.source, step_ + 1, bad,
+      config_.checkpoint_path.empty()
+          ? ""
+          : fmt::format(" (the last checkpoint written, if any, is kept: {})", config_.checkpoint_path));
 }
 
 const nn::FlatParameters& Trainer::local_gradients() {
@@ -423,6 +492,11 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       TESSEL_ASSIGN_OR_RETURN(bool found_inf_here, grad_scaler_->unscale(local_gradients()));
       TESSEL_ASSIGN_OR_RETURN(skip_step, any_rank_found_inf(found_inf_here));
     }
+    // A bad number stops the run before it reaches the weights (under the loss scaler, an inf or
+    // NaN gradient skips the step instead): the last checkpoint stays the last good one. In a
+    // data-parallel job the check waits for the ranks' mean loss (below), so that every rank
+    // stops at the same step.
+    if (!grad_scaler_ && !group_) TESSEL_TRY(check_finite(loss_value));
     if (!skip_step) {
       if (c.clip_grad_norm > 0 && data_parallel_) {
         TESSEL_TRY(data_parallel_->clip_grad_norm(c.clip_grad_norm));
@@ -436,6 +510,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     }
     if (grad_scaler_) grad_scaler_->update(skip_step);
     if (loss_reduction) TESSEL_TRY(loss_reduction->wait());
+    if (!grad_scaler_ && group_) TESSEL_TRY(check_finite(loss_value));
     summary.losses.push_back(loss_value);
     window_loss += loss_value;
     TESSEL_TRY(params_->zero_grad());
@@ -471,11 +546,12 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       window_start = Clock::now();
     }
   }
-  TESSEL_ASSIGN_OR_RETURN(summary.final_eval, run_eval());
+  // The checkpoint first: an evaluation that fails (out of memory, a bad batch) loses no training.
   if (!c.checkpoint_path.empty()) {
     TESSEL_TRY(save_checkpoint(c.checkpoint_path));
     say(fmt::format("checkpoint: {} (step {})", c.checkpoint_path, step_));
   }
+  TESSEL_ASSIGN_OR_RETURN(summary.final_eval, run_eval());
   if (progress) progress->finish();
   if (data_->text() && c.sample.tokens > 0 && dynamic_cast<nn::GPT*>(model_.get())) {
     TESSEL_ASSIGN_OR_RETURN(summary.sample, sample(c.sample));

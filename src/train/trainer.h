@@ -113,6 +113,9 @@ class Trainer {
   }
   int rank() const { return group_ ? group_->rank() : 0; }
   int world_size() const { return group_ ? group_->size() : 1; }
+  // An error naming the step and the first non-finite tensor when the loss (or, in one process,
+  // a gradient) holds an inf or NaN.
+  Status check_finite(double loss);
   // Whether any rank saw an inf or NaN gradient this step: every rank must skip the same steps.
   Expected<bool> any_rank_found_inf(bool found_inf_here);
   // The averaged gradients this rank's optimizer reads: the flat buffers, or under ZeRO this

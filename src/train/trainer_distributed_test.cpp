@@ -133,6 +133,32 @@ TEST(TrainerDistributed, AZeroCheckpointResumesOnRanksAndInOneProcess) {
   }
 }
 
+// Ranks started with different batch sizes (or models) would train side by side with collectives
+// of the same sizes; the trainer compares the settings they must share when it is built and
+// every rank fails at once, naming the setting and each rank's value.
+TEST(TrainerDistributed, RanksThatDifferInBatchSizeOrModelFailAtStartNamingTheSetting) {
+  const std::string dist = "[distributed]\n";
+  TrainConfig wide = config(8, "", dist);
+  wide.model = Config::parse("name = \"mlp\"\nhidden = [64]", "ddp.toml").value();
+  const std::pair<TrainConfig, std::string> cases[] = {
+      {config(16, "", dist), "ddp.toml: the ranks of this job differ in 'data.batch_size': rank 0: 8; rank 1: 16"},
+      {wide, "ddp.toml: the ranks of this job differ in 'model': rank 0: mlp: 25450 parameters in 4 tensors"}};
+  for (const auto& [other, want] : cases) {
+    auto groups = dist::ProcessGroup::in_process(2).value();
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        auto trainer = Trainer::create(r == 0 ? config(8, "", dist) : other,
+                                       {.progress = nullptr, .process_group = groups[size_t(r)].get()});
+        errors[size_t(r)] = trainer.ok() ? "" : trainer.status().message();
+      });
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 2; ++r)
+      EXPECT_EQ(errors[size_t(r)].rfind(want, 0), 0u) << "rank " << r << ": " << errors[size_t(r)];
+  }
+}
+
 TEST(TrainerDistributed, ConfigRejectsAnUnknownBackend) {
   auto bad = parse_train_config(
       Config::parse("[model]\nname = \"mlp\"\n[data]\nname = \"fashion_mnist\"\n[train]\nsteps = 1\n"

@@ -3,12 +3,14 @@
 // redraws in place only when asked to; training lowers the loss.
 #include "train/trainer.h"
 
+#include "io/checkpoint.h"
 #include "train/progress.h"
 #include "train/testing/trainer_check.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -95,6 +97,85 @@ TEST(Trainer, ResumingAnotherModelsCheckpointNamesTheMissingTensors) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("Missing key(s) in state_dict: \"conv1.weight\""), std::string::npos)
       << s.message();
+  std::filesystem::remove_all(folder);
+}
+
+// A gradient turned NaN at step 4 stops the run there, naming the step and the tensor; the
+// checkpoint of step 2 is left as the last good one (not overwritten with NaN weights).
+TEST(Trainer, ANonFiniteGradientStopsTheRunAndKeepsTheLastGoodCheckpoint) {
+  const std::string folder = temp_folder("nan");
+  TrainConfig c = tiny_config(folder, 8);
+  c.checkpoint_interval = 2;
+  auto trainer = Trainer::create(c, {.progress = nullptr}).value();
+  std::string poisoned;
+  trainer->set_after_backward([&](const nn::FlatParameters& params, int64_t step) -> Status {
+    if (step != 3) return ok_status();
+    const nn::FlatParameters::Entry& e = params.entries().back();
+    poisoned = e.name;
+    Tensor g = params.groups()[e.group].grads;
+    TESSEL_ASSIGN_OR_RETURN(std::vector<float> v, g.to_vector<float>());
+    v[size_t(e.offset)] = std::nanf("");
+    TESSEL_ASSIGN_OR_RETURN(Tensor nan, Tensor::from_vector<float>(v, g.shape()));
+    return g.copy_from(nan);
+  });
+  Expected<RunSummary> run = trainer->run();
+  ASSERT_FALSE(run.ok());
+  EXPECT_EQ(run.status().message(),
+            fmt::format("tiny.toml: step 4: the gradient of '{}' is not finite; stopping the run "
+                        "(the last checkpoint written, if any, is kept: {}/checkpoint.safetensors)",
+                        poisoned, folder));
+  Expected<Checkpoint> kept = load_checkpoint(folder + "/checkpoint.safetensors");
+  ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+  EXPECT_EQ(*kept->get_int("step"), 2);
+  std::filesystem::remove_all(folder);
+}
+
+// Metadata a resumed run would trust is range-checked: a step outside the run, an optimizer step
+// count that is negative or ahead of the step.
+TEST(Trainer, ResumeRefusesMetadataOutOfRange) {
+  const std::string folder = temp_folder("meta");
+  auto trainer = Trainer::create(tiny_config(folder, 3), {.progress = nullptr}).value();
+  ASSERT_TRUE(trainer->run().ok());
+  const std::string path = folder + "/checkpoint.safetensors";
+  const std::pair<const char*, const char*> bad[] = {
+      {"step", "-50"}, {"step", "9223372036854775807"}, {"step", "4"},
+      {"optimizer.step_count", "-7"}, {"optimizer.step_count", "4"}};
+  for (auto [key, value] : bad) {
+    Checkpoint ckpt = load_checkpoint(path).value();
+    ckpt.metadata[key] = value;
+    const std::string edited = folder + "/edited.safetensors";
+    ASSERT_TRUE(save_checkpoint(edited, ckpt).ok());
+    auto fresh = Trainer::create(tiny_config(folder, 3), {.progress = nullptr}).value();
+    Status s = fresh->resume(edited);
+    ASSERT_FALSE(s.ok()) << key << " = " << value;
+    EXPECT_NE(s.message().find(fmt::format("metadata '{}' is {}, expected a value in [0, ", key, value)),
+              std::string::npos)
+        << s.message();
+  }
+  std::filesystem::remove_all(folder);
+}
+
+TEST(Trainer, AnUnwritableCheckpointPathOrAnEmptyRunFailsAtStart) {
+  const std::string folder = temp_folder("paths");
+  std::ofstream(folder + "/file") << "not a folder";
+  TrainConfig c = tiny_config(folder, 3);
+  c.checkpoint_path = folder + "/file/checkpoint.safetensors";
+  Expected<std::unique_ptr<Trainer>> t = Trainer::create(c, {.progress = nullptr});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message().rfind(
+                fmt::format("tiny.toml: key 'train.checkpoint_path' = '{}'", c.checkpoint_path), 0),
+            0u)
+      << t.status().message();
+  // One epoch of Fashion-MNIST is 7,500 batches of 8: 10,000 micro-batches per step take no step.
+  c = tiny_config(folder, 3);
+  c.steps = 0;
+  c.epochs = 1;
+  c.grad_accum_steps = 10000;
+  t = Trainer::create(c, {.progress = nullptr});
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().message(),
+            "tiny.toml: key 'train.grad_accum_steps': 10000 micro-batches per step, but the run has "
+            "7500 batches (1 epochs of 7500): it would take no step");
   std::filesystem::remove_all(folder);
 }
 

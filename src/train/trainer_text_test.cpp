@@ -114,17 +114,17 @@ TEST(TextTrainer, AResumedRunContinuesTheSameLossSequence) {
   std::filesystem::remove_all(parts);
 }
 
-// ../shared/data next to the checkout (CI has it; a fresh clone elsewhere may not).
+// The copy the repository ships (data/README.md).
 std::string shakespeare_path() {
   const char* source = std::getenv("TESSEL_SOURCE_DIR");
   std::filesystem::path root = source ? source : std::filesystem::current_path();
-  return (root / "../shared/data/tinyshakespeare/input.txt").lexically_normal().string();
+  return (root / "data/tinyshakespeare/input.txt").lexically_normal().string();
 }
 
 TEST(TextTrainer, ATinyGptLearnsTinyShakespeareBelowTheUnigramEntropy) {
   const std::string path = shakespeare_path();
   if (!std::filesystem::exists(path))
-    GTEST_SKIP() << "no " << path << " (../shared/data is not next to this checkout)";
+    GTEST_SKIP() << "no " << path << " (data/ of the repository)";
   // The entropy of the training split's characters: the best loss without context.
   std::ifstream in(path, std::ios::binary);
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -135,7 +135,7 @@ TEST(TextTrainer, ATinyGptLearnsTinyShakespeareBelowTheUnigramEntropy) {
   double unigram = 0.0;
   for (auto& [c, k] : counts)
     unigram -= k / double(n_train) * std::log(k / double(n_train));
-  ASSERT_NEAR(unigram, 3.31, 0.01);  // the file of shared/data/README.md
+  ASSERT_NEAR(unigram, 3.31, 0.01);  // the file of data/README.md
 
   const std::string folder = temp_folder("shakespeare");
   TrainConfig c = gpt_config(folder, path, 200, "n_layer = 1\nn_head = 2\nn_embd = 64",

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -28,7 +29,8 @@ constexpr uint32_t kSpins = 256;
 constexpr uint32_t kOversubscribedSpins = 16;
 constexpr uint64_t kSleepAfterNs = 5'000'000;
 constexpr uint64_t kSleepNs = 50'000;
-// How often a waiting rank checks that its peers are alive, and refreshes its own heartbeat.
+// How often a waiting rank checks that its peers are alive, and how often the heartbeat thread
+// refreshes this rank's heartbeat.
 constexpr uint64_t kCheckPeriodNs = 10'000'000;
 constexpr uint64_t kBeatPeriodNs = 100'000'000;
 
@@ -143,6 +145,25 @@ ShmTransport::ShmTransport(std::shared_ptr<Segment> segment, int rank, const Com
   me.pid_namespace = id.pid_namespace;
   beat(now_ns());
   store_release(me.state, RankState::kActive);
+  // Liveness is this thread's: it runs whatever the application and the progress thread are
+  // doing, and stops only with the process (SIGSTOP, a crash) or the communicator.
+  heartbeat_thread_ = std::thread([this] {
+    std::unique_lock lock(heartbeat_mu_);
+    while (!heartbeat_cv_.wait_for(lock, std::chrono::nanoseconds(kBeatPeriodNs),
+                                   [this] { return heartbeat_stop_; }))
+      store_release(segment_->rank(rank_).heartbeat_ns, now_ns());
+  });
+}
+
+ShmTransport::~ShmTransport() { stop_heartbeat(); }
+
+void ShmTransport::stop_heartbeat() {
+  {
+    std::lock_guard lock(heartbeat_mu_);
+    heartbeat_stop_ = true;
+  }
+  heartbeat_cv_.notify_all();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
 }
 
 void ShmTransport::on_progress_thread() {
@@ -177,6 +198,7 @@ Status ShmTransport::cancel_status() {
 }
 
 void ShmTransport::leave(bool aborted) {
+  stop_heartbeat();
   store_release(segment_->rank(rank_).state, aborted ? RankState::kAborted : RankState::kLeft);
   (void)segment_->unlink();  // normally removed after init already; this covers early failures
 }

@@ -10,16 +10,20 @@
 // copies the others' reduced parts (all-gather), with `depth` chunks in flight.
 //
 // While it waits, a rank watches for faults: a peer whose process is gone (kill -9) or whose
-// heartbeat stopped, a peer that left or aborted, the shared fault record, a cancel from
+// heartbeat stopped (a thread of each rank's own refreshes it every 100 ms for as long as the
+// process runs, so a rank that is merely slow, arriving last at every call, is never taken for
+// dead, while a stopped or frozen process is), a peer that left or aborted, the shared fault record, a cancel from
 // tesselCommAbort, and the call's own time limit. The first rank to see a fault records it in
 // the segment, so every rank fails with the same message naming the rank at fault.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
+#include <thread>
 
 #include "dist/shm/segment.h"
 #include "dist/transport.h"
@@ -30,6 +34,7 @@ class ShmTransport final : public Transport {
  public:
   // Attaches `rank` to the segment: records its process identity and marks it active.
   ShmTransport(std::shared_ptr<Segment> segment, int rank, const CommOptions& options);
+  ~ShmTransport() override;
 
   const char* name() const override { return "shm"; }
   // Pins the progress thread to one CPU per rank (see shm_transport.cpp).
@@ -61,6 +66,7 @@ class ShmTransport final : public Transport {
   Status cancel_status();
   std::string where(const Activity& activity) const;
   void beat(uint64_t now_ns);
+  void stop_heartbeat();
 
   Status collective(const Call& call);
   Status handshake(const Call& call, uint64_t seq, bool small);
@@ -88,6 +94,11 @@ class ShmTransport final : public Transport {
   uint64_t last_beat_ns_ = 0;
   int pin_cpu_ = -1;    // the CPU for the progress thread, or -1
   uint32_t spins_ = 0;  // polls a wait spins before it yields
+  // The heartbeat thread, stopped by leave() or the destructor.
+  std::thread heartbeat_thread_;
+  std::mutex heartbeat_mu_;
+  std::condition_variable heartbeat_cv_;
+  bool heartbeat_stop_ = false;
   std::atomic<bool> cancelled_{false};
   std::mutex cancel_mu_;
   Status cancel_status_;

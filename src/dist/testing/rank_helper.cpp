@@ -9,6 +9,8 @@
 //   kill VICTIM COUNT      all ranks run all-reduces of COUNT floats; VICTIM kills itself with
 //                          SIGKILL in the middle; the others report the error
 //   stop VICTIM            VICTIM stops itself with SIGSTOP; the others report the error
+//   slow VICTIM SECONDS    all-reduces for SECONDS; VICTIM computes 20 ms before each, so it
+//                          arrives last at every one; every rank prints "OK slow N calls"
 //   mismatch COUNT         the last rank passes COUNT - 1
 //   leave VICTIM           VICTIM destroys its communicator instead of calling all-reduce
 //   abort VICTIM           VICTIM aborts its communicator instead of calling all-reduce
@@ -187,6 +189,28 @@ int main(int argc, char** argv) {
     if (result == tesselSuccess) result = tesselStreamSynchronize(stream);
     report(comm, stream, result);
     if (rank == (victim + 1) % nranks) ::kill(static_cast<pid_t>(pids[victim]), SIGKILL);
+  } else if (scenario == "slow") {
+    const double seconds = argc > 3 ? std::atof(argv[3]) : 3.0;
+    const uint64_t end = monotonic_ns() + static_cast<uint64_t>(seconds * 1e9);
+    tesselResult_t result = tesselSuccess;
+    int calls = 0;
+    // The same number of calls on every rank: the loop count comes from rank 0's clock.
+    for (int more = 1; more && result == tesselSuccess; ++calls) {
+      if (rank == victim) {
+        const uint64_t busy_until = monotonic_ns() + 20'000'000;
+        while (monotonic_ns() < busy_until) {
+        }
+      }
+      more = rank == 0 ? monotonic_ns() < end : 0;
+      result = tesselAllReduce(&more, &more, 1, tesselInt32, tesselMax, comm, stream);
+      if (result == tesselSuccess) result = tesselStreamSynchronize(stream);
+    }
+    if (result != tesselSuccess) {
+      report(comm, stream, result);
+      status = 1;
+    } else {
+      std::printf("OK slow %d calls\n", calls);
+    }
   } else if (scenario == "mismatch") {
     const size_t count = argc > 2 ? std::strtoull(argv[2], nullptr, 10) : 1000;
     std::vector<float> data(count, 1.0f);

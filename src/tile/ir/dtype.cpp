@@ -45,4 +45,16 @@ std::optional<ScalarType> scalar_type_from_name(std::string_view name) {
 
 const char* scalar_type_name(ScalarType t) { return info(t).name; }
 
+bool fits_int_type(int64_t v, const DType& t) {
+  if (t.is_param()) return false;
+  switch (t.scalar()) {
+    case ScalarType::kBool: return v == 0 || v == 1;
+    case ScalarType::kI8: return v >= -128 && v <= 127;
+    case ScalarType::kU8: return v >= 0 && v <= 255;
+    case ScalarType::kI32: return v >= INT32_MIN && v <= INT32_MAX;
+    case ScalarType::kI64: return true;
+    default: return false;
+  }
+}
+
 }  // namespace tessel::tile

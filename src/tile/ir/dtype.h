@@ -52,6 +52,9 @@ inline const DType kF16{ScalarType::kF16};
 inline const DType kBF16{ScalarType::kBF16};
 inline const DType kF32{ScalarType::kF32};
 
+// Whether `v` is a value of the integer (or bool) type `t`: i32 holds [-2^31, 2^31), u8 [0, 256).
+bool fits_int_type(int64_t v, const DType& t);
+
 // "f32" -> kF32; nullopt for anything that is not a scalar type name.
 std::optional<ScalarType> scalar_type_from_name(std::string_view name);
 const char* scalar_type_name(ScalarType t);

@@ -196,6 +196,9 @@ class Parser {
 
   Expected<Stmt> parse_stmt() {
     const Token& t = peek();
+    Nest nest(&nesting_);
+    TESSEL_TRY(check_nesting(t.loc));
+    statement_operators_ = 0;
     if (t.kind != TokenKind::kIdent) return error_at(t.loc, "expected a statement, found {}", describe(t));
     if (t.text == "grid") return parse_grid();
     if (t.text == "for") return parse_for();
@@ -301,6 +304,8 @@ class Parser {
       next();
       sema_.next_branch();
       if (is_keyword("if")) {
+        Nest nest(&nesting_);  // an else-if chain nests without passing through parse_stmt
+        TESSEL_TRY(check_nesting(peek().loc));
         TESSEL_ASSIGN_OR_RETURN(else_case, parse_if());
       } else {
         TESSEL_ASSIGN_OR_RETURN(else_case, parse_block("to open the 'else' body"));
@@ -512,6 +517,9 @@ class Parser {
       BinaryOp op;
       int p = binary_precedence(peek().kind, &op);
       if (p < 0 || p <= min_precedence) return lhs;
+      if (++statement_operators_ > kMaxOperatorsPerStatement)
+        return error_at(peek().loc, "more than {} operators in one statement; split it with named values",
+                        kMaxOperatorsPerStatement);
       SourceLoc loc = next().loc;
       TESSEL_ASSIGN_OR_RETURN(Expr rhs, parse_binary(p));
       TESSEL_ASSIGN_OR_RETURN(lhs, sema_.binary(op, lhs, rhs, loc));
@@ -519,6 +527,8 @@ class Parser {
   }
 
   Expected<Expr> parse_unary() {
+    Nest nest(&nesting_);
+    TESSEL_TRY(check_nesting(peek().loc));
     if (at(TokenKind::kMinus) || at(TokenKind::kBang)) {
       UnaryOp op = at(TokenKind::kMinus) ? UnaryOp::kNeg : UnaryOp::kNot;
       SourceLoc loc = next().loc;
@@ -567,9 +577,34 @@ class Parser {
     return sema_.lookup_value(name.first, name.second);
   }
 
+  // Every later pass walks the IR recursively, so a hostile file (10,000 nested parentheses or
+  // ifs, a sum of 20,000 terms) would overflow the stack there: nesting and the operators of one
+  // statement are bounded here, with the location of the first construct past the limit.
+  static constexpr int kMaxNesting = 100;
+  static constexpr int kMaxOperatorsPerStatement = 1000;
+
+  // One level of nesting for as long as it lives.
+  class Nest {
+   public:
+    explicit Nest(int* depth) : depth_(depth) { ++*depth_; }
+    ~Nest() { --*depth_; }
+    Nest(const Nest&) = delete;
+    Nest& operator=(const Nest&) = delete;
+
+   private:
+    int* depth_;
+  };
+  Status check_nesting(const SourceLoc& loc) const {
+    if (nesting_ > kMaxNesting)
+      return error_at(loc, "nested more than {} levels deep; split the expression or the block", kMaxNesting);
+    return ok_status();
+  }
+
   std::vector<Token> tokens_;
   size_t pos_ = 0;
   Sema sema_;
+  int nesting_ = 0;
+  int statement_operators_ = 0;
 };
 
 }  // namespace

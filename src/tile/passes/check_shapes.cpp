@@ -15,7 +15,15 @@ std::vector<int64_t> tile_shape(const TileRef& t) {
 
 namespace {
 
+constexpr int64_t kMaxTileElements = (int64_t{1} << 31) - 1;
+constexpr int64_t kMaxStages = 32;
+
 std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_text(const std::vector<Expr>& s) {
+  std::vector<std::string> dims;
+  for (const Expr& e : s) dims.push_back(to_string(e));
+  return fmt::format("[{}]", fmt::join(dims, ", "));
+}
 
 class ShapeChecker : public IRVisitor {
  public:
@@ -38,6 +46,13 @@ class ShapeChecker : public IRVisitor {
         return fail(error_at(b.loc, "dimension {} of tile '{}' is {}; tile dimensions must be positive",
                              d, b.name, *v));
     }
+    // Sizes are computed in int64 by later passes (bytes, registers per thread): a tile whose
+    // element count wraps around would pass every budget check.
+    int64_t elements = 1;
+    for (int d = 0; d < b.rank(); ++d)
+      if (__builtin_mul_overflow(elements, b.const_dim(d), &elements) || elements > kMaxTileElements)
+        return fail(error_at(b.loc, "tile '{}' {} has more than {} elements", b.name,
+                             shape_text(b.shape), kMaxTileElements));
   }
 
   void visit_node(const For* n) override {
@@ -46,6 +61,9 @@ class ShapeChecker : public IRVisitor {
       if (!s || *s < 1)
         return fail(error_at(n->loc, "stages must be a compile-time constant of at least 1, got {}",
                              to_string(n->stages)));
+      // Each stage is a copy of the loop's tiles and of its prologue: the count is unrolled.
+      if (*s > kMaxStages)
+        return fail(error_at(n->loc, "stages is {}; at most {} are supported", *s, kMaxStages));
     }
     IRVisitor::visit_node(n);
   }
@@ -57,6 +75,11 @@ class ShapeChecker : public IRVisitor {
         return fail(error_at(n->loc, "parallel extents must be positive compile-time constants, got {}",
                              to_string(e)));
     }
+    int64_t iterations = 1;
+    for (const Expr& e : n->extents)
+      if (__builtin_mul_overflow(iterations, *const_int(e), &iterations) || iterations > kMaxTileElements)
+        return fail(error_at(n->loc, "parallel loop over {} has more than {} iterations",
+                             shape_text(n->extents), kMaxTileElements));
     IRVisitor::visit_node(n);
   }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "tile/ir/visitor.h"
 
@@ -15,16 +16,24 @@ std::optional<double> const_float(const Expr& e) {
   return std::nullopt;
 }
 
+// Folding is checked: an operation whose exact result does not fit the type (overflow,
+// INT64_MIN / -1), a division by zero or a cdiv by a non-positive number is left unfolded, and
+// check_integers reports it with its location instead of the compiler computing garbage.
 std::optional<int64_t> fold_int(BinaryOp op, int64_t a, int64_t b) {
+  int64_t r = 0;
   switch (op) {
-    case BinaryOp::kAdd: return a + b;
-    case BinaryOp::kSub: return a - b;
-    case BinaryOp::kMul: return a * b;
-    case BinaryOp::kDiv: return b == 0 ? std::nullopt : std::optional<int64_t>(a / b);
-    case BinaryOp::kMod: return b == 0 ? std::nullopt : std::optional<int64_t>(a % b);
+    case BinaryOp::kAdd: return __builtin_add_overflow(a, b, &r) ? std::nullopt : std::optional(r);
+    case BinaryOp::kSub: return __builtin_sub_overflow(a, b, &r) ? std::nullopt : std::optional(r);
+    case BinaryOp::kMul: return __builtin_mul_overflow(a, b, &r) ? std::nullopt : std::optional(r);
+    case BinaryOp::kDiv:
+    case BinaryOp::kMod:
+      if (b == 0 || (a == std::numeric_limits<int64_t>::min() && b == -1)) return std::nullopt;
+      return op == BinaryOp::kDiv ? a / b : a % b;
     case BinaryOp::kMin: return std::min(a, b);
     case BinaryOp::kMax: return std::max(a, b);
-    case BinaryOp::kCDiv: return b <= 0 ? std::nullopt : std::optional<int64_t>((a + b - 1) / b);
+    case BinaryOp::kCDiv:
+      if (b <= 0 || __builtin_add_overflow(a, b - 1, &r)) return std::nullopt;
+      return r / b;
     case BinaryOp::kLt: return a < b;
     case BinaryOp::kLe: return a <= b;
     case BinaryOp::kGt: return a > b;
@@ -59,7 +68,9 @@ class Simplifier : public IRMutator {
     if (!b) return folded;
     auto ia = const_int(b->a), ib = const_int(b->b);
     if (ia && ib) {
-      if (auto v = fold_int(b->op, *ia, *ib)) return IntImm::make(*v, b->type, b->loc);
+      auto v = fold_int(b->op, *ia, *ib);
+      if (v && fits_int_type(*v, b->type)) return IntImm::make(*v, b->type, b->loc);
+      return folded;
     }
     auto fa = const_float(b->a), fb = const_float(b->b);
     if (fa && fb) {
@@ -108,7 +119,9 @@ class Simplifier : public IRMutator {
     if (!u) return m;
     if (auto i = const_int(u->a)) {
       if (u->op == UnaryOp::kNot) return IntImm::make(!*i, kBool, u->loc);
-      return IntImm::make(-*i, u->type, u->loc);
+      int64_t negated = 0;
+      if (__builtin_sub_overflow(int64_t{0}, *i, &negated) || !fits_int_type(negated, u->type)) return m;
+      return IntImm::make(negated, u->type, u->loc);
     }
     if (auto f = const_float(u->a)) return FloatImm::make(-*f, u->type, u->loc);
     return m;
@@ -121,7 +134,7 @@ class Simplifier : public IRMutator {
     if (c->a->type == c->type) return c->a;
     if (auto i = const_int(c->a)) {
       if (c->type.is_float()) return FloatImm::make(static_cast<double>(*i), c->type, c->loc);
-      if (c->type.is_int()) return IntImm::make(*i, c->type, c->loc);
+      if (c->type.is_int() && fits_int_type(*i, c->type)) return IntImm::make(*i, c->type, c->loc);
     }
     if (auto f = const_float(c->a)) {
       if (c->type.is_float() && !c->type.is_half()) return FloatImm::make(*f, c->type, c->loc);

@@ -1,0 +1,228 @@
+// The dense- vs sparse-gradient embedding step (see embedding_step.h).
+#include "sparse/embedding_step.h"
+
+#include <time.h>
+
+#include <cstdlib>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "autograd/functional.h"
+#include "nn/layers.h"
+#include "ops/ops.h"
+#include "optim/optimizer.h"
+#include "sparse/embedding.h"
+
+namespace tessel::sparse {
+namespace {
+
+using autograd::Variable;
+
+std::string load_now() {
+  double load[3] = {0, 0, 0};
+  if (::getloadavg(load, 3) < 0) return "?";
+  return fmt::format("{:.2f} {:.2f} {:.2f}", load[0], load[1], load[2]);
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// The dense-gradient model: the table as a module parameter (flat parameters, dense AdamW).
+class Table : public nn::Module {
+ public:
+  Table(int64_t v, int64_t c) { emb_ = &register_module("emb", std::make_unique<nn::Embedding>(v, c)); }
+  Expected<Variable> forward(const Variable& ids) override { return emb_->forward(ids); }
+  std::string type_name() const override { return "Table"; }
+  nn::Embedding& emb() { return *emb_; }
+
+ private:
+  nn::Embedding* emb_;
+};
+
+// The loss, mean((e - target)^2), and its gradient 2 (e - target) / n: the rest of a network,
+// computed between the table's forward and backward and kept out of the table's time.
+struct Loss {
+  double value = 0;
+  Tensor grad;
+};
+Expected<Loss> mse(const Tensor& e, const Tensor& target) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor d, ops::sub(e, target));
+  TESSEL_ASSIGN_OR_RETURN(Tensor sq, ops::mul(d, d));
+  TESSEL_ASSIGN_OR_RETURN(Tensor mean, ops::mean(sq));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> v, mean.to_vector<float>());
+  Loss l{v[0], {}};
+  TESSEL_ASSIGN_OR_RETURN(l.grad, ops::scale(d, 2.0 / static_cast<double>(d.numel())));
+  return l;
+}
+
+struct Batch {
+  Tensor ids, targets;
+};
+
+Expected<Batch> make_batch(const EmbeddingStepOptions& o, int step, const Tensor& targets) {
+  Pcg32 rng(o.seed, 100 + static_cast<uint64_t>(step));
+  std::vector<int64_t> ids;
+  for (int64_t i = 0; i < o.batch * o.tokens; ++i)
+    ids.push_back(static_cast<int64_t>(rng.below_u64(static_cast<uint64_t>(o.vocabulary))));
+  Batch batch;
+  TESSEL_ASSIGN_OR_RETURN(batch.ids,
+                          Tensor::from_vector(ids, {o.batch, o.tokens}, targets.device()));
+  TESSEL_ASSIGN_OR_RETURN(batch.targets, ops::embedding(targets, batch.ids));
+  return batch;
+}
+
+double ms_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+// The process's CPU time (all threads) in ms: on a shared machine it moves less than wall time.
+double cpu_ms() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+}
+
+}  // namespace
+
+double EmbeddingStepReport::median_dense_ms() const { return median(dense_ms); }
+double EmbeddingStepReport::median_sparse_ms() const { return median(sparse_ms); }
+
+Expected<EmbeddingStepReport> compare_embedding_steps(const EmbeddingStepOptions& options) {
+  EmbeddingStepReport r;
+  r.options = options;
+  const EmbeddingStepOptions& o = options;
+  Device* device = o.device ? o.device : cpu_device();
+  r.load_before = load_now();
+
+  Table dense_model(o.vocabulary, o.dim);
+  Pcg32 rng(o.seed);
+  TESSEL_ASSIGN_OR_RETURN(nn::FlatParameters dense_flat,
+                          nn::FlatParameters::create(dense_model, device, rng));
+  TESSEL_ASSIGN_OR_RETURN(auto dense_opt, optim::AdamW::create(dense_flat, {.lr = o.lr}));
+  // The sparse table starts from the dense one's weights; the targets are another N(0, 1) table.
+  TESSEL_ASSIGN_OR_RETURN(Tensor table, dense_model.emb().weight().variable.data().contiguous());
+  TESSEL_ASSIGN_OR_RETURN(Tensor own_table, Tensor::empty(table.shape(), DType::kF32, device));
+  TESSEL_TRY(own_table.copy_from(table));
+  TESSEL_ASSIGN_OR_RETURN(SparseEmbedding emb, SparseEmbedding::over(own_table));
+  TESSEL_ASSIGN_OR_RETURN(LazyAdamW lazy, LazyAdamW::create(emb, {.lr = o.lr}));
+  TESSEL_ASSIGN_OR_RETURN(SparseEmbedding target_table,
+                          SparseEmbedding::create(o.vocabulary, o.dim, device, rng));
+
+  // One step of each: (timed) lookup, (untimed) loss and its gradient, (timed) backward of the
+  // table, optimizer, zero. Returns the loss; adds the timed wall and CPU ms.
+  struct Times {
+    double wall = 0, cpu = 0;
+  };
+  auto timed = [](Times& t, const std::function<Status()>& fn) -> Status {
+    auto start = std::chrono::steady_clock::now();
+    double cpu = cpu_ms();
+    Status s = fn();
+    t.wall += ms_since(start);
+    t.cpu += cpu_ms() - cpu;
+    return s;
+  };
+  auto dense_step = [&](const Batch& b, Times& t) -> Expected<double> {
+    Variable e;
+    TESSEL_TRY(timed(t, [&]() -> Status {
+      TESSEL_ASSIGN_OR_RETURN(e, dense_model.forward(Variable(b.ids)));
+      return ok_status();
+    }));
+    TESSEL_ASSIGN_OR_RETURN(Loss loss, mse(e.data(), b.targets));
+    TESSEL_TRY(timed(t, [&]() -> Status {
+      TESSEL_TRY(e.backward(loss.grad));
+      TESSEL_TRY(dense_opt->step());
+      return dense_flat.zero_grad();
+    }));
+    return loss.value;
+  };
+  auto sparse_step = [&](const Batch& b, Times& t) -> Expected<double> {
+    Variable e;
+    TESSEL_TRY(timed(t, [&]() -> Status {
+      TESSEL_ASSIGN_OR_RETURN(e, emb.forward(b.ids));
+      return ok_status();
+    }));
+    TESSEL_ASSIGN_OR_RETURN(Loss loss, mse(e.data(), b.targets));
+    TESSEL_TRY(timed(t, [&]() -> Status {
+      TESSEL_TRY(e.backward(loss.grad));
+      TESSEL_TRY(lazy.step(emb));
+      emb.zero_grad();
+      return ok_status();
+    }));
+    r.mean_touched_rows += static_cast<double>(emb.grad_indices().numel());
+    return loss.value;
+  };
+  const int total = o.warmup + o.steps;
+  for (int step = 0; step < total; ++step) {
+    TESSEL_ASSIGN_OR_RETURN(Batch batch, make_batch(o, step, target_table.weight()));
+    Times dense, sparse;
+    TESSEL_ASSIGN_OR_RETURN(double dl, dense_step(batch, dense));
+    TESSEL_ASSIGN_OR_RETURN(double sl, sparse_step(batch, sparse));
+    const double dense_ms = dense.wall, dense_cpu = dense.cpu;
+    const double sparse_ms = sparse.wall, sparse_cpu = sparse.cpu;
+    r.dense_loss.push_back(dl);
+    r.sparse_loss.push_back(sl);
+    if (step >= o.warmup) {
+      r.dense_ms.push_back(dense_ms);
+      r.sparse_ms.push_back(sparse_ms);
+      r.dense_cpu_ms.push_back(dense_cpu);
+      r.sparse_cpu_ms.push_back(sparse_cpu);
+    }
+  }
+  r.mean_touched_rows /= total;
+  r.load_after = load_now();
+  return r;
+}
+
+std::string EmbeddingStepReport::to_text() const {
+  const EmbeddingStepOptions& o = options;
+  std::string out = fmt::format(
+      "# embedding step: V = {}, C = {}, batch {} x {} tokens, MSE to per-id targets, AdamW lr {}; {} "
+      "warm-up then {} timed steps of each, taking turns; load {} -> {}\n",
+      o.vocabulary, o.dim, o.batch, o.tokens, o.lr, o.warmup, o.steps, load_before,
+      load_after);
+  out += fmt::format("{:<28} {:>10} {:>10} {:>12} {:>12}\n", "gradient", "step ms", "CPU ms",
+                     "first loss", "last loss");
+  out += fmt::format("{:<28} {:>10.1f} {:>10.1f} {:>12.4f} {:>12.4f}\n", "dense (AdamW)",
+                     median_dense_ms(), median(dense_cpu_ms), dense_loss.front(),
+                     dense_loss.back());
+  out += fmt::format("{:<28} {:>10.1f} {:>10.1f} {:>12.4f} {:>12.4f}\n",
+                     "sparse rows (lazy AdamW)", median_sparse_ms(), median(sparse_cpu_ms),
+                     sparse_loss.front(), sparse_loss.back());
+  out += fmt::format("# sparse / dense speed-up {:.2f}x wall, {:.2f}x CPU; {:.0f} distinct rows "
+                     "per step of {}; losses per step (dense / sparse):",
+                     median_dense_ms() / median_sparse_ms(),
+                     median(dense_cpu_ms) / median(sparse_cpu_ms), mean_touched_rows,
+                     o.vocabulary);
+  for (size_t i = 0; i < dense_loss.size(); ++i)
+    out += fmt::format(" {:.4f}/{:.4f}", dense_loss[i], sparse_loss[i]);
+  return out + "\n";
+}
+
+std::string EmbeddingStepReport::to_json() const {
+  nlohmann::json j = {{"op", "embedding_step"},
+                      {"vocabulary", options.vocabulary},
+                      {"dim", options.dim},
+                      {"batch", options.batch},
+                      {"tokens", options.tokens},
+                      {"dense_ms", median_dense_ms()},
+                      {"sparse_ms", median_sparse_ms()},
+                      {"speedup", median_dense_ms() / median_sparse_ms()},
+                      {"dense_cpu_ms", median(dense_cpu_ms)},
+                      {"sparse_cpu_ms", median(sparse_cpu_ms)},
+                      {"dense_loss", dense_loss},
+                      {"sparse_loss", sparse_loss},
+                      {"touched_rows", mean_touched_rows},
+                      {"load_before", load_before},
+                      {"load_after", load_after}};
+  return j.dump();
+}
+
+}  // namespace tessel::sparse

@@ -1,0 +1,270 @@
+// Sparse operations on the autograd tape, the per-pattern plan cache and PreparedSpmm (see
+// functional.h).
+#include "sparse/functional.h"
+
+#include <chrono>
+#include <map>
+#include <mutex>
+
+#include "autograd/functional.h"
+#include "ops/ops.h"
+#include "sparse/sparse_ops.h"
+#include "support/log.h"
+
+namespace tessel::sparse {
+
+SparseVariable SparseVariable::of(SparseMatrix m, bool requires_grad) {
+  Variable v(m.values(), requires_grad);
+  return SparseVariable{std::move(m), std::move(v)};
+}
+
+namespace {
+
+// Structure and plans per pattern, for as long as the pattern lives.
+struct PatternEntry {
+  std::weak_ptr<const HostPattern> pattern;
+  StructureStats stats;
+  std::map<std::string, Plan> plans;
+};
+
+std::mutex& cache_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<const HostPattern*, PatternEntry>& pattern_cache() {
+  static std::map<const HostPattern*, PatternEntry> c;
+  return c;
+}
+
+// The cache entry of `p` (made, and stale entries of dead patterns dropped, under the lock).
+PatternEntry& entry_for(const std::shared_ptr<const HostPattern>& p) {
+  auto& cache = pattern_cache();
+  auto it = cache.find(p.get());
+  if (it != cache.end() && it->second.pattern.lock() == p) return it->second;
+  for (auto i = cache.begin(); i != cache.end();)
+    i = i->second.pattern.expired() ? cache.erase(i) : std::next(i);
+  PatternEntry& e = cache[p.get()];
+  e = PatternEntry{p, StructureStats::measure(*p), {}};
+  return e;
+}
+
+Variable index(const Tensor& t) { return Variable(t, false); }
+
+Expected<ops::OpDef const*> op(std::string_view name) { return find_sparse_op(name); }
+
+Expected<Variable> record(std::string_view name, const std::vector<Variable>& inputs,
+                          const ops::Attrs& attrs = {}) {
+  TESSEL_ASSIGN_OR_RETURN(const ops::OpDef* def, op(name));
+  return autograd::apply(*def, inputs, attrs);
+}
+
+Status check_autograd_format(const SparseVariable& a) {
+  if (a.matrix.format() == SparseFormat::kBsr)
+    return invalid_argument("sparse autograd ops take COO or CSR matrices (BSR is for inference: "
+                            "PreparedSpmm), got {}", a.matrix.describe());
+  return ok_status();
+}
+
+// The product with a dense operand b ([K, N], or [K] when `vector`) in a fixed format.
+Expected<Variable> product_as(const SparseVariable& a, const Variable& b, Choice choice,
+                              bool vector) {
+  if (choice != Choice::kBsr) TESSEL_TRY(check_autograd_format(a));
+  const SparseMatrix& m = a.matrix;
+  const int64_t k = vector ? b.shape()[0] : b.shape().size() == 2 ? b.shape()[0] : -1;
+  if (k != m.cols())
+    return invalid_argument("sparse {}: {} times {}", vector ? "spmv" : "spmm", m.describe(),
+                            shape_string(b.shape()));
+  switch (choice) {
+    case Choice::kCsr: {
+      TESSEL_ASSIGN_OR_RETURN(Tensor rows, m.expanded_rows());
+      TESSEL_ASSIGN_OR_RETURN(SparseMatrix::Transposed t, m.transposed());
+      TESSEL_ASSIGN_OR_RETURN(SparseMatrix csr, m.to(SparseFormat::kCsr));
+      return record(vector ? "spmv_csr" : "spmm_csr",
+                    {index(csr.indptr()), index(m.col_indices()), a.values, b, index(rows),
+                     index(t.indptr), index(t.col_indices), index(t.permutation)});
+    }
+    case Choice::kCoo: {
+      TESSEL_ASSIGN_OR_RETURN(Tensor rows, m.expanded_rows());
+      return record(vector ? "spmv_coo" : "spmm_coo",
+                    {index(rows), index(m.col_indices()), a.values, b},
+                    ops::Attrs().set("rows", m.rows()));
+    }
+    case Choice::kDense: {
+      TESSEL_ASSIGN_OR_RETURN(Variable d, to_dense(a));
+      if (!vector) return autograd::matmul(d, b);
+      TESSEL_ASSIGN_OR_RETURN(Variable x2, autograd::reshape(b, {k, 1}));
+      TESSEL_ASSIGN_OR_RETURN(Variable y, autograd::matmul(d, x2));
+      return autograd::reshape(y, {m.rows()});
+    }
+    case Choice::kBsr: {
+      if (a.values.requires_grad() || vector)
+        return invalid_argument("sparse {}: the bsr kernel is a forward spmm only; plan without "
+                                "it for values that need gradients", vector ? "spmv" : "spmm");
+      SparseMatrix bsr = m;
+      if (m.format() != SparseFormat::kBsr) {
+        TESSEL_ASSIGN_OR_RETURN(bsr, m.to(SparseFormat::kBsr));
+      }
+      TESSEL_ASSIGN_OR_RETURN(const ops::OpDef* def, op("spmm_bsr"));
+      return autograd::apply(*def, {index(bsr.indptr()), index(bsr.col_indices()),
+                                    index(bsr.values()), b},
+                             ops::Attrs().set("rows", m.rows()));
+    }
+  }
+  return internal_error("unknown sparse choice");
+}
+
+// Microseconds of one run of `fn`, the best of a few after one untimed run (kernel compiles).
+Expected<double> time_us(const std::function<Status()>& fn) {
+  TESSEL_TRY(fn());
+  double best = 1e300;
+  for (int i = 0; i < 3; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    TESSEL_TRY(fn());
+    best = std::min(best, std::chrono::duration<double, std::micro>(
+                              std::chrono::steady_clock::now() - start)
+                              .count());
+  }
+  return best;
+}
+
+}  // namespace
+
+Expected<Plan> plan_for(const SparseMatrix& a, SparseOp op, int64_t n, bool needs_grad,
+                        const PlanOptions& options, const Tensor* dense) {
+  std::string key = fmt::format("{}|{}|{}|{}|{}", op_name(op), n, needs_grad, a.device()->id(),
+                                options.force ? choice_name(*options.force) : "");
+  StructureStats stats;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex());
+    PatternEntry& e = entry_for(a.pattern());
+    if (auto it = e.plans.find(key); it != e.plans.end()) return it->second;
+    stats = e.stats;
+  }
+  Plan plan = plan_operation(op, stats, DeviceFigures::of(a.device()), n, needs_grad, options);
+  const std::vector<Candidate>& c = plan.candidates;
+  bool close = c.size() >= 2 && c[1].estimate_us <= c[0].estimate_us * (1 + options.measure_margin);
+  if (plan.reason == "cheapest estimate" && close && options.allow_measure && dense &&
+      op != SparseOp::kAddDense) {
+    // The model cannot separate the two best: time both on the real operand, once.
+    // Forward runs only, each format made first (as PreparedSpmm keeps it).
+    autograd::NoGrad no_grad;
+    Variable b(*dense);
+    for (size_t i = 0; i < 2; ++i) {
+      Candidate& cand = plan.candidates[i];
+      TESSEL_ASSIGN_OR_RETURN(PreparedSpmm prepared, PreparedSpmm::fixed(a, cand.choice));
+      SparseVariable sv = SparseVariable::of(a);
+      TESSEL_ASSIGN_OR_RETURN(double us, time_us([&]() -> Status {
+                                if (op == SparseOp::kSpmm) return prepared.run(*dense).status();
+                                return product_as(sv, b, cand.choice, true).status();
+                              }));
+      cand.measured_us = us;
+    }
+    bool second = *c[1].measured_us < *c[0].measured_us;
+    plan.choice = c[second ? 1 : 0].choice;
+    plan.reason = "measured: the two best estimates were within " +
+                  fmt::format("{:.0f}%", 100 * options.measure_margin);
+  }
+  log_debug("{}", plan.explain());
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  entry_for(a.pattern()).plans[key] = plan;
+  return plan;
+}
+
+Expected<Variable> spmm_as(const SparseVariable& a, const Variable& b, Choice choice) {
+  return product_as(a, b, choice, false);
+}
+
+Expected<Variable> spmv_as(const SparseVariable& a, const Variable& x, Choice choice) {
+  return product_as(a, x, choice, true);
+}
+
+Expected<Variable> spmm(const SparseVariable& a, const Variable& b, const PlanOptions& o) {
+  if (b.shape().size() != 2)
+    return invalid_argument("sparse spmm: {} times {}", a.matrix.describe(),
+                            shape_string(b.shape()));
+  TESSEL_ASSIGN_OR_RETURN(Plan p, plan_for(a.matrix, SparseOp::kSpmm, b.shape()[1],
+                                           a.values.requires_grad() || b.requires_grad(), o,
+                                           &b.data()));
+  return spmm_as(a, b, p.choice);
+}
+
+Expected<Variable> spmv(const SparseVariable& a, const Variable& x, const PlanOptions& o) {
+  TESSEL_ASSIGN_OR_RETURN(Plan p, plan_for(a.matrix, SparseOp::kSpmv, 1,
+                                           a.values.requires_grad() || x.requires_grad(), o,
+                                           &x.data()));
+  return spmv_as(a, x, p.choice);
+}
+
+Expected<Variable> to_dense(const SparseVariable& a) {
+  TESSEL_TRY(check_autograd_format(a));
+  TESSEL_ASSIGN_OR_RETURN(Tensor rows, a.matrix.expanded_rows());
+  return record("sparse_to_dense", {index(rows), index(a.matrix.col_indices()), a.values},
+                ops::Attrs().set("rows", a.matrix.rows()).set("cols", a.matrix.cols()));
+}
+
+Expected<Variable> add_dense(const SparseVariable& a, const Variable& d) {
+  TESSEL_TRY(check_autograd_format(a));
+  if (d.shape() != Shape{a.matrix.rows(), a.matrix.cols()})
+    return invalid_argument("sparse add: {} plus {}", a.matrix.describe(),
+                            shape_string(d.shape()));
+  // One kernel serves both formats (a scatter of the (row, column) pairs); the plan is kept
+  // for --explain and for the dense fallback's estimate.
+  TESSEL_ASSIGN_OR_RETURN(Tensor rows, a.matrix.expanded_rows());
+  return record("sparse_add_dense", {index(rows), index(a.matrix.col_indices()), a.values, d});
+}
+
+Expected<SparseVariable> transpose(const SparseVariable& a) {
+  TESSEL_TRY(check_autograd_format(a));
+  TESSEL_ASSIGN_OR_RETURN(SparseMatrix::Transposed t, a.matrix.transposed());
+  TESSEL_ASSIGN_OR_RETURN(Variable v, record("gather_values", {a.values, index(t.permutation),
+                                                               index(t.inverse)}));
+  TESSEL_ASSIGN_OR_RETURN(SparseMatrix m, SparseMatrix::from_pattern(t.pattern, v.data()));
+  TESSEL_ASSIGN_OR_RETURN(m, m.to(a.matrix.format()));
+  return SparseVariable{std::move(m), std::move(v)};
+}
+
+Expected<Variable> dense_spmm(const Variable& b, const SparseVariable& a, const PlanOptions& o) {
+  if (b.shape().size() != 2 || b.shape()[1] != a.matrix.rows())
+    return invalid_argument("sparse dense_spmm: {} times {}", shape_string(b.shape()),
+                            a.matrix.describe());
+  TESSEL_ASSIGN_OR_RETURN(SparseVariable at, transpose(a));
+  TESSEL_ASSIGN_OR_RETURN(Variable bt, autograd::permute(b, {1, 0}));
+  TESSEL_ASSIGN_OR_RETURN(Variable ct, spmm(at, bt, o));
+  return autograd::permute(ct, {1, 0});
+}
+
+Expected<PreparedSpmm> PreparedSpmm::fixed(const SparseMatrix& a, Choice choice) {
+  PreparedSpmm p;
+  p.plan_.choice = choice;
+  p.plan_.reason = "fixed";
+  if (choice == Choice::kDense) {
+    p.matrix_ = a;
+    TESSEL_ASSIGN_OR_RETURN(p.dense_, a.to_dense());
+  } else {
+    SparseFormat f = choice == Choice::kCsr   ? SparseFormat::kCsr
+                     : choice == Choice::kCoo ? SparseFormat::kCoo
+                                              : SparseFormat::kBsr;
+    TESSEL_ASSIGN_OR_RETURN(p.matrix_, a.to(f));
+    // Derived indices are made now, not in the first timed run.
+    TESSEL_TRY(p.matrix_.expanded_rows().status());
+  }
+  return p;
+}
+
+Expected<PreparedSpmm> PreparedSpmm::make(const SparseMatrix& a, int64_t n,
+                                          const PlanOptions& options, const Tensor* sample) {
+  TESSEL_ASSIGN_OR_RETURN(Plan plan, plan_for(a, SparseOp::kSpmm, n, false, options, sample));
+  TESSEL_ASSIGN_OR_RETURN(PreparedSpmm p, fixed(a, plan.choice));
+  p.plan_ = std::move(plan);
+  return p;
+}
+
+Expected<Tensor> PreparedSpmm::run(const Tensor& b) const {
+  if (plan_.choice == Choice::kDense) return ops::matmul(dense_, b);
+  autograd::NoGrad no_grad;
+  SparseVariable a = SparseVariable::of(matrix_);
+  TESSEL_ASSIGN_OR_RETURN(Variable c, product_as(a, Variable(b), plan_.choice, false));
+  return c.data();
+}
+
+}  // namespace tessel::sparse

@@ -1,0 +1,41 @@
+// The sparse operators, as OpDefs (ops/op.h) over the index and value tensors of a SparseMatrix
+// (sparse/sparse_matrix.h), so autograd::apply records them like any op. They live in their own
+// table, not in ops::all_ops(): their index inputs are not random tensors the generic op test can
+// make, and sparse_ops_test.cpp checks each on every device instead (forward against the
+// reference, gradients against finite differences).
+//
+//   op                inputs                                              output
+//   spmm_csr          indptr, cols, values, B [K, N], rows, T.indptr,     [M, N] = S B
+//                     T.cols, T.permutation
+//   spmm_coo          rows, cols, values, B  (attr rows = M)              [M, N]
+//   spmm_bsr          indptr, block cols, values [NB, BR, BC], B (rows)   [M, N] (no backward)
+//   spmv_csr          as spmm_csr with x [K]                              [M]
+//   spmv_coo          rows, cols, values, x  (attr rows)                  [M]
+//   sparse_add_dense  rows, cols, values, D [M, K]                        D + S
+//   sparse_to_dense   rows, cols, values  (attrs rows, cols)              S as [M, K]
+//   gather_values     values, permutation, inverse permutation            values[permutation]
+//   embedding_rows    table [V, C], rows [U, C], ids, local ids           table[ids] = rows[local]
+//                     (gradient to rows only: SparseEmbedding)
+//
+// "rows" is the row of each stored value (CSR's rows expanded) and T the transpose's CSR
+// (SparseMatrix::transposed()): the backward passes need them. Gradients: values get
+// SDDMM(dC, B) (kernel sddmm) and B gets S^T dC; D gets dC and values the dense gradient at the
+// pattern (gather_pairs).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "ops/kernel_cache.h"
+#include "ops/op.h"
+
+namespace tessel::sparse {
+
+const std::vector<ops::OpDef>& sparse_ops();
+Expected<const ops::OpDef*> find_sparse_op(std::string_view name);
+
+// Column tile of spmm_csr for n dense columns on the CPU (64, 128 or 256): a narrower operand
+// does not pay for a 256-wide accumulator.
+ops::KernelParams spmm_params(Device* device, int64_t n);
+
+}  // namespace tessel::sparse

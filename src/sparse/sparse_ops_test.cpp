@@ -1,0 +1,170 @@
+// Every sparse op on every device the op library launches on (cpu, opencl where present): forward
+// against the op's plain-C++ reference in double, backward (through autograd::apply) against
+// central finite differences of that reference for L = sum(w * op(...)) with random w, as
+// src/ops/ops_test.cpp does for the dense ops. Tolerances as there: forward 2e-5 + 2e-5 rel,
+// gradients 2e-4 + 2e-3 rel.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+
+#include "autograd/functional.h"
+#include "autograd/variable.h"
+#include "ops/kernel_cache.h"
+#include "sparse/sparse_matrix.h"
+#include "sparse/sparse_ops.h"
+#include "sparse/testing.h"
+
+namespace tessel::sparse {
+namespace {
+
+using autograd::Variable;
+using ops::RefTensor;
+
+RefTensor ref_of(const Tensor& t) {
+  RefTensor r{t.shape(), {}};
+  if (t.dtype() == DType::kI64) {
+    std::vector<int64_t> host = t.to_vector<int64_t>().value();
+    r.values.assign(host.begin(), host.end());
+  } else {
+    std::vector<float> host = t.to_vector<float>().value();
+    r.values.assign(host.begin(), host.end());
+  }
+  return r;
+}
+
+void expect_close(const std::vector<double>& got, const std::vector<double>& want, double abs,
+                  double rel, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int misses = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= abs + rel * std::fabs(want[i])) && misses++ < 5)
+      ADD_FAILURE() << what << " [" << i << "]: got " << got[i] << ", want " << want[i];
+  EXPECT_EQ(misses, 0) << what;
+}
+
+// Runs `name` on `inputs` (on one device): forward against the reference, then the gradient of
+// every differentiable f32 input against finite differences (unless forward_only).
+void check_op(const std::string& name, const std::vector<Tensor>& inputs, const ops::Attrs& attrs,
+              bool forward_only = false) {
+  SCOPED_TRACE(name + " on " + inputs[0].device()->id());
+  const ops::OpDef* op = find_sparse_op(name).value();
+  std::vector<RefTensor> refs;
+  for (const Tensor& t : inputs)
+    refs.push_back(ref_of(t));
+  RefTensor want = op->reference(refs, attrs);
+  Expected<Tensor> got = ops::run(*op, inputs, attrs);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ASSERT_EQ(got->shape(), want.shape);
+  expect_close(ref_of(*got).values, want.values, 2e-5, 2e-5, "forward");
+  if (forward_only) return;
+
+  std::mt19937 rng(7);
+  std::vector<double> w(want.values.size());
+  for (double& x : w)
+    x = std::uniform_real_distribution<double>(-1, 1)(rng);
+  std::vector<Variable> vars;
+  for (size_t i = 0; i < inputs.size(); ++i)
+    vars.emplace_back(inputs[i], op->differentiable[i] && inputs[i].dtype() == DType::kF32);
+  Variable y = autograd::apply(*op, vars, attrs).value();
+  std::vector<float> wf(w.begin(), w.end());
+  Variable wv(Tensor::from_vector(wf, want.shape, inputs[0].device()).value());
+  Variable loss = autograd::sum(autograd::mul(y, wv).value()).value();
+  ASSERT_TRUE(loss.backward().ok());
+  auto weighted = [&](const std::vector<RefTensor>& r) {
+    RefTensor out = op->reference(r, attrs);
+    double s = 0;
+    for (size_t i = 0; i < w.size(); ++i)
+      s += w[i] * out.values[i];
+    return s;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!vars[i].requires_grad()) continue;
+    ASSERT_TRUE(vars[i].grad().defined()) << "no gradient for input " << i;
+    std::vector<double> numeric(refs[i].values.size());
+    for (size_t j = 0; j < numeric.size(); ++j) {
+      std::vector<RefTensor> r = refs;
+      const double h = 1e-4;
+      r[i].values[j] += h;
+      double up = weighted(r);
+      r[i].values[j] -= 2 * h;
+      numeric[j] = (up - weighted(r)) / (2 * h);
+    }
+    expect_close(ref_of(vars[i].grad()).values, numeric, 2e-4, 2e-3,
+                 "gradient of input " + std::to_string(i));
+  }
+}
+
+std::vector<Tensor> csr_inputs(const SparseMatrix& m, const Tensor& dense) {
+  SparseMatrix::Transposed t = m.transposed().value();
+  SparseMatrix csr = m.to(SparseFormat::kCsr).value();
+  return {csr.indptr(), m.col_indices(), m.values(), dense, m.expanded_rows().value(),
+          t.indptr,     t.col_indices,   t.permutation};
+}
+
+std::vector<Tensor> coo_inputs(const SparseMatrix& m, const Tensor& dense) {
+  return {m.expanded_rows().value(), m.col_indices(), m.values(), dense};
+}
+
+TEST(SparseOps, EveryOpForwardAndGradientOnEveryDevice) {
+  for (Device* device : testing::devices()) {
+    // Shapes: a column tile and a bit (N = 70 on 64/128-wide tiles), two 256-wide tiles (300),
+    // empty rows (density 0.05 on 5 rows), rows with more than four nonzeros (the unrolled loop).
+    struct Shape3 {
+      int64_t m, k, n;
+      double density;
+    };
+    for (Shape3 s : {Shape3{37, 29, 70, 0.2}, Shape3{5, 11, 300, 0.05}, Shape3{9, 40, 3, 0.6}}) {
+      SparseMatrix a = testing::random_matrix(s.m, s.k, s.density, 11, device);
+      Tensor b = testing::random_dense({s.k, s.n}, 12, device);
+      Tensor x = testing::random_dense({s.k}, 13, device);
+      Tensor d = testing::random_dense({s.m, s.k}, 14, device);
+      ops::Attrs rows = ops::Attrs().set("rows", s.m);
+      check_op("spmm_csr", csr_inputs(a, b), {});
+      check_op("spmm_coo", coo_inputs(a, b), rows);
+      check_op("spmv_csr", csr_inputs(a, x), {});
+      check_op("spmv_coo", coo_inputs(a, x), rows);
+      check_op("sparse_add_dense", coo_inputs(a, d), {});
+      check_op("sparse_to_dense", {a.expanded_rows().value(), a.col_indices(), a.values()},
+               ops::Attrs().set("rows", s.m).set("cols", s.k));
+      SparseMatrix::Transposed t = a.transposed().value();
+      check_op("gather_values", {a.values(), t.permutation, t.inverse}, {});
+      // The sparse embedding's lookup: rows = table[unique ids], looked up by local ids.
+      {
+        Tensor table = testing::random_dense({s.m, s.k}, 15, device);
+        std::vector<int64_t> ids = {3 % s.m, 0, 3 % s.m, s.m - 1, 1 % s.m, 0};
+        std::vector<int64_t> unique = ids;
+        std::sort(unique.begin(), unique.end());
+        unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+        std::vector<int64_t> local;
+        std::vector<float> rows, host = table.to_vector<float>().value();
+        for (int64_t id : ids)
+          local.push_back(std::lower_bound(unique.begin(), unique.end(), id) - unique.begin());
+        for (int64_t id : unique)
+          rows.insert(rows.end(), host.begin() + id * s.k, host.begin() + (id + 1) * s.k);
+        const int64_t u = static_cast<int64_t>(unique.size());
+        check_op("embedding_rows",
+                 {table, Tensor::from_vector(rows, {u, s.k}, device).value(),
+                  Tensor::from_vector(ids, {2, 3}, device).value(),
+                  Tensor::from_vector(local, {2, 3}, device).value()},
+                 {});
+      }
+      // BSR with ragged edge blocks (4 x 3 blocks over 37 x 29), forward only.
+      SparseMatrix bsr = a.to(SparseFormat::kBsr, 4, 3).value();
+      check_op("spmm_bsr", {bsr.indptr(), bsr.col_indices(), bsr.values(), b}, rows, true);
+    }
+  }
+}
+
+TEST(SparseOps, ShapeErrorsNameTheOp) {
+  SparseMatrix a = testing::random_matrix(4, 5, 0.5, 1, cpu_device());
+  Tensor wrong = testing::random_dense({6, 3}, 2, cpu_device());
+  Expected<Tensor> y = ops::run(*find_sparse_op("spmm_csr").value(), csr_inputs(a, wrong));
+  ASSERT_FALSE(y.ok());
+  EXPECT_NE(y.status().message().find("spmm_csr: needs a CSR matrix of 4 x 5"), std::string::npos)
+      << y.status().message();
+}
+
+}  // namespace
+}  // namespace tessel::sparse
