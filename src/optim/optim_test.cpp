@@ -297,11 +297,13 @@ TEST(Optimizer, KeepsUpdatingAfterTheCallersFlatParametersMoveAndDie) {
   flat.reset();
   ASSERT_TRUE(sgd->step().ok());
   size_t i = 0;
-  for (auto& [name, p] : toy.named_parameters())
-    for (float got : p->variable.data().to_vector<float>().value()) {
+  for (auto& [name, p] : toy.named_parameters()) {
+    const std::vector<float> values = p->variable.data().to_vector<float>().value();
+    for (float got : values) {
       EXPECT_NEAR(got, initial_value(i) - 0.5 * gradient(i, 0), 1e-6) << name << " " << i;
       ++i;
     }
+  }
   EXPECT_EQ(moved.groups()[0].values.storage(),
             toy.named_parameters()[0].second->variable.data().storage());
 }
