@@ -280,13 +280,14 @@ Status Trainer::resume(const std::string& checkpoint_path) {
                                                      grad_scaler_.get()));
   }
   // A step past the run's end, or more optimizer steps than steps (one per step, less those the
-  // loss scaler skipped), is a damaged or foreign file.
+  // loss scaler skipped), is a damaged or foreign file; said in checkpoint.h's get_int words.
   if (state.step < 0 || state.step > total_steps_)
-    return out_of_range("{}: metadata 'step' = {} is outside [0, {}]", checkpoint_path,
-                        state.step, total_steps_);
+    return out_of_range("checkpoint {}: metadata 'step' is {}, expected a value in [0, {}]",
+                        checkpoint_path, state.step, total_steps_);
   if (state.optimizer.step_count > state.step)
-    return out_of_range("{}: metadata 'optimizer.step_count' = {} is outside [0, {}]",
-                        checkpoint_path, state.optimizer.step_count, state.step);
+    return out_of_range(
+        "checkpoint {}: metadata 'optimizer.step_count' is {}, expected a value in [0, {}]",
+        checkpoint_path, state.optimizer.step_count, state.step);
   step_ = state.step;
   auto get = [&](const std::string& key) -> Expected<std::string> {
     auto it = state.metadata.find(key);
