@@ -24,30 +24,32 @@ test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
 
 # Checks outside `make test` (they take long): the whole suite under ASan + UBSan, the threaded
-# parts under TSan, and the libFuzzer targets. Each has its own build folder.
+# parts under TSan, and the libFuzzer targets. Each has its own build folder. (Warnings are not
+# errors there: sanitizer instrumentation makes GCC warn about code that is fine.)
 SANITIZE_BUILD ?= build-sanitize
 TSAN_BUILD     ?= build-tsan
 FUZZ_BUILD     ?= build-fuzz
 FUZZ_SECONDS   ?= 60
 SANITIZE_FLAGS  = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 TSAN_FLAGS      = -fsanitize=thread -fno-omit-frame-pointer
-# The thread pool, the collectives (threads and processes) and data-parallel training.
+# The thread pool, the collectives (ranks as threads, where TSan sees both sides; the tests with
+# ranks as processes only run slower under it) and data-parallel training.
 TSAN_TARGETS    = tessel_support_tests tessel_dist_tests tessel_parallel_tests
-TSAN_TESTS      = ThreadPool|CommThreads|CollectivesOnProcesses|ProcessGroup|Faults|DataParallel
+TSAN_TESTS      = ThreadPool|CommThreads|ProcessGroup|Faults|DataParallel
 sanitizer_env   = ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
                   LSAN_OPTIONS=suppressions=$(CURDIR)/tools/sanitize/lsan.supp \
                   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-                  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+                  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:suppressions=$(CURDIR)/tools/sanitize/tsan.supp
 
 check-sanitize: setup
-	@cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) \
+	@cmake -S . -B $(SANITIZE_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSEL_WERROR=OFF $(CMAKE_FLAGS) \
 	  "-DCMAKE_C_FLAGS=$(SANITIZE_FLAGS)" "-DCMAKE_CXX_FLAGS=$(SANITIZE_FLAGS)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=$(SANITIZE_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(SANITIZE_FLAGS)" > /dev/null
 	@cmake --build $(SANITIZE_BUILD) -j $(JOBS)
 	$(sanitizer_env) ctest --test-dir $(SANITIZE_BUILD) --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 check-tsan: setup
-	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) \
+	@cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTESSEL_WERROR=OFF $(CMAKE_FLAGS) \
 	  "-DCMAKE_C_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_CXX_FLAGS=$(TSAN_FLAGS)" \
 	  "-DCMAKE_EXE_LINKER_FLAGS=$(TSAN_FLAGS)" "-DCMAKE_SHARED_LINKER_FLAGS=$(TSAN_FLAGS)" > /dev/null
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS) tessel_dist_rank_helper

@@ -32,8 +32,11 @@ struct Layer {
   ConvLayerShape shape;
 };
 
-// Adds `s` under `name` unless a layer of the same shape is there already.
-void add_layer(std::vector<Layer>& layers, const std::string& name, const ConvLayerShape& s) {
+// Adds a k x k convolution of h x h images (padding k / 2, as torchvision's) under `name`, unless
+// a layer of the same shape is there already.
+void add_layer(std::vector<Layer>& layers, const std::string& name, int64_t batch, int64_t c,
+               int64_t o, int64_t k, int64_t stride, int64_t h) {
+  const ConvLayerShape s{batch, c, h, h, o, k, stride, k / 2};
   for (const Layer& l : layers) {
     const ConvLayerShape& t = l.shape;
     if (t.n == s.n && t.c == s.c && t.h == s.h && t.w == s.w && t.o == s.o && t.k == s.k &&
@@ -47,9 +50,8 @@ void add_layer(std::vector<Layer>& layers, const std::string& name, const ConvLa
 // the names its state dict gives them.
 std::vector<Layer> resnet50_layers(int64_t batch, int64_t image) {
   std::vector<Layer> layers;
-  auto conv = [&](const std::string& name, int64_t c, int64_t o, int64_t k, int64_t stride,
-                  int64_t h) {
-    add_layer(layers, "resnet50." + name, {batch, c, h, h, o, k, stride, k / 2});
+  auto conv = [&](const std::string& name, auto... sizes) {
+    add_layer(layers, "resnet50." + name, batch, sizes...);
   };
   conv("conv1", 3, 64, 7, 2, image);
   int64_t in = 64, h = (image / 2 + 1) / 2;  // after the stem's stride and the 3x3/2 max-pool
@@ -74,9 +76,8 @@ std::vector<Layer> resnet50_layers(int64_t batch, int64_t image) {
 // ResNet-18 with the CIFAR stem (3x3, stride 1, no max-pool), as nn::ResNet builds it.
 std::vector<Layer> resnet18_layers(int64_t batch, int64_t image) {
   std::vector<Layer> layers;
-  auto conv = [&](const std::string& name, int64_t c, int64_t o, int64_t k, int64_t stride,
-                  int64_t h) {
-    add_layer(layers, "resnet18." + name, {batch, c, h, h, o, k, stride, k / 2});
+  auto conv = [&](const std::string& name, auto... sizes) {
+    add_layer(layers, "resnet18." + name, batch, sizes...);
   };
   conv("conv1", 3, 64, 3, 1, image);
   int64_t in = 64, h = image;

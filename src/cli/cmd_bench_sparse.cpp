@@ -324,7 +324,9 @@ int run(const Options& o) {
       const sparse::SparseOp sop = ops_name == "spmm"   ? sparse::SparseOp::kSpmm
                                    : ops_name == "spmv" ? sparse::SparseOp::kSpmv
                                                         : sparse::SparseOp::kAddDense;
-      const Tensor& operand = sop == sparse::SparseOp::kSpmv ? x : b;
+      const Tensor& operand = sop == sparse::SparseOp::kSpmv       ? x
+                              : sop == sparse::SparseOp::kAddDense ? d_add
+                                                                   : b;
       Expected<sparse::Plan> plan =
           sparse::plan_for(a, sop, sop == sparse::SparseOp::kSpmm ? o.n : 1, false, {}, &operand);
       if (!plan.ok()) {
@@ -346,7 +348,8 @@ int run(const Options& o) {
                           Expected<autograd::Variable> y =
                               sop == sparse::SparseOp::kSpmv
                                   ? sparse::spmv_as(sv, autograd::Variable(x), c)
-                                  : sparse::add_dense(sv, autograd::Variable(d_add));
+                                  : sparse::add_dense(sv, autograd::Variable(d_add),
+                                                      sparse::PlanOptions{.force = c});
                           if (!y.ok()) return y.status();
                           return y->data();
                         }, {}, {}, ""});
@@ -372,7 +375,8 @@ int run(const Options& o) {
                           Expected<autograd::Variable> y =
                               sop == sparse::SparseOp::kSpmv
                                   ? sparse::spmv_as(sv, autograd::Variable(x), c)
-                                  : sparse::add_dense(sv, autograd::Variable(d_add));
+                                  : sparse::add_dense(sv, autograd::Variable(d_add),
+                                                      sparse::PlanOptions{.force = c});
                           if (!y.ok()) return y.status();
                           return y->data();
                         }, {}, {}, note});

@@ -13,9 +13,7 @@
 // same minute of a shared machine; rerun for a second sample. `--config FILE` runs tessel's side
 // on the device (and with the options) of the file's [target] table (ops/target_config.h), as
 // `tessel train` would; each timed step then ends with the device's queue drained.
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +34,7 @@
 #include "cli/commands.h"
 #include "ops/kernel_cache.h"
 #include "ops/target_config.h"
+#include "support/subprocess.h"
 #include "support/thread_pool.h"
 #include "train/workloads.h"
 
@@ -141,53 +140,6 @@ int run_worker(const Options& o) {
   return 0;
 }
 
-struct ChildResult {
-  int exit_code = -1;  // -1: did not start or was killed
-  std::string output;  // stdout and stderr together
-};
-
-// Runs argv with stdout and stderr captured; extra_env is added to the environment.
-ChildResult run_child(const std::vector<std::string>& argv,
-                      const std::vector<std::pair<std::string, std::string>>& extra_env = {}) {
-  ChildResult result;
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    result.output = "pipe() failed";
-    return result;
-  }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(fds[0]);
-    ::close(fds[1]);
-    result.output = "fork() failed";
-    return result;
-  }
-  if (pid == 0) {
-    ::dup2(fds[1], 1);
-    ::dup2(fds[1], 2);
-    for (const auto& [key, value] : extra_env)
-      ::setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s\n", argv[0].c_str());
-    ::_exit(127);
-  }
-  ::close(fds[1]);
-  char buffer[4096];
-  ssize_t n;
-  while ((n = ::read(fds[0], buffer, sizeof(buffer))) > 0 || (n < 0 && errno == EINTR))
-    if (n > 0) result.output.append(buffer, static_cast<size_t>(n));
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
-
 // The last line of `output` that parses as a JSON object.
 std::optional<nlohmann::json> last_json_line(const std::string& output) {
   std::optional<nlohmann::json> found;
@@ -242,7 +194,7 @@ Peer find_pytorch(const Options& o) {
         fmt::format("PyTorch not measured: script {} is missing (--script)", peer.script);
     return peer;
   }
-  ChildResult probe = run_child({peer.python, "-c", "import torch; print(torch.__version__)"});
+  ProgramRun probe = run_program({peer.python, "-c", "import torch; print(torch.__version__)"});
   if (probe.exit_code != 0) {
     peer.why_not = fmt::format(
         "PyTorch not measured: '{}' cannot import torch (use --python or TESSEL_PYTHON): {}",
@@ -257,7 +209,7 @@ Peer find_pytorch(const Options& o) {
 nlohmann::json measure(const std::vector<std::string>& argv, const std::string& workload,
                        const std::string& impl,
                        const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  ChildResult child = run_child(argv, env);
+  ProgramRun child = run_program(argv, env);
   std::optional<nlohmann::json> row = last_json_line(child.output);
   if (child.exit_code == 0 && row && row->contains("throughput")) return *row;
   return {{"workload", workload},
@@ -300,14 +252,17 @@ int run(const Options& o) {
   const std::vector<std::string> common = {"--steps",  std::to_string(o.steps),
                                            "--warmup", std::to_string(o.warmup),
                                            "--seed",   std::to_string(o.seed)};
+  std::string torch_device = "cpu";  // PyTorch runs on the same GPU as tessel, else the CPU
   if (!o.config.empty()) {
     Expected<Device*> device = bench_device(o);  // a config mistake stops here, once
     if (!device.ok()) {
       std::fprintf(stderr, "tessel bench train: %s\n", device.status().message().c_str());
       return 2;
     }
+    if ((*device)->kind() == DeviceKind::kCuda) torch_device = (*device)->id();
     if (!o.json)
-      std::printf("# tessel on %s (--config %s)\n", (*device)->id().c_str(), o.config.c_str());
+      std::printf("# tessel on %s (--config %s), PyTorch on %s\n", (*device)->id().c_str(),
+                  o.config.c_str(), torch_device.c_str());
   }
   for (const std::string& name : names) {
     const train::WorkloadSpec spec = *train::find_workload(name);  // checked by the option
@@ -322,7 +277,8 @@ int run(const Options& o) {
           {"workload", name}, {"impl", "pytorch"}, {"available", false}, {"note", peer.why_not}};
     } else {
       std::vector<std::string> py_argv = {peer.python, peer.script, "--workload",
-                                          name,        "--threads", std::to_string(threads)};
+                                          name,        "--threads", std::to_string(threads),
+                                          "--device",  torch_device};
       py_argv.insert(py_argv.end(), common.begin(), common.end());
       theirs = measure(py_argv, name, "pytorch");
     }

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "train/federated.h"
 #include "train/trainer.h"
 
 namespace tessel::cli {
@@ -17,6 +18,46 @@ struct TrainArgs {
   int64_t steps = 0;
 };
 
+// [federated]: this process is the aggregator (rank 0) or a data owner (train/federated.h).
+int run_federated(const train::TrainConfig& config, const TrainArgs& args) {
+  if (!args.resume.empty()) {
+    fmt::print(stderr, "error: a federated run does not resume from checkpoints (yet)\n");
+    return 2;
+  }
+  dist::ProcessGroupOptions options;
+  Expected<dist::Backend> backend = dist::parse_backend(config.federated.backend);
+  if (!backend.ok()) {
+    fmt::print(stderr, "error: {}\n", backend.status().message());
+    return 2;
+  }
+  options.backend = *backend;
+  Expected<std::unique_ptr<dist::ProcessGroup>> group = dist::ProcessGroup::from_env(options);
+  if (!group.ok()) {
+    fmt::print(stderr, "error: {}: [federated]: {}\n", args.config, group.status().message());
+    return 1;
+  }
+  train::TrainerOptions trainer_options;  // owner 1 shows its progress; the others are quiet
+  if ((*group)->rank() != 1) trainer_options.progress = nullptr;
+  Expected<train::FederatedSummary> s = train::run_federated(config, **group, trainer_options);
+  if (!s.ok()) {
+    fmt::print(stderr, "error: rank {}: {}\n", (*group)->rank(), s.status().message());
+    return 1;
+  }
+  if (s->aggregator) {
+    fmt::print("aggregator: {} rounds of {} owners, {} ciphertexts each, {:.2f} s adding, "
+               "{:.1f} s in all\n",
+               s->rounds, (*group)->size() - 1, s->ciphertexts_per_round, s->crypto_seconds,
+               s->seconds);
+  } else if ((*group)->rank() == 1) {
+    fmt::print("owner 1: {} rounds, test accuracy {:.2f}% ({}/{}), test loss {:.4f}; {:.1f} s "
+               "encrypting and decrypting, {:.1f} s exchanging, {:.1f} s in all\n",
+               s->rounds, 100.0 * s->final_eval.accuracy, s->final_eval.correct,
+               s->final_eval.total, s->final_eval.loss, s->crypto_seconds, s->exchange_seconds,
+               s->seconds);
+  }
+  return 0;
+}
+
 int run_train(const TrainArgs& args) {
   Expected<train::TrainConfig> config = train::load_train_config(args.config);
   if (!config.ok()) {
@@ -27,6 +68,7 @@ int run_train(const TrainArgs& args) {
     config->steps = args.steps;
     config->epochs = 0;
   }
+  if (config->federated.enabled) return run_federated(*config, args);
   Expected<std::unique_ptr<train::Trainer>> trainer = train::Trainer::create(std::move(*config));
   if (!trainer.ok()) {
     fmt::print(stderr, "error: {}\n", trainer.status().message());

@@ -13,6 +13,8 @@ int main(int argc, char** argv) {
   tessel::cli::add_launch_command(app);
   tessel::cli::add_compile_command(app);
   tessel::cli::add_train_command(app);
+  tessel::cli::add_checkpoint_command(app);
+  tessel::cli::add_anonymise_command(app);
   CLI::App& bench = tessel::cli::add_bench_command(app);
   tessel::cli::add_bench_gemm_command(bench);
   tessel::cli::add_bench_conv_command(bench);
@@ -20,6 +22,8 @@ int main(int argc, char** argv) {
   tessel::cli::add_bench_ddp_command(bench);
   tessel::cli::add_bench_train_command(bench);
   tessel::cli::add_bench_precision_command(bench);
+  tessel::cli::add_bench_cuda_gemm_command(bench);
+  tessel::cli::add_bench_secure_agg_command(bench);
   tessel::cli::add_bench_sparse_command(bench);
 
   CLI11_PARSE(app, argc, argv);

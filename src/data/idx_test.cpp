@@ -100,6 +100,16 @@ TEST(Idx, AHeaderPromisingMoreThanTheFileHoldsIsRefusedBeforeAllocating) {
                            "2147483648 elements", "more than a gzip file of "});
 }
 
+// Found by tools/fuzz/fuzz_data: a shape with a zero dimension holds no element, but its strides
+// (zeros counted as ones) overflowed int64 (UBSan: signed overflow in contiguous_strides).
+TEST(Idx, AnEmptyShapeWhoseStridesOverflowIsRefused) {
+  TempDir dir;
+  const std::string plain = dir.file("bad");
+  auto [p, g] = errors_for(dir, idx_bytes(0x0D, {65535, 0, 6, 4294967295u, 4294967295u}, ""));
+  expect_contains(p, {plain + ": dimensions at byte offset 4: shape [65535, 0, 6, 4294967295, "
+                              "4294967295] is too large: its byte size overflows"});
+}
+
 TEST(Idx, MalformedFilesNameThePathTheOffsetAndWhatWasExpected) {
   TempDir dir;
   const std::string plain = dir.file("bad"), gz = dir.file("bad.gz");

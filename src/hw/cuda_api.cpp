@@ -12,7 +12,9 @@ namespace {
 
 // The stub libcuda in the toolkit (lib64/stubs) exists only to link against; it is never a
 // candidate, and cuInit's kCudaErrorStubLibrary says so when one is found anyway.
+// $TESSEL_CUDA_LIBRARY replaces the list (tests point it at a recording stand-in, as for NCCL).
 std::vector<std::string> make_driver_candidates() {
+  if (const char* path = std::getenv("TESSEL_CUDA_LIBRARY"); path && *path) return {path};
   return {"libcuda.so.1", "libcuda.so",
           "/usr/lib/wsl/lib/libcuda.so.1"};  // Windows Subsystem for Linux keeps it here
 }

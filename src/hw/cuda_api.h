@@ -35,8 +35,15 @@ inline constexpr CUresult kCudaSuccess = 0;
 inline constexpr CUresult kCudaErrorNotInitialized = 3;
 inline constexpr CUresult kCudaErrorStubLibrary = 34;
 inline constexpr CUresult kCudaErrorNoDevice = 100;
+inline constexpr CUresult kCudaErrorNotFound = 500;
+
+inline constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
 
 inline constexpr CUdevice_attribute kAttrMaxThreadsPerBlock = 1;
+inline constexpr CUdevice_attribute kAttrMaxGridDimX = 5;
+inline constexpr CUdevice_attribute kAttrMaxGridDimY = 6;
+inline constexpr CUdevice_attribute kAttrMaxGridDimZ = 7;
 inline constexpr CUdevice_attribute kAttrMaxSharedMemoryPerBlock = 8;
 inline constexpr CUdevice_attribute kAttrWarpSize = 10;
 inline constexpr CUdevice_attribute kAttrClockRate = 13;  // kHz
@@ -54,6 +61,11 @@ inline constexpr CUjit_option kJitErrorLogBuffer = 5;
 inline constexpr CUjit_option kJitErrorLogBufferSizeBytes = 6;
 
 inline constexpr CUfunction_attribute kFuncAttrMaxDynamicSharedSizeBytes = 8;
+
+// cuLaunchKernel's `extra`: the parameters packed into one buffer (each at its alignment).
+inline void* const kLaunchParamEnd = nullptr;                         // CU_LAUNCH_PARAM_END
+inline void* const kLaunchParamBufferPointer = reinterpret_cast<void*>(1);
+inline void* const kLaunchParamBufferSize = reinterpret_cast<void*>(2);
 
 // nvrtc.h
 using nvrtcResult = int;
@@ -79,6 +91,7 @@ inline constexpr nvrtcResult kNvrtcSuccess = 0;
     (CUcontext * context, CUdevice device))                                                       \
   X(cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2", CUresult, (CUdevice device))       \
   X(cuCtxSetCurrent, "cuCtxSetCurrent", CUresult, (CUcontext context))                            \
+  X(cuCtxGetCurrent, "cuCtxGetCurrent", CUresult, (CUcontext * context))                          \
   X(cuCtxSynchronize, "cuCtxSynchronize", CUresult, ())                                           \
   X(cuMemGetInfo, "cuMemGetInfo_v2", CUresult, (std::size_t * free, std::size_t * total))         \
   X(cuMemAlloc, "cuMemAlloc_v2", CUresult, (CUdeviceptr * ptr, std::size_t bytes))                \
@@ -95,9 +108,19 @@ inline constexpr nvrtcResult kNvrtcSuccess = 0;
   X(cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2", CUresult,                                          \
     (CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream))                       \
   X(cuMemsetD8, "cuMemsetD8_v2", CUresult, (CUdeviceptr dst, unsigned char value, std::size_t n)) \
+  X(cuMemsetD8Async, "cuMemsetD8Async", CUresult,                                                 \
+    (CUdeviceptr dst, unsigned char value, std::size_t n, CUstream stream))                       \
   X(cuStreamCreate, "cuStreamCreate", CUresult, (CUstream * stream, unsigned flags))              \
   X(cuStreamDestroy, "cuStreamDestroy_v2", CUresult, (CUstream stream))                           \
   X(cuStreamSynchronize, "cuStreamSynchronize", CUresult, (CUstream stream))                      \
+  X(cuStreamWaitEvent, "cuStreamWaitEvent", CUresult,                                             \
+    (CUstream stream, CUevent event, unsigned flags))                                             \
+  X(cuEventCreate, "cuEventCreate", CUresult, (CUevent * event, unsigned flags))                  \
+  X(cuEventDestroy, "cuEventDestroy_v2", CUresult, (CUevent event))                               \
+  X(cuEventRecord, "cuEventRecord", CUresult, (CUevent event, CUstream stream))                   \
+  X(cuEventSynchronize, "cuEventSynchronize", CUresult, (CUevent event))                          \
+  X(cuEventElapsedTime, "cuEventElapsedTime", CUresult,                                           \
+    (float* milliseconds, CUevent start, CUevent end))                                            \
   X(cuModuleLoadDataEx, "cuModuleLoadDataEx", CUresult,                                           \
     (CUmodule * module, const void* image, unsigned count, CUjit_option* options, void** values)) \
   X(cuModuleUnload, "cuModuleUnload", CUresult, (CUmodule module))                                \
@@ -141,6 +164,7 @@ inline constexpr nvrtcResult kNvrtcSuccess = 0;
   using CUmodule = cuda::CUmodule;                         \
   using CUfunction = cuda::CUfunction;                     \
   using CUstream = cuda::CUstream;                         \
+  using CUevent = cuda::CUevent;                           \
   using CUdevice_attribute = cuda::CUdevice_attribute;     \
   using CUjit_option = cuda::CUjit_option;                 \
   using CUfunction_attribute = cuda::CUfunction_attribute; \
@@ -169,7 +193,8 @@ struct NvrtcApi {
 #undef TESSEL_CUDA_POINTER
 #undef TESSEL_CUDA_TYPE_ALIASES
 
-// Where libcuda and libnvrtc are looked for, in order.
+// Where libcuda and libnvrtc are looked for, in order. $TESSEL_CUDA_LIBRARY, when set, is the
+// only driver candidate (read once, at the first call).
 const std::vector<std::string>& cuda_driver_library_candidates();
 const std::vector<std::string>& nvrtc_library_candidates();
 

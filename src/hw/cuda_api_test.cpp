@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -153,6 +154,22 @@ TEST(CudaApi, ConstantsMatchTheToolkitHeader) {
   EXPECT_EQ(value_of("CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES"), cuda::kJitErrorLogBufferSizeBytes);
   EXPECT_EQ(value_of("CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES"),
             cuda::kFuncAttrMaxDynamicSharedSizeBytes);
+  EXPECT_EQ(value_of("CUDA_ERROR_NOT_FOUND"), cuda::kCudaErrorNotFound);
+  EXPECT_EQ(value_of("CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X"), cuda::kAttrMaxGridDimX);
+  EXPECT_EQ(value_of("CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y"), cuda::kAttrMaxGridDimY);
+  EXPECT_EQ(value_of("CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z"), cuda::kAttrMaxGridDimZ);
+  // Flags and the markers of cuLaunchKernel's `extra` are written in hex or as #defines.
+  auto hex_value_of = [&](const std::string& name) {
+    std::smatch m;
+    std::regex re("\\b" + name + "\\s*=?\\s*\\(?0x([0-9a-fA-F]+)");
+    return std::regex_search(h, m, re) ? std::stoi(m[1].str(), nullptr, 16) : -1;
+  };
+  EXPECT_EQ(hex_value_of("CU_STREAM_NON_BLOCKING"), static_cast<int>(cuda::kStreamNonBlocking));
+  EXPECT_EQ(hex_value_of("CU_EVENT_DISABLE_TIMING"), static_cast<int>(cuda::kEventDisableTiming));
+  EXPECT_EQ(hex_value_of("CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT"),
+            static_cast<int>(reinterpret_cast<std::uintptr_t>(cuda::kLaunchParamBufferPointer)));
+  EXPECT_EQ(hex_value_of("CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT"),
+            static_cast<int>(reinterpret_cast<std::uintptr_t>(cuda::kLaunchParamBufferSize)));
 }
 
 }  // namespace

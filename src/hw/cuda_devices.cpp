@@ -69,6 +69,19 @@ Expected<NvrtcInfo> nvrtc_info() {
   return nvrtc_info(*rtc);
 }
 
+Expected<std::string> ptx_architecture_for(const std::vector<int>& architectures, int cc) {
+  int best = 0;
+  for (int a : architectures)
+    if (a <= cc && a > best) best = a;
+  if (best == 0) {
+    std::string list;
+    for (int a : architectures) list += (list.empty() ? "" : ", ") + std::to_string(a);
+    return not_found("NVRTC cannot compile for compute capability {}.{} (it supports {})", cc / 10,
+                     cc % 10, list);
+  }
+  return fmt::format("compute_{}", best);
+}
+
 Expected<PtxProgram> compile_cuda_to_ptx(const NvrtcApi& rtc, const std::string& source,
                                          const std::string& program_name,
                                          const std::string& architecture,

@@ -44,6 +44,12 @@ struct NvrtcInfo {
 Expected<NvrtcInfo> nvrtc_info(const NvrtcApi& api);
 Expected<NvrtcInfo> nvrtc_info();
 
+// The virtual architecture to compile for so that a GPU of compute capability `cc` (10 * major
+// + minor) runs the PTX: the newest of NVRTC's `architectures` that is not newer than the GPU
+// ("compute_90" on an H100; "compute_90" too for a newer GPU when this NVRTC stops at 90, since
+// the driver assembles older PTX for newer GPUs). not_found when NVRTC supports none that old.
+Expected<std::string> ptx_architecture_for(const std::vector<int>& architectures, int cc);
+
 struct PtxProgram {
   std::string ptx;
   std::string log;  // NVRTC's warnings, if any

@@ -3,6 +3,8 @@
 
 #include <charconv>
 
+#include "secure/encrypted_file.h"
+
 namespace tessel {
 
 Expected<std::string> Checkpoint::get(const std::string& key) const {
@@ -34,7 +36,8 @@ Expected<int64_t> Checkpoint::get_int(const std::string& key, int64_t min, int64
   return value;
 }
 
-Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
+Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint,
+                       const secure::SecretKey* key) {
   NamedTensors all = checkpoint.model;
   for (const auto& [name, tensor] : checkpoint.model) {
     if (name.starts_with(kOptimizerPrefix)) {
@@ -50,11 +53,16 @@ Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint) {
     return invalid_argument("save checkpoint {}: metadata key 'format' is reserved", path);
   StringMap metadata = checkpoint.metadata;
   metadata["format"] = kCheckpointFormat;
-  return save_safetensors(path, all, metadata);
+  return save_safetensors(path, all, metadata, key);
 }
 
-Expected<Checkpoint> load_checkpoint(const std::string& path) {
-  TESSEL_ASSIGN_OR_RETURN(SafetensorsFile file, load_safetensors(path));
+Expected<Checkpoint> load_checkpoint(const std::string& path, const secure::SecretKey* key) {
+  if (!key && secure::is_encrypted_file(path))
+    return failed_precondition(
+        "{}: the checkpoint is encrypted; give its key ([checkpoint] key_file or key_env, or "
+        "--key-file)",
+        path);
+  TESSEL_ASSIGN_OR_RETURN(SafetensorsFile file, load_safetensors(path, key));
   auto format = file.metadata.find("format");
   if (format == file.metadata.end() ||
       (format->second != kCheckpointFormat && format->second != kCheckpointFormatV1)) {

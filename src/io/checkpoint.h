@@ -46,10 +46,13 @@ struct Checkpoint {
 };
 
 // A model tensor named "optimizer.*", or a metadata key "format", is an error (they would be
-// read back as something else).
-Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint);
+// read back as something else). With a key the file is encrypted (safetensors.h).
+Status save_checkpoint(const std::string& path, const Checkpoint& checkpoint,
+                       const secure::SecretKey* key = nullptr);
 // A safetensors file without "format" = kCheckpointFormat (or v1) is an error that says so, as is
-// a v2 file without its checksums or with one that does not match.
-Expected<Checkpoint> load_checkpoint(const std::string& path);
+// a v2 file without its checksums or with one that does not match, an encrypted file without a
+// key, or a plain one when a key is given (it could not be authenticated).
+Expected<Checkpoint> load_checkpoint(const std::string& path,
+                                     const secure::SecretKey* key = nullptr);
 
 }  // namespace tessel

@@ -9,8 +9,10 @@
 #include <map>
 #include <tuple>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
+#include "secure/encrypted_file.h"
 #include "support/atomic_file.h"
 #include "support/hash.h"
 
@@ -196,7 +198,7 @@ const char* safetensors_dtype_name(DType dtype) {
 }
 
 Status save_safetensors(const std::string& path, const NamedTensors& tensors,
-                        const StringMap& metadata) {
+                        const StringMap& metadata, const secure::SecretKey* key) {
   struct Item {
     const std::string* name;
     Tensor host;  // contiguous, on the CPU
@@ -253,24 +255,48 @@ Status save_safetensors(const std::string& path, const NamedTensors& tensors,
   for (int i = 0; i < 8; ++i)
     length[i] = static_cast<unsigned char>(text.size() >> (8 * i));
 
-  TESSEL_ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::open(path));
-  TESSEL_TRY(out.write(length, 8));
-  TESSEL_TRY(out.write(text));
-  for (const Item& item : items) {
-    const auto* bytes = static_cast<const unsigned char*>(item.host.storage()->host_address()) +
-                        item.host.offset_bytes();
-    TESSEL_TRY(out.write(bytes, item.host.nbytes()));
+  const auto write_all = [&](auto& out) -> Status {
+    TESSEL_TRY(out.write(length, 8));
+    TESSEL_TRY(out.write(text.data(), text.size()));
+    for (const Item& item : items) {
+      const auto* bytes = static_cast<const unsigned char*>(item.host.storage()->host_address()) +
+                          item.host.offset_bytes();
+      TESSEL_TRY(out.write(bytes, item.host.nbytes()));
+    }
+    return out.commit();
+  };
+  if (key) {  // the same bytes, through the encrypting stream (secure/encrypted_file.h)
+    TESSEL_ASSIGN_OR_RETURN(secure::EncryptedFileWriter out,
+                            secure::EncryptedFileWriter::open(path, *key, 8 + text.size() + offset));
+    return write_all(out);
   }
-  return out.commit();
+  TESSEL_ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::open(path));
+  return write_all(out);
 }
 
-Expected<SafetensorsFile> load_safetensors(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return errno_error("open safetensors file " + path);
+Expected<SafetensorsFile> load_safetensors(const std::string& path,
+                                           const secure::SecretKey* key) {
+  // With a key the bytes are the plaintext of an encrypted file, decrypted as they are read;
+  // the reads below go forward only (length, header, tensors by offset), as that stream needs.
+  std::optional<secure::EncryptedFileReader> encrypted;
+  int fd = -1;
+  uint64_t file_size = 0;
+  if (key) {
+    TESSEL_ASSIGN_OR_RETURN(encrypted, secure::EncryptedFileReader::open(path, *key));
+    file_size = encrypted->size();
+  } else {
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno_error("open safetensors file " + path);
+  }
   ReadFile file(fd);
   struct stat st;
-  if (::fstat(fd, &st) != 0) return errno_error("stat " + path);
-  const auto file_size = static_cast<uint64_t>(st.st_size);
+  if (!key && ::fstat(fd, &st) != 0) return errno_error("stat " + path);
+  if (!key) file_size = static_cast<uint64_t>(st.st_size);
+  const auto read_at = [&](int fd, const std::string& path, void* data, size_t size,
+                           uint64_t offset) {
+    return encrypted ? encrypted->read_at(data, size, offset)
+                     : tessel::read_at(fd, path, data, size, offset);
+  };
   if (file_size < 8) {
     return invalid_argument(
         "{}: byte offset 0: expected an 8-byte header length, but the file "
@@ -381,6 +407,7 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path) {
     }
     result.tensors.emplace(e.name, std::move(t));
   }
+  if (encrypted) TESSEL_TRY(encrypted->finish());
   return result;
 }
 

@@ -33,6 +33,10 @@
 #include "runtime/tensor.h"
 #include "support/status.h"
 
+namespace tessel::secure {
+class SecretKey;
+}
+
 namespace tessel {
 
 using NamedTensors = std::map<std::string, Tensor>;
@@ -45,9 +49,12 @@ struct SafetensorsFile {
 };
 
 // Tensors may live on any device and have any strides; they are written contiguous.
+// With a key, the whole file (header and tensor names included) is written and read as an
+// encrypted, authenticated stream (secure/encrypted_file.h); nothing is held twice.
 Status save_safetensors(const std::string& path, const NamedTensors& tensors,
-                        const StringMap& metadata = {});
-Expected<SafetensorsFile> load_safetensors(const std::string& path);
+                        const StringMap& metadata = {}, const secure::SecretKey* key = nullptr);
+Expected<SafetensorsFile> load_safetensors(const std::string& path,
+                                           const secure::SecretKey* key = nullptr);
 
 // "F32" <-> DType::kF32, and so on (F64 F32 F16 BF16 I64 I32 I8 U8 BOOL).
 const char* safetensors_dtype_name(DType dtype);

@@ -38,19 +38,24 @@ struct TrainingState {
 
 // The state as a file and back. A caller metadata key that the format uses itself ("step",
 // "optimizer.step_count", "grad_scaler.*") is an error.
-Status save_training_state(const std::string& path, const TrainingState& state);
-Expected<TrainingState> load_training_state(const std::string& path);
+// With a key the file is encrypted (checkpoint.h, safetensors.h).
+Status save_training_state(const std::string& path, const TrainingState& state,
+                           const secure::SecretKey* key = nullptr);
+Expected<TrainingState> load_training_state(const std::string& path,
+                                            const secure::SecretKey* key = nullptr);
 
 // One call: the model's state_dict, the optimizer's state_dict, `step` (and the scaler's state
 // when one is given) into `path`.
 Status save_training_checkpoint(const std::string& path, nn::Module& model,
                                 const optim::Optimizer& optimizer, int64_t step,
                                 const StringMap& metadata = {},
-                                const optim::GradScaler* grad_scaler = nullptr);
+                                const optim::GradScaler* grad_scaler = nullptr,
+                                const secure::SecretKey* key = nullptr);
 // One call back: loads `path` into the model and the optimizer (and the scaler when one is
 // given), strictly, and returns the whole state (step, metadata) for the rest.
 Expected<TrainingState> load_training_checkpoint(const std::string& path, nn::Module& model,
                                                  optim::Optimizer& optimizer,
-                                                 optim::GradScaler* grad_scaler = nullptr);
+                                                 optim::GradScaler* grad_scaler = nullptr,
+                                                 const secure::SecretKey* key = nullptr);
 
 }  // namespace tessel

@@ -42,7 +42,7 @@ Expected<Variable> Conv2d::forward(const Variable& x) {
     b = Variable(zero);
   }
   const int64_t s = options_.stride, p = options_.padding, d = options_.dilation;
-  return autograd::conv2d(x, w, b, {s, s}, {p, p}, {d, d}, options_.groups);
+  return tapped(x, autograd::conv2d(x, w, b, {s, s}, {p, p}, {d, d}, options_.groups));
 }
 
 BatchNorm2d::BatchNorm2d(int64_t features, double eps, double momentum)

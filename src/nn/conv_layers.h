@@ -37,6 +37,9 @@ class Conv2d : public Module {
   // x [N, in, H, W] -> [N, out, H', W'].
   Expected<Variable> forward(const Variable& x) override;
   std::string type_name() const override { return "Conv2d"; }
+  Parameter& weight() { return *weight_; }
+  Parameter* bias() { return bias_; }
+  const Conv2dOptions& options() const { return options_; }
 
  private:
   Parameter* weight_;

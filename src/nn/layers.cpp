@@ -29,11 +29,11 @@ Expected<Variable> Linear::forward(const Variable& x) {
   TESSEL_ASSIGN_OR_RETURN(Variable w, value(*weight_));
   if (bias_) {
     TESSEL_ASSIGN_OR_RETURN(Variable b, value(*bias_));
-    return autograd::linear(x, w, b);
+    return tapped(x, autograd::linear(x, w, b));
   }
   // No bias: x @ w^T through matmul on a transposed view.
   TESSEL_ASSIGN_OR_RETURN(Variable wt, autograd::permute(w, {1, 0}));
-  return autograd::matmul(x, wt);
+  return tapped(x, autograd::matmul(x, wt));
 }
 
 Expected<Variable> ReLU::forward(const Variable& x) {

@@ -129,6 +129,13 @@ class Module {
   void eval() { train(false); }
   bool is_training() const { return training_; }
 
+  // A tap on a layer's forward: Linear and Conv2d pass their input and output through it when
+  // one is set (DP-SGD's per-sample gradients, secure/dp_sgd.h, save the input and route the
+  // output's gradient to a leaf there). It returns the output to use.
+  using ForwardTap =
+      std::function<Expected<Variable>(Module& layer, const Variable& input, Variable output)>;
+  void set_forward_tap(ForwardTap tap) { tap_ = std::move(tap); }
+
  protected:
   Parameter& register_parameter(std::string name, Shape shape, Initializer init,
                                 DType dtype = DType::kF32);
@@ -144,12 +151,18 @@ class Module {
   }
   // The variable of a parameter, or an error naming the module when the tree has no memory yet.
   Expected<Variable> value(const Parameter& p) const;
+  // `output` through the forward tap, if any.
+  Expected<Variable> tapped(const Variable& input, Expected<Variable> output) {
+    if (!tap_ || !output.ok()) return output;
+    return tap_(*this, input, std::move(*output));
+  }
 
  private:
   void collect(const std::string& prefix, std::vector<std::pair<std::string, Parameter*>>& out);
   std::vector<std::pair<std::string, std::unique_ptr<Parameter>>> parameters_;
   std::vector<std::pair<std::string, std::unique_ptr<Buffer>>> buffers_;
   bool training_ = true;
+  ForwardTap tap_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
   Module* parent_ = nullptr;  // set when a parent registers this module
   std::string name_;          // under that parent

@@ -169,21 +169,31 @@ Expected<DType> conv_compute(const Tensor& x, const Tensor& weight, const Attrs&
 // ---- implicit gemm (CPU) ----
 //
 // The position grid conv_implicit runs over (kernels/conv.tile): per image hh x ww positions, of
-// which the first rows x cols are outputs, and the input relaid as [C, phases_y, phases_x, N, hh,
-// ww] (or, `direct`, the NCHW input as it is: 1x1, stride 1, no padding). taps_y x taps_x are
-// the offsets a tap can add; the buffer ends with `slack()` elements that positions outside the
-// outputs may read.
+// which the first rows x cols are outputs, and the input relaid as [C, phases_y, phases_x, N + 1,
+// hh, ww] (or, `direct`, the NCHW input as it is: 1x1, stride 1, no padding). taps_y x taps_x are
+// the offsets a tap can add. Positions outside the outputs read up to (taps_y - 1) ww + taps_x - 1
+// elements (less than an image) past their image: the relaid buffer has one image of zeros after
+// the last, so that those reads stay inside it and read finite values (the weight gradient
+// multiplies them by the output gradient's zeros there).
 struct TapGrid {
   bool direct = false;
   int64_t phases_y = 1, phases_x = 1, taps_y = 1, taps_x = 1, hh = 0, ww = 0;
   int64_t plane() const { return hh * ww; }
-  int64_t slack() const { return (taps_y - 1) * ww + taps_x - 1; }
 };
+
+// Whether a 1x1 / stride 1 layer reads its NCHW input in place, one grid plane per image: when
+// an image fills at least a 256-wide tile. Smaller images (14 x 14, 7 x 7) are relaid so that
+// they follow each other along the positions, which costs a pass over the input but fills the
+// tiles (49 positions would use 49 of 64 micro-tile columns, per image).
+bool reads_in_place(const Window& w, int64_t positions) {
+  return w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0 &&
+         positions >= 256;
+}
 
 // The grid of the forward pass (and of the weight gradient, which reads the same views).
 TapGrid forward_grid(const Window& w, const ConvShape& s) {
   TapGrid g;
-  g.direct = w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0;
+  g.direct = reads_in_place(w, s.l());
   const int64_t reach_y = (w.kh - 1) * w.dh, reach_x = (w.kw - 1) * w.dw;
   g.phases_y = std::min(w.sh, reach_y + 1);
   g.phases_x = std::min(w.sw, reach_x + 1);
@@ -202,7 +212,7 @@ struct TransposedGrid {
   int64_t top = 0, left = 0;
 };
 
-TransposedGrid input_grad_grid(const Window& w, const ConvShape& s, int64_t h, int64_t wd) {
+TransposedGrid input_grad_grid(const Window& w, int64_t h, int64_t wd) {
   auto offsets = [](int64_t stride, int64_t pad, int64_t k, int64_t dil) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (int64_t p = 0; p < stride; ++p)
@@ -219,22 +229,32 @@ TransposedGrid input_grad_grid(const Window& w, const ConvShape& s, int64_t h, i
   TransposedGrid t;
   t.top = std::max<int64_t>(0, -lo_y);
   t.left = std::max<int64_t>(0, -lo_x);
-  t.grid.direct = w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0;
+  t.grid.direct = reads_in_place(w, h * wd);
   t.grid.taps_y = hi_y + t.top + 1;
   t.grid.taps_x = hi_x + t.left + 1;
   t.grid.hh = ceil_div(h, w.sh) + hi_y + t.top;
   t.grid.ww = ceil_div(wd, w.sw) + hi_x + t.left;
-  (void)s;
   return t;
 }
 
-// x [N, C, H, W] relaid for the grid g by conv_relayout, as `to`: a flat buffer of
-// C * phases * N * hh * ww elements and g.slack() more.
+// Elements from one channel to the next in a relaid buffer of n images. Channels a multiple of
+// 1 KiB apart would all fall in the same L1 sets when a pack reads 16 of them at once (the
+// transposing packs of the weight gradient), so such a stride gets 64 bytes more.
+int64_t relaid_channel_stride(const TapGrid& g, int64_t n) {
+  const int64_t stride = g.phases_y * g.phases_x * (n + 1) * g.plane();
+  return stride % 256 == 0 ? stride + 16 : stride;
+}
+
+// x [N, C, H, W] relaid for the grid g by conv_relayout, as `to`, with an image of zeros after
+// the last in every channel and phase (conv_relayout reads image N as zeros: it is outside x).
 Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t sh, int64_t sw,
                           int64_t ph, int64_t pw) {
-  const int64_t n = x.size(0), c = x.size(1);
-  const int64_t per_channel = g.phases_y * g.phases_x * n * g.plane();
-  TESSEL_ASSIGN_OR_RETURN(Tensor buf, empty_like_device({c * per_channel + g.slack()}, to, x));
+  const int64_t n = x.size(0) + 1, c = x.size(1);
+  const int64_t per_channel = relaid_channel_stride(g, x.size(0));
+  // Zeroed: the 16 elements that pad a channel's stride are never written by conv_relayout, and
+  // the kernels multiply what they read past an image by zeros; 0 x a stale NaN left in a
+  // reused buffer is NaN (seen as NaN weight gradients in ResNet parity runs).
+  TESSEL_ASSIGN_OR_RETURN(Tensor buf, Tensor::zeros({c * per_channel}, to, x.device()));
   View p{buf,
          {c, g.phases_y, g.phases_x, n, g.hh, g.ww},
          {per_channel, g.phases_x * n * g.plane(), n * g.plane(), g.plane(), g.ww, 1}};
@@ -255,8 +275,8 @@ View tap_view(const Tensor& buf, const TapGrid& g, int64_t n, int64_t channels, 
     shape = {n, groups, 1, 1, 1, 1, cg, g.plane()};
     strides = {st[0], cg * st[1], 0, 0, 0, 0, st[1], 1};
   } else {
-    const int64_t plane_stride = n * g.plane();
-    const int64_t channel_stride = g.phases_y * g.phases_x * plane_stride;
+    const int64_t plane_stride = (n + 1) * g.plane();
+    const int64_t channel_stride = relaid_channel_stride(g, n);
     shape = {1, groups, g.phases_y, g.phases_x, g.taps_y, g.taps_x, cg, n * g.plane()};
     strides = {0, cg * channel_stride, g.phases_x * plane_stride, plane_stride, g.ww, 1,
                channel_stride, 1};
@@ -294,6 +314,7 @@ Status launch_implicit(const Tensor& taps, const View& input, const Tensor& y, c
   const int64_t yh = y.size(2), yw = y.size(3);
   KernelParams params{{"BIAS", has_bias ? "1" : "0"},
                       {"TRANSPOSED", transposed ? "1" : "0"},
+                      {"UNIT_STRIDE", transposed && unit_strides(w) ? "1" : "0"},
                       {"DENSE", g.direct ? "1" : "0"}};
   std::vector<KernelArg> args{taps,
                               input,
@@ -401,7 +422,8 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
     on_grid.ww = grid.ww;
     TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, on_grid, 1, 1, 0, 0));
     positions = s.n * grid.plane();
-    a = View{dy, {1, s.groups, og, positions}, {0, og * positions, positions, 1}};
+    const int64_t stride = relaid_channel_stride(on_grid, s.n);
+    a = View{dy, {1, s.groups, og, positions}, {0, og * stride, stride, 1}};
   }
   const bool cpu = x.device()->kind() == DeviceKind::kCpu;
   const int64_t bm = cpu ? 192 : 64, bn = cpu ? 256 : 64, bk = cpu ? 256 : 16;
@@ -429,7 +451,7 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
 // transposed over the output gradient g, padded so that every tap reads inside it.
 Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
                                      const ConvShape& s, const Shape& x_shape, DType compute) {
-  const TransposedGrid t = input_grad_grid(w, s, x_shape[2], x_shape[3]);
+  const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3]);
   Tensor dy = g;
   if (t.grid.direct) {
     TESSEL_ASSIGN_OR_RETURN(dy, contiguous_on_device(g));

@@ -43,8 +43,8 @@ using KernelArg = std::variant<Tensor, View, double, int64_t>;
 Status launch_kernel(const std::string& kernel, KernelParams params,
                      const std::vector<KernelArg>& args);
 
-// Whether the op library launches kernels on devices of this kind: cpu and opencl; cuda once its
-// launches are wired in (compile_for in kernel_cache.cpp).
+// Whether the op library launches kernels on devices of this kind: every kind (cpu, opencl, cuda)
+// now; a backend added later may start without.
 bool launches_on(DeviceKind kind);
 
 // Compiles (or finds) the kernel for `device` without launching it.

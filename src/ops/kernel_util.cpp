@@ -96,6 +96,20 @@ Expected<View> rows_view(const Tensor& t) {
   return View{c, {rows, n}, {n, 1}};
 }
 
+Expected<std::pair<Tensor, Tensor>> row_norm_grad(const std::string& kernel,
+                                                  const KernelParams& params, const Tensor& x,
+                                                  const Tensor& gamma, const Tensor& dy,
+                                                  double eps) {
+  TESSEL_ASSIGN_OR_RETURN(View xv, rows_view(x));
+  TESSEL_ASSIGN_OR_RETURN(View gv, rows_view(dy));
+  const int64_t m = xv.shape[0], n = xv.shape[1];
+  TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), x.dtype(), x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dy_xhat, empty_like_device({m, n}, DType::kF32, x));
+  TESSEL_TRY(
+      launch_kernel(kernel, params, {xv, gamma, gv, View{dx, {m, n}, {n, 1}}, dy_xhat, eps}));
+  return std::make_pair(dx, dy_xhat);
+}
+
 bool kernel_writable_in_place(const Tensor& t) {
   return t.defined();
 }

@@ -3,6 +3,8 @@
 // contiguous tensor on its device, and viewing a tensor as a matrix.
 #pragma once
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "ops/kernel_cache.h"
@@ -30,6 +32,14 @@ Expected<Tensor> copy_on_device(const Tensor& t);
 // `t` ([..., n]) as a [rows, n] view with unit column stride, copying only when the leading
 // dimensions do not merge.
 Expected<View> rows_view(const Tensor& t);
+
+// A row-normalisation gradient kernel (layernorm_grad, rmsnorm_grad) over x [..., N] as rows:
+// (dx, dy * xhat [rows, N]) from x, gamma [N] and the output gradient dy; the caller sums the
+// second over rows for gamma's gradient.
+Expected<std::pair<Tensor, Tensor>> row_norm_grad(const std::string& kernel,
+                                                  const KernelParams& params, const Tensor& x,
+                                                  const Tensor& gamma, const Tensor& dy,
+                                                  double eps);
 
 // Whether a kernel can write into `t` where it lies: any defined tensor, on every device, since
 // kernels take buffer + offset (launch_kernel). In-place accumulation (add_into, gemm with

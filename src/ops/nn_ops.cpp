@@ -333,18 +333,14 @@ Expected<Tensor> layer_norm_forward(const std::vector<Tensor>& in, const Attrs& 
 }
 
 Expected<std::vector<Tensor>> layer_norm_backward(const BackwardArgs& b) {
-  const Tensor &x = b.inputs[0], &gamma = b.inputs[1];
-  TESSEL_ASSIGN_OR_RETURN(View xv, rows_view(x));
-  TESSEL_ASSIGN_OR_RETURN(View gv, rows_view(b.grad_output));
-  const int64_t m = xv.shape[0], n = xv.shape[1];
-  TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), x.dtype(), x));
-  TESSEL_ASSIGN_OR_RETURN(Tensor dy_xhat, empty_like_device({m, n}, DType::kF32, x));
-  TESSEL_TRY(launch_kernel(
-      "layernorm_grad", row_tile_params(x, n),
-      {xv, gamma, gv, View{dx, {m, n}, {n, 1}}, dy_xhat, b.attrs.get_double("eps", 1e-5)}));
-  std::vector<Tensor> grads{dx, Tensor(), Tensor()};
+  const Tensor& x = b.inputs[0];
+  const int64_t n = x.shape().back(), m = n == 0 ? 0 : x.numel() / n;
+  TESSEL_ASSIGN_OR_RETURN(
+      auto d, row_norm_grad("layernorm_grad", row_tile_params(x, n), x, b.inputs[1], b.grad_output,
+                            b.attrs.get_double("eps", 1e-5)));
+  std::vector<Tensor> grads{d.first, Tensor(), Tensor()};
   if (b.needs_grad[1]) {
-    TESSEL_ASSIGN_OR_RETURN(grads[1], sum(dy_xhat, {0}));
+    TESSEL_ASSIGN_OR_RETURN(grads[1], sum(d.second, {0}));
   }
   if (b.needs_grad[2]) {
     TESSEL_ASSIGN_OR_RETURN(Tensor g2, reshape(b.grad_output, {m, n}));

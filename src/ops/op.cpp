@@ -112,6 +112,7 @@ const std::vector<OpDef>& all_ops() {
     add_batch_norm_ops(list);
     add_math_ops(list);
     add_index_ops(list);
+    add_norm_ops(list);
     for (OpDef& op : list) {
       TESSEL_CHECK(op.infer && op.forward && op.reference, "op '{}' is missing a part", op.name);
       op.save_inputs.resize(op.arity, false);

@@ -128,6 +128,7 @@ void add_conv_ops(std::vector<OpDef>& ops);
 void add_batch_norm_ops(std::vector<OpDef>& ops);
 void add_math_ops(std::vector<OpDef>& ops);
 void add_index_ops(std::vector<OpDef>& ops);
+void add_norm_ops(std::vector<OpDef>& ops);
 
 std::string shapes_string(const std::vector<TensorMeta>& inputs);
 

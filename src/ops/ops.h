@@ -81,6 +81,15 @@ Expected<Tensor> cross_entropy(const Tensor& logits, const Tensor& target,
 // Over the last axis, with weight and bias of its size.
 Expected<Tensor> layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias,
                             double eps = 1e-5);
+// torch.nn.functional.rms_norm over the last axis (eps: PyTorch's default, f32's machine
+// epsilon, when absent) and group_norm over x [N, C, *] in num_groups groups (ops/norm_ops.cpp).
+Expected<Tensor> rms_norm(const Tensor& x, const Tensor& weight,
+                          std::optional<double> eps = std::nullopt);
+Expected<Tensor> group_norm(const Tensor& x, int64_t num_groups, const Tensor& weight,
+                            const Tensor& bias, double eps = 1e-5);
+// layer_norm's statistics of x [..., C] (ONNX LayerNormalization's Mean and InvStdDev outputs):
+// [2, ...], the means first, then 1 / sqrt(var + eps). Not differentiable.
+Expected<Tensor> layer_norm_stats(const Tensor& x, double eps = 1e-5);
 // weight [V, C], ids [...] i64 -> [..., C].
 Expected<Tensor> embedding(const Tensor& weight, const Tensor& ids);
 
@@ -108,6 +117,9 @@ Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
 Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
                             std::vector<int64_t> stride = {},
                             std::vector<int64_t> padding = {0, 0});
+
+// ONNX GlobalAveragePool: x [N, C, D1, ...] -> [N, C, 1, ...], the mean over every position.
+Expected<Tensor> global_avg_pool(const Tensor& x);
 
 // torch.nn.functional.batch_norm over N, H, W of x [N, C, H, W] (or N of [N, C]); weight, bias,
 // running_mean, running_var [C]. Training uses the batch's statistics and moves the running

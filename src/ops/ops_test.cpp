@@ -241,6 +241,14 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d",
                {real({1, 2, 11, 10}), real({3, 2, 7, 7}), real({3})},
                Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
+  c.push_back({"conv2d",  // the implicit gemm computing in bf16, and on bf16 operands
+               {real({1, 16, 5, 6}), real({16, 16, 3, 3}), real({16})},
+               Attrs().set("padding", {1, 1}).set("compute", static_cast<int64_t>(bf16)),
+               200});
+  c.push_back({"conv2d",
+               {half(real({1, 16, 7, 5}), bf16), half(real({16, 16, 3, 2}), bf16), real({16})},
+               Attrs().set("stride", {2, 1}).set("padding", {1, 0}),
+               200});
   c.push_back({"max_pool2d", {real({2, 3, 4, 6})}, Attrs().set("window", {2, 2})});
   c.push_back({"max_pool2d",  // windows that tile it, with a row and column left over
                {real({1, 2, 7, 35})},
@@ -317,6 +325,23 @@ std::vector<Case> all_cases() {
   c.push_back({"cross_entropy", {real({2, 3, 5}), positive({2, 3, 5})},
                Attrs().set_reals("weight", w5).set("label_smoothing", 0.2).set("reduction", 2)});
   c.push_back({"cross_entropy", {real({3, 300}), positive({3, 300})}, Attrs().set("reduction", 1)});
+  // rms_norm and group_norm (ops/norm_ops.cpp; PyTorch's values in coverage_norm_test.cpp).
+  c.push_back({"rms_norm", {real({3, 5}), real({5})}, {}});
+  c.push_back({"rms_norm", {real({2, 2, 300}), real({300})}, Attrs().set("eps", 1e-3)});
+  c.push_back({"rms_norm", {transposed({4, 7}), real({7})}, {}});
+  c.push_back({"group_norm", {real({2, 4, 3, 2}), real({4}), real({4})},
+               Attrs().set("num_groups", 2)});
+  c.push_back({"group_norm", {real({3, 6}), real({6}), real({6})},
+               Attrs().set("num_groups", 3).set("eps", 1e-3)});
+  c.push_back({"group_norm", {real({2, 6, 5}), real({6}), real({6})},
+               Attrs().set("num_groups", 1)});
+  c.push_back({"global_avg_pool", {real({2, 3, 4, 5})}, {}});
+  c.push_back({"global_avg_pool", {transposed({2, 3, 7})}, {}});
+  c.push_back({"global_avg_pool", {real({1, 2, 2, 3, 2})}, {}});
+  c.push_back({"layer_norm_stats", {real({3, 5})}, {}});
+  c.push_back({"layer_norm_stats", {transposed({2, 4, 300})}, Attrs().set("eps", 1e-3)});
+  c.push_back({"group_norm", {transposed({2, 3, 4, 5}), real({3}), real({3})},
+               Attrs().set("num_groups", 3)});
   return c;
 }
 

@@ -223,12 +223,55 @@ OpDef max_op() {
   return op;
 }
 
+// ONNX GlobalAveragePool: x [N, C, *] -> [N, C, 1, ...], the mean over every position (a
+// `mean` over the spatial axes, kept as size 1).
+std::vector<int64_t> spatial_axes(size_t rank) {
+  std::vector<int64_t> axes;
+  for (size_t d = 2; d < rank; ++d)
+    axes.push_back(static_cast<int64_t>(d));
+  return axes;
+}
+
+OpDef global_avg_pool_op() {
+  OpDef op;
+  op.name = "global_avg_pool";
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) -> Expected<TensorMeta> {
+    if (in[0].shape.size() < 3 || !is_floating_point(in[0].dtype))
+      return invalid_argument("global_avg_pool: needs a float x [N, C, D1, ...], got {}",
+                              shapes_string(in));
+    return TensorMeta{reduced_shape(in[0].shape, spatial_axes(in[0].shape.size()), true),
+                      in[0].dtype};
+  };
+  op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta&) {
+    return mean(in[0], spatial_axes(in[0].rank()), true);
+  };
+  op.reference = [](const std::vector<RefTensor>& in, const Attrs&) {
+    return reduce_reference(
+        in[0], Attrs().set("axes", spatial_axes(in[0].shape.size())).set("keepdim", 1), true);
+  };
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    const Shape& in = b.input_meta[0].shape;
+    const double positions = static_cast<double>(shape_numel(in)) /
+                             static_cast<double>(std::max<int64_t>(1, b.grad_output.numel()));
+    TESSEL_ASSIGN_OR_RETURN(Tensor e, b.grad_output.expand(in));
+    TESSEL_ASSIGN_OR_RETURN(Tensor full, contiguous_on_device(e));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, scale(full, 1.0 / positions));
+    return std::vector<Tensor>{dx};
+  };
+  return op;
+}
+
 }  // namespace
 
 void add_reduce_ops(std::vector<OpDef>& ops) {
   ops.push_back(reduce_op("sum", false));
   ops.push_back(reduce_op("mean", true));
   ops.push_back(max_op());
+  ops.push_back(global_avg_pool_op());
+}
+
+Expected<Tensor> global_avg_pool(const Tensor& x) {
+  return run("global_avg_pool", {x});
 }
 
 Expected<Tensor> max(const Tensor& x, std::vector<int64_t> axes, bool keepdim) {
@@ -252,8 +295,7 @@ Status sum_rows_into(const Tensor& x, const Tensor& y) {
         tensor_summary(x), tensor_summary(y));
   if (y.numel() == 0) return ok_status();
   View xv{x, {x.size(0), x.size(1)}, {x.strides()[0], 1}};
-  return launch_kernel("reduce_cols", {{"OP", "0"}, {"ACC", "1"}},
-                       {xv, View{y, {y.numel()}, {1}}});
+  return launch_kernel("reduce_cols", {{"OP", "0"}, {"ACC", "1"}}, {xv, View{y, {y.numel()}, {1}}});
 }
 
 Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape) {

@@ -31,14 +31,17 @@ std::string shape_string(const std::vector<int64_t>& dims) {
 
 Status check_shape(const Shape& shape, size_t element_size) {
   const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(element_size);
+  // The strides count a size-0 dimension as 1 (contiguous_strides), so the product of the sizes
+  // with zeros taken as ones must fit too, even when the shape holds no element.
   int64_t n = 1;
   for (int64_t d : shape) {
     if (d < 0) return invalid_argument("shape {} has a negative size", shape_string(shape));
-    if (d > 0 && n > limit / d) {
+    const int64_t factor = std::max<int64_t>(d, 1);
+    if (n > limit / factor) {
       return invalid_argument("shape {} is too large: its byte size overflows",
                               shape_string(shape));
     }
-    n *= d;
+    n *= factor;
   }
   return ok_status();
 }

@@ -127,6 +127,12 @@ Expected<double> time_us(const std::function<Status()>& fn) {
   return best;
 }
 
+// d + a by one scatter of a's (row, column) pairs, for both COO and CSR.
+Expected<Variable> scatter_add(const SparseVariable& a, const Variable& d) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor rows, a.matrix.expanded_rows());
+  return record("sparse_add_dense", {index(rows), index(a.matrix.col_indices()), a.values, d});
+}
+
 }  // namespace
 
 Expected<Plan> plan_for(const SparseMatrix& a, SparseOp op, int64_t n, bool needs_grad,
@@ -143,8 +149,7 @@ Expected<Plan> plan_for(const SparseMatrix& a, SparseOp op, int64_t n, bool need
   Plan plan = plan_operation(op, stats, DeviceFigures::of(a.device()), n, needs_grad, options);
   const std::vector<Candidate>& c = plan.candidates;
   bool close = c.size() >= 2 && c[1].estimate_us <= c[0].estimate_us * (1 + options.measure_margin);
-  if (plan.reason == "cheapest estimate" && close && options.allow_measure && dense &&
-      op != SparseOp::kAddDense) {
+  if (plan.reason == "cheapest estimate" && close && options.allow_measure && dense) {
     // The model cannot separate the two best: time both on the real operand, once.
     // Forward runs only, each format made first (as PreparedSpmm keeps it).
     autograd::NoGrad no_grad;
@@ -153,9 +158,22 @@ Expected<Plan> plan_for(const SparseMatrix& a, SparseOp op, int64_t n, bool need
       Candidate& cand = plan.candidates[i];
       TESSEL_ASSIGN_OR_RETURN(PreparedSpmm prepared, PreparedSpmm::fixed(a, cand.choice));
       SparseVariable sv = SparseVariable::of(a);
+      Tensor densified;
+      if (op == SparseOp::kAddDense && cand.choice == Choice::kDense) {
+        TESSEL_ASSIGN_OR_RETURN(densified, a.to_dense());
+      }
       TESSEL_ASSIGN_OR_RETURN(double us, time_us([&]() -> Status {
-                                if (op == SparseOp::kSpmm) return prepared.run(*dense).status();
-                                return product_as(sv, b, cand.choice, true).status();
+                                switch (op) {
+                                  case SparseOp::kSpmm:
+                                    return prepared.run(*dense).status();
+                                  case SparseOp::kSpmv:
+                                    return product_as(sv, b, cand.choice, true).status();
+                                  case SparseOp::kAddDense:
+                                    if (densified.defined())
+                                      return ops::add(densified, *dense).status();
+                                    return scatter_add(sv, b).status();
+                                }
+                                return ok_status();
                               }));
       cand.measured_us = us;
     }
@@ -202,15 +220,19 @@ Expected<Variable> to_dense(const SparseVariable& a) {
                 ops::Attrs().set("rows", a.matrix.rows()).set("cols", a.matrix.cols()));
 }
 
-Expected<Variable> add_dense(const SparseVariable& a, const Variable& d) {
+Expected<Variable> add_dense(const SparseVariable& a, const Variable& d, const PlanOptions& o) {
   TESSEL_TRY(check_autograd_format(a));
   if (d.shape() != Shape{a.matrix.rows(), a.matrix.cols()})
     return invalid_argument("sparse add: {} plus {}", a.matrix.describe(),
                             shape_string(d.shape()));
-  // One kernel serves both formats (a scatter of the (row, column) pairs); the plan is kept
-  // for --explain and for the dense fallback's estimate.
-  TESSEL_ASSIGN_OR_RETURN(Tensor rows, a.matrix.expanded_rows());
-  return record("sparse_add_dense", {index(rows), index(a.matrix.col_indices()), a.values, d});
+  TESSEL_ASSIGN_OR_RETURN(Plan p, plan_for(a.matrix, SparseOp::kAddDense, 1,
+                                           a.values.requires_grad() || d.requires_grad(), o,
+                                           &d.data()));
+  if (p.choice == Choice::kDense) {
+    TESSEL_ASSIGN_OR_RETURN(Variable dense, to_dense(a));
+    return autograd::add(dense, d);
+  }
+  return scatter_add(a, d);
 }
 
 Expected<SparseVariable> transpose(const SparseVariable& a) {

@@ -41,8 +41,9 @@ Expected<Variable> dense_spmm(const Variable& b, const SparseVariable& a,
 // a [M, K] x x [K] -> [M].
 Expected<Variable> spmv(const SparseVariable& a, const Variable& x, const PlanOptions& o = {});
 Expected<Variable> spmv_as(const SparseVariable& a, const Variable& x, Choice choice);
-// a + d, d [M, K] dense -> dense.
-Expected<Variable> add_dense(const SparseVariable& a, const Variable& d);
+// a + d, d [M, K] dense -> dense: one scatter of a's values into a copy of d, or (planned, where
+// it measures faster) d + the densified a.
+Expected<Variable> add_dense(const SparseVariable& a, const Variable& d, const PlanOptions& o = {});
 Expected<Variable> to_dense(const SparseVariable& a);
 // a^T with differentiable values (a permutation of a's).
 Expected<SparseVariable> transpose(const SparseVariable& a);

@@ -5,7 +5,11 @@
 #include <cmath>
 #include <filesystem>
 
+#include <sodium.h>
+
 #include "data/mnist.h"
+#include "secure/anonymise.h"
+#include "support/atomic_file.h"
 #include "support/random.h"
 #include "train/config_keys.h"
 
@@ -174,6 +178,20 @@ class TextSource : public DataSource {
   CharDataset text_;
 };
 
+// The text file with its personal data replaced by pseudonyms, in memory only.
+Expected<CharDataset> anonymised_text(const DataConfig& c) {
+  TESSEL_ASSIGN_OR_RETURN(secure::SecretKey key, secure::SecretKey::from_file(c.anonymise_key_file));
+  secure::AnonymiseOptions options;
+  if (!c.anonymise_names.empty()) {
+    TESSEL_ASSIGN_OR_RETURN(options.names, secure::read_name_list(c.anonymise_names));
+  }
+  TESSEL_ASSIGN_OR_RETURN(std::string raw, read_file(c.path));
+  secure::Anonymiser anonymiser(key, options);
+  std::string clean = anonymiser.anonymise(raw);
+  sodium_memzero(raw.data(), raw.size());
+  return CharDataset::from_text(clean, 1.0 - c.val_fraction);
+}
+
 Expected<std::unique_ptr<DataSource>> open_text(const DataConfig& c, uint64_t seed,
                                                 const std::string& source) {
   namespace fs = std::filesystem;
@@ -188,7 +206,9 @@ Expected<std::unique_ptr<DataSource>> open_text(const DataConfig& c, uint64_t se
     }
     return not_found("{}: key 'data.path': no text file '{}'{}", source, c.path, where);
   }
-  Expected<CharDataset> text = CharDataset::from_file(c.path, 1.0 - c.val_fraction);
+  Expected<CharDataset> text = c.anonymise_key_file.empty()
+                                   ? CharDataset::from_file(c.path, 1.0 - c.val_fraction)
+                                   : anonymised_text(c);
   if (!text.ok()) return text.status().with_context("{}: [data]", source);
   auto data = std::make_unique<TextSource>(c, seed, std::move(*text));
   // Both splits must hold a window: the errors name the file, the split and the sizes.
@@ -217,8 +237,14 @@ Expected<DataConfig> parse_data_config(const Config& t) {
       TESSEL_ASSIGN_OR_RETURN(d.path, t.get<std::string>("path"));
     }
   } else if (d.name == "text") {
-    TESSEL_TRY(keys({"path", "block_size", "val_fraction", "eval_batches"}));
+    TESSEL_TRY(keys({"path", "block_size", "val_fraction", "eval_batches", "anonymise_key_file",
+                     "anonymise_names"}));
     TESSEL_ASSIGN_OR_RETURN(d.path, t.get<std::string>("path"));
+    TESSEL_ASSIGN_OR_RETURN(d.anonymise_key_file, t.get_or<std::string>("anonymise_key_file", ""));
+    TESSEL_ASSIGN_OR_RETURN(d.anonymise_names, t.get_or<std::string>("anonymise_names", ""));
+    if (d.anonymise_key_file.empty() && !d.anonymise_names.empty())
+      return invalid_argument("{}: key '{}' needs '{}' (the pseudonyms' key)", t.source(),
+                              full_key(t, "anonymise_names"), full_key(t, "anonymise_key_file"));
     TESSEL_ASSIGN_OR_RETURN(d.block_size, t.get<int64_t>("block_size"));
     if (d.block_size < 1)
       return invalid_argument("{}: key '{}': must be >= 1, got {}", t.source(),

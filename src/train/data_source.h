@@ -48,6 +48,10 @@ struct DataConfig {
   int64_t block_size = 0;  // T, the tokens of one window
   double val_fraction = 0.1;
   int64_t eval_batches = 20;
+  // text, optional: the personal data in the file is replaced by keyed pseudonyms
+  // (secure/anonymise.h) before training; the key from this file, names from that list.
+  std::string anonymise_key_file = "";
+  std::string anonymise_names = "";
   // synthetic
   Shape shape = {};  // of one example, e.g. {3, 32, 32}
   int64_t classes = 10;

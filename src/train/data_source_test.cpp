@@ -63,7 +63,8 @@ TEST(DataConfig, ReadsEachKindsKeysAndNamesTheWrongOnes) {
 
   EXPECT_EQ(error_of(parse("[data]\nname = \"text\"\npath = \"a\"\nblock_size = 8\nshape = [1]\n")),
             "run.toml:5:1: unknown key 'data.shape'; allowed in [data]: name, batch_size, "
-            "eval_batch_size, path, block_size, val_fraction, eval_batches");
+            "eval_batch_size, path, block_size, val_fraction, eval_batches, anonymise_key_file, "
+            "anonymise_names");
   EXPECT_EQ(error_of(parse("[data]\nname = \"text\"\npath = \"a\"\nblock_size = 0\n")),
             "run.toml: key 'data.block_size': must be >= 1, got 0");
   EXPECT_EQ(error_of(parse("[data]\nname = \"text\"\npath = \"a\"\nblock_size = 8\n"

@@ -109,6 +109,87 @@ Status parse_sample(const Config& cfg, TrainConfig& out) {
   return ok_status();
 }
 
+Status parse_checkpoint(const Config& cfg, CheckpointConfig& out) {
+  if (!cfg.has("checkpoint")) return ok_status();
+  TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("checkpoint"));
+  TESSEL_TRY(t.check_keys({"encrypt", "key_file", "key_env"}));
+  TESSEL_ASSIGN_OR_RETURN(out.encrypt, t.get_or<bool>("encrypt", false));
+  TESSEL_ASSIGN_OR_RETURN(out.key_file, t.get_or<std::string>("key_file", ""));
+  TESSEL_ASSIGN_OR_RETURN(out.key_env, t.get_or<std::string>("key_env", ""));
+  if (out.encrypt && out.key_file.empty() == out.key_env.empty())
+    return invalid_argument(
+        "{}: key 'checkpoint.encrypt' = true needs exactly one of 'checkpoint.key_file' (a file "
+        "holding the key) and 'checkpoint.key_env' (an environment variable holding it)",
+        t.source());
+  if (!out.encrypt && (!out.key_file.empty() || !out.key_env.empty()))
+    return invalid_argument("{}: a checkpoint key is given but 'checkpoint.encrypt' is not true",
+                            t.source());
+  return ok_status();
+}
+
+Status parse_privacy(const Config& cfg, TrainConfig& out) {
+  PrivacyConfig& p = out.privacy;
+  p.enabled = cfg.has("privacy");
+  if (!p.enabled) return ok_status();
+  TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("privacy"));
+  TESSEL_TRY(t.check_keys(
+      {"noise_multiplier", "max_grad_norm", "delta", "target_epsilon", "seed"}));
+  TESSEL_ASSIGN_OR_RETURN(p.noise_multiplier, t.get<double>("noise_multiplier"));
+  if (!(p.noise_multiplier > 0))
+    return invalid_argument("{}: key 'privacy.noise_multiplier': must be > 0, got {}", t.source(),
+                            p.noise_multiplier);
+  TESSEL_ASSIGN_OR_RETURN(p.max_grad_norm, t.get_or<double>("max_grad_norm", p.max_grad_norm));
+  if (!(p.max_grad_norm > 0))
+    return invalid_argument("{}: key 'privacy.max_grad_norm': must be > 0, got {}", t.source(),
+                            p.max_grad_norm);
+  TESSEL_ASSIGN_OR_RETURN(p.delta, t.get_or<double>("delta", p.delta));
+  if (!(p.delta > 0 && p.delta < 1))
+    return invalid_argument("{}: key 'privacy.delta': must be in (0, 1), got {}", t.source(),
+                            p.delta);
+  TESSEL_ASSIGN_OR_RETURN(p.target_epsilon, get_at_least(t, "target_epsilon", 0.0, 0.0));
+  TESSEL_ASSIGN_OR_RETURN(p.seed, get_at_least<int64_t>(t, "seed", -1, -1));
+  const char* conflict = cfg.has("distributed") ? "[distributed]"
+                         : out.precision != "fp32" ? "train.precision other than fp32"
+                         : out.grad_accum_steps != 1 ? "train.grad_accum_steps > 1"
+                         : out.clip_grad_norm > 0 ? "train.clip_grad_norm (DP-SGD clips each example)"
+                         : out.data.name == "text" ? "text data (no epochs to sample from)"
+                                                   : nullptr;
+  if (conflict)
+    return invalid_argument("{}: [privacy] does not go with {}", t.source(), conflict);
+  return ok_status();
+}
+
+Status parse_federated(const Config& cfg, TrainConfig& out) {
+  FederatedConfig& f = out.federated;
+  f.enabled = cfg.has("federated");
+  if (!f.enabled) return ok_status();
+  TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("federated"));
+  TESSEL_TRY(t.check_keys(
+      {"local_steps", "secure", "key_file", "key_env", "modulus_bits", "backend"}));
+  TESSEL_ASSIGN_OR_RETURN(f.local_steps, get_at_least<int64_t>(t, "local_steps", 50, 1));
+  TESSEL_ASSIGN_OR_RETURN(f.secure, t.get_or<bool>("secure", true));
+  TESSEL_ASSIGN_OR_RETURN(f.key_file, t.get_or<std::string>("key_file", ""));
+  TESSEL_ASSIGN_OR_RETURN(f.key_env, t.get_or<std::string>("key_env", ""));
+  TESSEL_ASSIGN_OR_RETURN(f.modulus_bits, get_at_least<int64_t>(t, "modulus_bits", 2048, 2048));
+  if (f.modulus_bits % 64 != 0 || f.modulus_bits > 8192)
+    return invalid_argument("{}: key 'federated.modulus_bits': a multiple of 64 in [2048, 8192], "
+                            "got {}",
+                            t.source(), f.modulus_bits);
+  TESSEL_ASSIGN_OR_RETURN(f.backend, get_choice(t, "backend", {"shm", "mpi"}, "shm"));
+  if (f.secure && f.key_file.empty() == f.key_env.empty())
+    return invalid_argument(
+        "{}: [federated] secure = true needs exactly one of 'federated.key_file' and "
+        "'federated.key_env' (the owners' shared secret)",
+        t.source());
+  if (out.steps == 0 || out.steps % f.local_steps != 0)
+    return invalid_argument("{}: [federated] needs 'train.steps', a multiple of "
+                            "'federated.local_steps' ({})",
+                            t.source(), f.local_steps);
+  if (cfg.has("distributed"))
+    return invalid_argument("{}: [federated] and [distributed] do not go together", t.source());
+  return ok_status();
+}
+
 }  // namespace
 
 Expected<ops::TargetChoice> resolve_train_target(const TrainConfig& config) {
@@ -119,7 +200,8 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TrainConfig out;
   out.source = cfg.source();
   TESSEL_TRY(cfg.check_keys({"seed", "device", "target", "model", "data", "optimizer",
-                             "schedule", "train", "sample", "distributed"}));
+                             "schedule", "train", "sample", "distributed", "checkpoint",
+                             "federated", "privacy"}));
   TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
   out.seed = static_cast<uint64_t>(seed);
   TESSEL_ASSIGN_OR_RETURN(out.target, ops::parse_target_setting(cfg));
@@ -161,6 +243,9 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
                           get_choice(t, "precision", {"fp32", "bf16", "fp16"}, "fp32"));
   TESSEL_TRY(parse_sample(cfg, out));
   TESSEL_TRY(parse_distributed(cfg, out));
+  TESSEL_TRY(parse_checkpoint(cfg, out.checkpoint));
+  TESSEL_TRY(parse_federated(cfg, out));
+  TESSEL_TRY(parse_privacy(cfg, out));
   return out;
 }
 

@@ -28,6 +28,15 @@
 //               (batch_size is per rank: a step takes batch_size x ranks x grad_accum_steps;
 //               clip_grad_norm and checkpoints work in every mode: the norm is of the whole
 //               gradient, the checkpoint is the single-process file, gathered from the shards)
+//   [checkpoint] encrypt = false   key_file = "run.key" | key_env = "TESSEL_CHECKPOINT_KEY"
+//               (encrypt = true: checkpoints are written and read encrypted and authenticated,
+//               secure/encrypted_file.h; the key comes from a file or an environment variable
+//               named here, exactly one of them, never from the config itself)
+//   [privacy]   noise_multiplier = 1.0   max_grad_norm = 1.0   delta = 1e-5
+//               target_epsilon = 0 (0: none)   seed = -1 (-1: fresh noise)   (DP-SGD: image
+//               data, fp32, one process, grad_accum_steps = 1, no clip_grad_norm; secure/dp_sgd.h)
+//   [federated] local_steps = 50  secure = true  key_file = "owners.key" | key_env = "..."
+//               modulus_bits = 2048  backend = "shm"   (train/federated.h)
 //
 // Only [model] and [data] are required; everything else has the defaults shown.
 #pragma once
@@ -69,6 +78,34 @@ struct DistributedConfig {
   bool overlap = true;
 };
 
+// The [federated] table (train/federated.h); absent: not federated.
+struct FederatedConfig {
+  bool enabled = false;
+  int64_t local_steps = 50;
+  bool secure = true;         // Paillier aggregation; false: the plaintext baseline
+  std::string key_file;       // the owners' shared secret (secure only): one of these two
+  std::string key_env;
+  int64_t modulus_bits = 2048;
+  std::string backend = "shm";
+};
+
+// The [privacy] table: DP-SGD (secure/dp_sgd.h) with an RDP accountant (rdp_accountant.h).
+struct PrivacyConfig {
+  bool enabled = false;
+  double noise_multiplier = 1.0;  // sigma: required
+  double max_grad_norm = 1.0;     // C, each example's clipping norm
+  double delta = 1e-5;
+  double target_epsilon = 0.0;    // stop before a step would pass it; 0: no budget
+  int64_t seed = -1;              // the noise's seed; -1: fresh randomness (not replayable)
+};
+
+// The [checkpoint] table: how checkpoints are protected (the path is [train] checkpoint_path).
+struct CheckpointConfig {
+  bool encrypt = false;
+  std::string key_file;  // one of these two when encrypt
+  std::string key_env;
+};
+
 struct TrainConfig {
   std::string source;  // the file, for messages
   uint64_t seed = 0;
@@ -86,6 +123,9 @@ struct TrainConfig {
   int64_t eval_interval = 0;
   int64_t checkpoint_interval = 0;
   std::string checkpoint_path;
+  CheckpointConfig checkpoint;
+  FederatedConfig federated;
+  PrivacyConfig privacy;
   std::string metrics_path;
   int64_t grad_accum_steps = 1;
   DistributedConfig distributed;

@@ -103,6 +103,13 @@ Expected<std::unique_ptr<Trainer>> Trainer::create(TrainConfig config, TrainerOp
 
 Status Trainer::build() {
   const TrainConfig& c = config_;
+  if (c.checkpoint.encrypt) {  // a missing or malformed key fails now, not at the first save
+    Expected<secure::SecretKey> key = c.checkpoint.key_file.empty()
+                                          ? secure::SecretKey::from_env(c.checkpoint.key_env)
+                                          : secure::SecretKey::from_file(c.checkpoint.key_file);
+    if (!key.ok()) return key.status().with_context("{}: [checkpoint]", c.source);
+    checkpoint_key_ = std::move(*key);
+  }
   TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice target, resolve_train_target(c));
   ops::apply_target(target);
   device_ = target.device;
@@ -125,13 +132,14 @@ Status Trainer::build() {
   // In a data-parallel job every rank reads the same global batches of batch_size x ranks rows
   // and keeps its own rows (RankShard), so the job trains as one process with the global batch.
   DataConfig global_data = c.data;
-  global_data.batch_size *= world_size();
+  const int shards = group_ ? world_size() : options_.data_shards;
+  const int shard = group_ ? rank() : options_.data_shard;
+  global_data.batch_size *= shards;
   TESSEL_ASSIGN_OR_RETURN(data_, DataSource::open(global_data, c.seed, c.source));
   ModelContext context{
       .input_shape = data_->example_shape(), .classes = data_->classes(), .seed = c.seed};
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> train, data_->train_batches());
-  if (group_)
-    train = std::make_unique<parallel::RankShard>(std::move(train), rank(), world_size());
+  if (shards > 1) train = std::make_unique<parallel::RankShard>(std::move(train), shard, shards);
   train_batches_ = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
   const int64_t per_epoch = data_->batches_per_epoch();
   if (c.epochs > 0 && per_epoch == 0)
@@ -168,6 +176,23 @@ Status Trainer::build() {
   if (group_)
     TESSEL_TRY(check_shared_settings(*group_, shared_settings(c, *params_, total_steps_), c.source));
   if (group_) TESSEL_TRY(build_data_parallel());
+  if (c.privacy.enabled) {
+    secure::DpSgdOptions dp;
+    dp.max_grad_norm = c.privacy.max_grad_norm;
+    dp.noise_multiplier = c.privacy.noise_multiplier;
+    if (c.privacy.seed >= 0) {
+      dp.seed.emplace();
+      dp.seed->fill(0);
+      for (int k = 0; k < 8; ++k)
+        (*dp.seed)[size_t(k)] = uint8_t(uint64_t(c.privacy.seed) >> (8 * k));
+    }
+    Expected<std::unique_ptr<secure::DpSgd>> attached = secure::DpSgd::attach(*model_, *params_, dp);
+    if (!attached.ok()) return attached.status().with_context("{}: [privacy]", c.source);
+    dp_sgd_ = std::move(*attached);
+    // Each step's batch is a 1 / batches_per_epoch share of the examples (with drop_last, at
+    // least B / N: the accountant errs on the costly side).
+    sample_rate_ = 1.0 / double(per_epoch);
+  }
   if (c.precision == "fp16") grad_scaler_ = std::make_unique<optim::GradScaler>();
   config_.schedule.total_steps = total_steps_;
   Status schedule_ok = config_.schedule.validate();
@@ -218,6 +243,7 @@ Status Trainer::save_checkpoint(const std::string& path) {
     TESSEL_ASSIGN_OR_RETURN(optimizer_state, data_parallel_->gather_optimizer_state());
   }
   if (rank() != 0) return ok_status();  // the ranks hold the same model: rank 0 writes it
+  const secure::SecretKey* key = checkpoint_key_ ? &*checkpoint_key_ : nullptr;
   StringMap metadata;
   metadata["data.train"] = train_batches_->position().to_string();
   metadata["config"] = config_.source;
@@ -226,7 +252,7 @@ Status Trainer::save_checkpoint(const std::string& path) {
   TESSEL_TRY(make_parent_folder(path));
   if (!data_parallel_)
     return save_training_checkpoint(path, *model_, optimizer(), step_, metadata,
-                                    grad_scaler_.get());
+                                    grad_scaler_.get(), key);
   TrainingState state{.model = {},
                       .optimizer = {.tensors = {}, .step_count = optimizer().step_count()},
                       .step = step_,
@@ -239,14 +265,15 @@ Status Trainer::save_checkpoint(const std::string& path) {
   for (auto& [name, tensor] : optimizer_state)
     state.optimizer.tensors[name] = tensor;
   if (grad_scaler_) state.grad_scaler = grad_scaler_->state();
-  return save_training_state(path, state);
+  return save_training_state(path, state, key);
 }
 
 Status Trainer::resume(const std::string& checkpoint_path) {
+  const secure::SecretKey* key = checkpoint_key_ ? &*checkpoint_key_ : nullptr;
   TrainingState state;
   if (data_parallel_) {
     // Every rank reads the whole file and keeps its shards.
-    TESSEL_ASSIGN_OR_RETURN(state, load_training_state(checkpoint_path));
+    TESSEL_ASSIGN_OR_RETURN(state, load_training_state(checkpoint_path, key));
     auto take = [&](const NamedTensors& from, const std::string& name) -> Expected<Tensor> {
       auto it = from.find(name);
       if (it == from.end())
@@ -302,6 +329,8 @@ Status Trainer::resume(const std::string& checkpoint_path) {
     TESSEL_ASSIGN_OR_RETURN(std::string rng_state, get("rng." + name));
     TESSEL_ASSIGN_OR_RETURN(d->rng(), Pcg32::from_state_string(rng_state));
   }
+  // The steps already taken spent privacy (with this config's sigma and sampling rate).
+  if (dp_sgd_ && step_ > 0) accountant_.step(config_.privacy.noise_multiplier, sample_rate_, step_);
   resumed_ = true;
   return ok_status();
 }
@@ -435,6 +464,10 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   auto run_eval = [&]() -> Expected<Evaluation> {
     TESSEL_ASSIGN_OR_RETURN(Evaluation e, evaluate());
     nlohmann::json j = {{"step", step_}, {"eval_loss", e.loss}};
+    if (dp_sgd_)
+      say(fmt::format("step {}: privacy spent epsilon {:.4f} at delta {} (sigma {}, C {}, q {:.6f})",
+                      step_, accountant_.epsilon(c.privacy.delta), c.privacy.delta,
+                      c.privacy.noise_multiplier, c.privacy.max_grad_norm, sample_rate_));
     if (e.classification) {
       say(fmt::format("step {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", step_,
                       100.0 * e.accuracy, e.correct, e.total, e.loss));
@@ -454,6 +487,18 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   int64_t window_steps = 0;
   double window_loss = 0.0;
   while (step_ < end) {
+    if (dp_sgd_ && c.privacy.target_epsilon > 0) {  // would this step pass the budget?
+      secure::RdpAccountant next = accountant_;
+      next.step(c.privacy.noise_multiplier, sample_rate_);
+      if (next.epsilon(c.privacy.delta) > c.privacy.target_epsilon) {
+        say(fmt::format("privacy budget: step {} would spend epsilon {:.4f} > target {} at delta "
+                        "{}; stopping",
+                        step_ + 1, next.epsilon(c.privacy.delta), c.privacy.target_epsilon,
+                        c.privacy.delta));
+        summary.budget_reached = true;
+        break;
+      }
+    }
     const double lr = c.schedule.lr_at(step_);
     double loss_value = 0.0;
     for (int64_t micro = 0; micro < c.grad_accum_steps; ++micro) {
@@ -487,6 +532,10 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     // Whatever reads the gradients before the optimizer needs the ranks' averages in place.
     if (data_parallel_ && (after_backward_ || grad_scaler_ || c.clip_grad_norm > 0))
       TESSEL_TRY(data_parallel_->wait_gradients());
+    if (dp_sgd_) {  // the gradients become the clipped, noised average (secure/dp_sgd.h)
+      TESSEL_TRY(dp_sgd_->privatise(c.data.batch_size));
+      accountant_.step(c.privacy.noise_multiplier, sample_rate_);
+    }
     if (after_backward_) TESSEL_TRY(after_backward_(*params_, step_));
     bool skip_step = false;
     if (grad_scaler_) {
@@ -532,6 +581,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
                           {"samples_per_s", per_step * double(c.data.batch_size * world_size())}};
       if (data_->throughput_unit() == "tokens")
         j["tokens_per_s"] = per_step * double(data_->throughput_per_batch());
+      if (dp_sgd_) j["epsilon"] = accountant_.epsilon(c.privacy.delta);
       TESSEL_TRY(write_metrics(j.dump()));
       window_start = Clock::now();
       window_steps = 0;
@@ -552,7 +602,9 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     TESSEL_TRY(save_checkpoint(c.checkpoint_path));
     say(fmt::format("checkpoint: {} (step {})", c.checkpoint_path, step_));
   }
-  TESSEL_ASSIGN_OR_RETURN(summary.final_eval, run_eval());
+  if (options_.evaluate_at_end) {
+    TESSEL_ASSIGN_OR_RETURN(summary.final_eval, run_eval());
+  }
   if (progress) progress->finish();
   if (data_->text() && c.sample.tokens > 0 && dynamic_cast<nn::GPT*>(model_.get())) {
     TESSEL_ASSIGN_OR_RETURN(summary.sample, sample(c.sample));
@@ -564,6 +616,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   }
   summary.last_step = step_;
   summary.seconds = seconds_since(start);
+  if (dp_sgd_) summary.epsilon = accountant_.epsilon(c.privacy.delta);
   return summary;
 }
 

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,9 @@
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "secure/dp_sgd.h"
+#include "secure/rdp_accountant.h"
+#include "secure/secret_key.h"
 #include "train/data_source.h"
 #include "train/train_config.h"
 
@@ -53,6 +57,8 @@ struct RunSummary {
   Evaluation final_eval;        // after the last step
   std::string sample;           // the text written at the end (language models on text)
   double seconds = 0.0;         // wall time of the loop, evaluations included
+  double epsilon = 0.0;         // [privacy]: the privacy spent so far, at the config's delta
+  bool budget_reached = false;  // [privacy]: stopped before a step would pass target_epsilon
 };
 
 struct TrainerOptions {
@@ -61,6 +67,11 @@ struct TrainerOptions {
   // With a [distributed] table: this rank's group (tests run ranks as threads); null: the job in
   // the environment (`tessel launch`, mpirun), joined with the configured backend.
   dist::ProcessGroup* process_group = nullptr;
+  // A federated data owner (train/federated.h) reads only shard `data_shard` of `data_shards` of
+  // every global batch, as a rank would, with no collective in its loop.
+  int data_shard = 0, data_shards = 1;
+  // Whether run() evaluates when it returns (federated rounds call it once per round).
+  bool evaluate_at_end = true;
 };
 
 class Trainer {
@@ -96,6 +107,7 @@ class Trainer {
   }
   int64_t total_steps() const { return total_steps_; }
   nn::Module& model() { return *model_; }
+  nn::FlatParameters& parameters() { return *params_; }
   Device* device() const { return device_; }
   // Distributed runs only (null otherwise): the ranks' group, for anything else that must agree
   // across ranks (a mixed-precision overflow flag), and the data-parallel machinery.
@@ -140,6 +152,10 @@ class Trainer {
   dist::ProcessGroup* group_ = nullptr;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
   std::unique_ptr<nn::FlatParameters> gradient_shards_;  // ZeRO: local_gradients()' view
+  std::optional<secure::SecretKey> checkpoint_key_;      // [checkpoint] encrypt = true
+  std::unique_ptr<secure::DpSgd> dp_sgd_;                // [privacy]
+  secure::RdpAccountant accountant_;
+  double sample_rate_ = 0.0;                             // [privacy]: batch / examples
 };
 
 }  // namespace tessel::train

@@ -190,6 +190,7 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: leave as is)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--check", action="store_true", help="print the parameter count only")
+    p.add_argument("--device", default="cpu", help="cpu or cuda:N (steps then end in a sync)")
     a = p.parse_args()
 
     factory, shape, classes, unit = WORKLOADS[a.workload]
@@ -208,6 +209,9 @@ def main():
     else:
         x = torch.randn(shape)
         y = torch.randint(0, classes, (shape[0],))
+    device = torch.device(a.device)
+    model, x, y = model.to(device), x.to(device), y.to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
@@ -221,12 +225,14 @@ def main():
 
     for _ in range(a.warmup):
         step()
+    sync()
     times = []
     cpu_start = time.process_time()  # all threads: CPU time a step costs, whatever the load
     start = time.perf_counter()
     while True:
         t0 = time.perf_counter()
         loss = step()
+        sync()  # a GPU queues the step: its time is the time until the queue is empty
         times.append(time.perf_counter() - t0)
         if a.steps > 0 and len(times) >= a.steps:
             break
@@ -238,7 +244,8 @@ def main():
     items = math.prod(shape) if tokens else shape[0]
     print(json.dumps({
         "workload": a.workload, "impl": "pytorch", "version": torch.__version__,
-        "threads": torch.get_num_threads(), "steps": len(times), "warmup": a.warmup,
+        "threads": torch.get_num_threads(), "device": a.device, "steps": len(times),
+        "warmup": a.warmup,
         "step_ms": median * 1e3, "cpu_ms": cpu_ms, "throughput": items / median, "unit": unit,
         "peak_rss_mb": peak_rss_mb(), "parameters": params, "loss": float(loss.detach()),
     }))

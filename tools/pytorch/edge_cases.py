@@ -72,6 +72,7 @@ def main():
     math_cases()
     index_cases()
     cross_entropy_cases()
+    norm_cases()
 
 
 def grads(f, *values):
@@ -150,6 +151,33 @@ def cross_entropy_cases():
     print("  gradient:", [f"{v:.6f}" for v in x.grad.flatten().tolist()])
     print("cross_entropy probabilities none:",
           [f"{v:.6f}" for v in F.cross_entropy(x, p, reduction="none").tolist()])
+
+
+def norm_cases():
+    """src/ops/coverage_norm_test.cpp: rms_norm with PyTorch's default eps (a zero row stays
+    zero), group_norm in 2 groups; float64 from the test's float32 values."""
+    x = torch.tensor([0.0, 0, 0, 1, -2, 3], dtype=torch.float32).double().view(2, 3).requires_grad_()
+    w = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64).requires_grad_()
+    y = F.rms_norm(x, (3,), w, eps=torch.finfo(torch.float32).eps)  # the f32 default
+    print("rms_norm:", [f"{v:.6f}" for v in y.flatten().tolist()])
+    y.backward(torch.tensor([[1.0, 1, 1], [1.0, -1, 2]], dtype=torch.float64))
+    print("  dx:", [f"{v:.6f}" for v in x.grad.flatten().tolist()])
+    print("  dweight:", [f"{v:.6f}" for v in w.grad.tolist()])
+    g = torch.tensor([0.1 * i - 0.7 for i in range(16)], dtype=torch.float32).double()
+    g = g.view(2, 4, 2).requires_grad_()
+    gw = torch.tensor([1.0, -1.0, 0.5, 2.0], dtype=torch.float64).requires_grad_()
+    gb = torch.tensor([0.0, 0.5, -0.5, 1.0], dtype=torch.float64).requires_grad_()
+    y = F.group_norm(g, 2, gw, gb)
+    print("group_norm:", [f"{v:.6f}" for v in y.flatten().tolist()])
+    y.backward(torch.tensor([(i % 5) - 2.0 for i in range(16)], dtype=torch.float64).view(2, 4, 2))
+    print("  dx:", [f"{v:.6f}" for v in g.grad.flatten().tolist()])
+    print("  dweight:", [f"{v:.6f}" for v in gw.grad.tolist()])
+    print("  dbias:", [f"{v:.6f}" for v in gb.grad.tolist()])
+    _, mean, rstd = torch.native_layer_norm(x.detach(), (3,), None, None, 1e-5)
+    print("native_layer_norm mean, rstd:", [f"{v:.6f}" for v in mean.flatten().tolist()],
+          [f"{v:.6f}" for v in rstd.flatten().tolist()])
+    print("adaptive_avg_pool2d(1):",
+          [f"{v:.6f}" for v in F.adaptive_avg_pool2d(g.detach().view(2, 2, 2, 2), 1).flatten().tolist()])
 
 
 if __name__ == "__main__":

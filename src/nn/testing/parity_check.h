@@ -15,6 +15,7 @@
 #include "autograd/variable.h"
 #include "io/safetensors.h"
 #include "nn/module.h"
+#include "ops/testing/every_device.h"
 #include "runtime/device.h"
 #include "support/log.h"
 
@@ -29,14 +30,10 @@ inline std::string fixture_path(const std::string& name) {
   return (root / "src" / "nn" / "testdata" / name).string();
 }
 
-// Every device the op library launches on here (not CUDA yet); `what` names the test in the
-// warning printed when only the CPU is left.
+// Every device here, or those $TESSEL_TEST_DEVICES names (the op library launches on all of
+// them); `what` names the test in the warning printed when only the CPU is left.
 inline std::vector<Device*> devices(const std::string& what) {
-  std::vector<Device*> list;
-  for (Device* d : available_devices()) {
-    if (d->kind() == DeviceKind::kCuda) continue;
-    list.push_back(d);
-  }
+  std::vector<Device*> list = ops::testing::test_devices_here();
   if (list.size() == 1) log_warn("{}: no OpenCL device here, testing cpu only", what);
   return list;
 }

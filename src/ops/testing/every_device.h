@@ -16,6 +16,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
@@ -29,10 +30,26 @@
 
 namespace tessel::ops::testing {
 
-// Every device that works here, the CPU first.
+// Every device that works here, the CPU first; when $TESSEL_TEST_DEVICES is set ("cuda:0",
+// "cpu,opencl:0"), only those it names (scripts/gpu_check.sh tests the GPU alone).
+inline std::vector<Device*> test_devices_here() {
+  std::vector<Device*> list = available_devices();
+  if (const char* only = std::getenv("TESSEL_TEST_DEVICES"); only && *only) {
+    std::string wanted = ",";
+    wanted.append(only).append(",");
+    std::erase_if(list, [&](Device* d) {
+      std::string id = ",";
+      id.append(d->id()).append(",");
+      return wanted.find(id) == std::string::npos;
+    });
+  }
+  return list;
+}
+
+// test_devices_here(), found once and logged.
 inline const std::vector<Device*>& op_test_devices() {
   static const std::vector<Device*> devices = [] {
-    std::vector<Device*> list = available_devices();
+    std::vector<Device*> list = test_devices_here();
     std::string ids;
     for (Device* d : list)
       ids += (ids.empty() ? "" : ", ") + d->id();

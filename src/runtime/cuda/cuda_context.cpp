@@ -1,14 +1,9 @@
-// CUDA context, memory, module loading and launches over the run-time loaded driver API.
+// CUDA context, memory, modules and launches over the run-time loaded driver API.
 #include "runtime/cuda/cuda_context.h"
 
 #include <utility>
 
 namespace tessel {
-namespace {
-
-constexpr cuda::CUresult kCudaErrorNotFound = 500;  // cuda.h: CUDA_ERROR_NOT_FOUND
-
-}  // namespace
 
 Expected<std::shared_ptr<CudaContext>> CudaContext::create(int ordinal) {
   TESSEL_ASSIGN_OR_RETURN(const CudaDriverApi* cu, cuda_driver_api());
@@ -22,22 +17,33 @@ Expected<std::shared_ptr<CudaContext>> CudaContext::create(int ordinal) {
   TESSEL_TRY(cuda_check(*cu, cu->cuDevicePrimaryCtxRetain(&ctx->context_, ctx->device_),
                         "cuDevicePrimaryCtxRetain"));
   TESSEL_TRY(ctx->make_current());
-  TESSEL_TRY(cuda_check(*cu, cu->cuStreamCreate(&ctx->stream_, 0), "cuStreamCreate"));
+  // Non-blocking: never waits for (or makes wait) work others queue on the legacy stream 0.
+  TESSEL_TRY(cuda_check(*cu, cu->cuStreamCreate(&ctx->stream_, cuda::kStreamNonBlocking),
+                        "cuStreamCreate"));
   return ctx;
 }
 
-CudaContext::~CudaContext() {
-  if (context_) {
-    api_->cuCtxSetCurrent(context_);
-    if (stream_) {
-      api_->cuStreamSynchronize(stream_);
-      api_->cuStreamDestroy(stream_);
+void CudaContext::close() {
+  if (closed_.exchange(true) || !context_) return;
+  api_->cuCtxSetCurrent(context_);
+  if (stream_) api_->cuStreamSynchronize(stream_);
+  {
+    std::lock_guard<std::mutex> lock(modules_mutex_);
+    for (CudaModule* m : modules_) {
+      api_->cuModuleUnload(m->module_);  // the context is current: make_current() refuses now
+      m->module_ = nullptr;
     }
-    api_->cuDevicePrimaryCtxRelease(device_);
+    modules_.clear();
   }
+  if (stream_) api_->cuStreamDestroy(stream_);
+  api_->cuDevicePrimaryCtxRelease(device_);
 }
 
 Status CudaContext::make_current() const {
+  if (closed_) return failed_precondition("CUDA device {} ({}) was closed", info_.ordinal, info_.name);
+  cuda::CUcontext current = nullptr;
+  if (api_->cuCtxGetCurrent(&current) == cuda::kCudaSuccess && current == context_)
+    return ok_status();
   return cuda_check(*api_, api_->cuCtxSetCurrent(context_), "cuCtxSetCurrent");
 }
 
@@ -62,9 +68,9 @@ void CudaContext::release(cuda::CUdeviceptr ptr) const {
 Status CudaContext::write(cuda::CUdeviceptr dst, const void* src, std::size_t bytes) const {
   if (bytes == 0) return ok_status();
   TESSEL_TRY(make_current());
-  // Ordered after the stream's queued work, then complete before returning.
   TESSEL_TRY(
       cuda_check(*api_, api_->cuMemcpyHtoDAsync(dst, src, bytes, stream_), "cuMemcpyHtoDAsync"));
+  // The source is pageable memory the caller may reuse as soon as this returns.
   return synchronize();
 }
 
@@ -82,45 +88,33 @@ Status CudaContext::copy(cuda::CUdeviceptr dst, cuda::CUdeviceptr src, std::size
   return cuda_check(*api_, api_->cuMemcpyDtoDAsync(dst, src, bytes, stream_), "cuMemcpyDtoDAsync");
 }
 
-Expected<CudaModule> CudaModule::load_ptx(std::shared_ptr<CudaContext> context,
-                                          const std::string& ptx, const std::string& name) {
+Expected<std::unique_ptr<CudaModule>> CudaModule::load_ptx(std::shared_ptr<CudaContext> context,
+                                                           const std::string& ptx,
+                                                           const std::string& name) {
   const CudaDriverApi& cu = context->api();
   TESSEL_TRY(context->make_current());
   std::string error_log(16384, '\0');
   cuda::CUjit_option options[] = {cuda::kJitErrorLogBuffer, cuda::kJitErrorLogBufferSizeBytes};
   void* values[] = {error_log.data(), reinterpret_cast<void*>(error_log.size())};
-  CudaModule m;
-  m.context_ = context;
-  m.name_ = name;
-  cuda::CUresult r = cu.cuModuleLoadDataEx(&m.module_, ptx.c_str(), 2, options, values);
+  std::unique_ptr<CudaModule> m(new CudaModule);
+  m->context_ = context;
+  m->name_ = name;
+  cuda::CUresult r = cu.cuModuleLoadDataEx(&m->module_, ptx.c_str(), 2, options, values);
   if (r != cuda::kCudaSuccess) {
+    m->module_ = nullptr;
     error_log.resize(error_log.find('\0'));
     return invalid_argument("loading {} on {}: {}\n{}", name, context->info().name,
                             cuda_check(cu, r, "cuModuleLoadDataEx").message(), error_log);
   }
+  std::lock_guard<std::mutex> lock(context->modules_mutex_);
+  context->modules_.insert(m.get());
   return m;
 }
 
-Expected<CudaModule> CudaModule::compile(std::shared_ptr<CudaContext> context,
-                                         const std::string& source, const std::string& name,
-                                         const std::vector<std::string>& options) {
-  const CudaDeviceInfo& d = context->info();
-  std::string arch = fmt::format("compute_{}{}", d.compute_major, d.compute_minor);
-  TESSEL_ASSIGN_OR_RETURN(PtxProgram ptx, compile_cuda_to_ptx(source, name, arch, options));
-  return load_ptx(std::move(context), ptx.ptx, name);
-}
-
-CudaModule& CudaModule::operator=(CudaModule&& other) noexcept {
-  if (this != &other) {
-    if (module_ && context_->make_current().ok()) context_->api().cuModuleUnload(module_);
-    context_ = std::move(other.context_);
-    module_ = std::exchange(other.module_, nullptr);
-    name_ = std::move(other.name_);
-  }
-  return *this;
-}
-
 CudaModule::~CudaModule() {
+  if (!context_) return;
+  std::lock_guard<std::mutex> lock(context_->modules_mutex_);
+  if (context_->modules_.erase(this) == 0) return;  // unloaded by close()
   if (module_ && context_->make_current().ok()) context_->api().cuModuleUnload(module_);
 }
 
@@ -128,7 +122,7 @@ Expected<CudaFunction> CudaModule::function(const std::string& name) const {
   TESSEL_TRY(context_->make_current());
   CudaFunction f;
   cuda::CUresult r = context_->api().cuModuleGetFunction(&f.function_, module_, name.c_str());
-  if (r == kCudaErrorNotFound)
+  if (r == cuda::kCudaErrorNotFound)
     return not_found("CUDA module {} has no kernel named '{}' (declare it extern \"C\")", name_,
                      name);
   TESSEL_TRY(cuda_check(context_->api(), r, "cuModuleGetFunction"));
@@ -137,17 +131,20 @@ Expected<CudaFunction> CudaModule::function(const std::string& name) const {
   return f;
 }
 
-Status CudaFunction::launch_raw(Dim3 grid, Dim3 block, unsigned shared_bytes,
-                                std::vector<void*>& params) const {
+Status CudaFunction::launch(Dim3 grid, Dim3 block, unsigned shared_bytes,
+                            const PackedArguments& args) const {
   for (int d = 0; d < 3; ++d)
     if (grid[d] == 0 || block[d] == 0)
       return invalid_argument("kernel {}: empty launch (grid {}x{}x{}, block {}x{}x{})", name_,
                               grid[0], grid[1], grid[2], block[0], block[1], block[2]);
   TESSEL_TRY(context_->make_current());
+  std::size_t size = args.bytes().size();
+  void* extra[] = {cuda::kLaunchParamBufferPointer, const_cast<unsigned char*>(args.bytes().data()),
+                   cuda::kLaunchParamBufferSize, &size, cuda::kLaunchParamEnd};
   return cuda_check(context_->api(),
                     context_->api().cuLaunchKernel(function_, grid[0], grid[1], grid[2], block[0],
                                                    block[1], block[2], shared_bytes,
-                                                   context_->stream(), params.data(), nullptr),
+                                                   context_->stream(), nullptr, extra),
                     "cuLaunchKernel")
       .with_context("kernel {}", name_);
 }

@@ -36,11 +36,19 @@ TEST(CudaContext, VectorAddMatchesTheHost) {
   Expected<std::shared_ptr<CudaContext>> gpu = CudaContext::create(0);
   if (!gpu.ok()) GTEST_SKIP() << gpu.status().to_string();
   auto ctx = *gpu;
-  Expected<CudaModule> module = CudaModule::compile(ctx, kVectorAdd, "vector_add.cu");
+  // PTX for this GPU's own compute capability, as CudaDevice::build does.
+  Expected<NvrtcInfo> rtc = nvrtc_info();
+  ASSERT_TRUE(rtc.ok()) << rtc.status().to_string();
+  const int cc = 10 * ctx->info().compute_major + ctx->info().compute_minor;
+  Expected<std::string> arch = ptx_architecture_for(rtc->architectures, cc);
+  ASSERT_TRUE(arch.ok()) << arch.status().to_string();
+  Expected<PtxProgram> ptx = compile_cuda_to_ptx(kVectorAdd, "vector_add.cu", *arch);
+  ASSERT_TRUE(ptx.ok()) << ptx.status().to_string();
+  Expected<std::unique_ptr<CudaModule>> module = CudaModule::load_ptx(ctx, ptx->ptx, "vector_add");
   ASSERT_TRUE(module.ok()) << module.status().to_string();
-  Expected<CudaFunction> f = module->function("vector_add");
+  Expected<CudaFunction> f = (*module)->function("vector_add");
   ASSERT_TRUE(f.ok()) << f.status().to_string();
-  EXPECT_EQ(module->function("vector_sub").status().code(), Code::kNotFound);
+  EXPECT_EQ((*module)->function("vector_sub").status().code(), Code::kNotFound);
 
   const int n = 1000;
   std::vector<float> a(n), b(n), c(n, -1.0f);
@@ -53,8 +61,12 @@ TEST(CudaContext, VectorAddMatchesTheHost) {
   ASSERT_TRUE(da.ok() && db.ok() && dc.ok());
   ASSERT_TRUE(ctx->write(*da, a.data(), bytes).ok());
   ASSERT_TRUE(ctx->write(*db, b.data(), bytes).ok());
-  cuda::CUdeviceptr pa = *da, pb = *db, pc = *dc;
-  Status launched = f->launch({(n + 255) / 256, 1, 1}, {256, 1, 1}, 0, pa, pb, pc, n);
+  PackedArguments args;
+  args.add(*da);
+  args.add(*db);
+  args.add(*dc);
+  args.add(n);
+  Status launched = f->launch({(n + 255) / 256, 1, 1}, {256, 1, 1}, 0, args);
   ASSERT_TRUE(launched.ok()) << launched.to_string();
   ASSERT_TRUE(ctx->read(c.data(), *dc, bytes).ok());
   for (int i = 0; i < n; ++i)

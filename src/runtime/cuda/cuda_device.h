@@ -1,11 +1,17 @@
 // A CUDA GPU as a tessel Device (runtime/device.h): memory is cuMemAlloc'd device memory from the
-// device's caching allocator, copies run on the context's stream. Registered as "cuda:N" in the
-// driver's device order; where there is no driver or no GPU the registry answers
-// "no CUDA device: ..." (why, and what was looked for).
+// device's caching allocator; copies, launches and events go to the context's stream
+// (cuda_context.h). build() compiles CUDA C++ with NVRTC to PTX for the GPU's own compute
+// capability (the newest NVRTC knows that is not newer) and loads it; launch() packs buffer +
+// offset arguments as device addresses; a grid past gridDim.y/z's 65535 is launched folded into x,
+// which the renderer's kernels undo (they index blocks by the linear block index). Registered as "cuda:N" in the driver's device order;
+// where there is no driver or no GPU the registry answers "no CUDA device: ..." (why, and what
+// was looked for). Every CUDA device is closed at process exit (CudaContext::close).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "runtime/cuda/cuda_context.h"
 #include "runtime/device.h"
@@ -22,11 +28,19 @@ class CudaDevice final : public Device {
   void* host_address(DeviceBuffer) const override { return nullptr; }
   Status synchronize() override { return context_->synchronize(); }
   DeviceLimits limits() const override;
-  // TODO(cuda, issue 10 part 3): events on the stream (cuEventRecord / cuStreamWaitEvent).
   Expected<std::shared_ptr<Event>> record_event() override;
+  // A CUDA event (of any CUDA device) is waited for in this stream; others on the host.
+  Status wait_event(const Event& event) override;
 
   // For loading modules and launching kernels on this device's stream (cuda_context.h).
   const std::shared_ptr<CudaContext>& context() const { return context_; }
+  // "compute_90": what build() compiles for; NVRTC's absence or age is the Status.
+  Expected<std::string> ptx_architecture() const;
+  // Empties the allocator's cache and closes the context (at process exit).
+  void close();
+  // What build() has compiled and loaded, in load order: for tools that list a device's kernels,
+  // and for tests that read launches back against the kernels' argument lists.
+  std::vector<KernelImage> built_images() const;
 
  protected:
   Status do_copy_from_host(DeviceBuffer dst, size_t dst_offset, const void* src,
@@ -34,8 +48,6 @@ class CudaDevice final : public Device {
   Status do_copy_to_host(void* dst, DeviceBuffer src, size_t src_offset, size_t bytes) override;
   Status do_copy_on_device(DeviceBuffer dst, size_t dst_offset, DeviceBuffer src, size_t src_offset,
                            size_t bytes) override;
-  // TODO(cuda, issue 10 part 3): NVRTC -> PTX for the device's compute capability, module load,
-  // cuLaunchKernel on the device's stream. Until then both return unimplemented.
   Expected<std::shared_ptr<KernelModule>> do_build(const KernelImage& image) override;
   Status do_launch(const KernelModule& module, const LaunchGrid& grid,
                    const std::vector<KernelArgument>& args) override;
@@ -43,6 +55,8 @@ class CudaDevice final : public Device {
  private:
   std::shared_ptr<CudaContext> context_;  // declared first: the allocator frees through it
   CachingAllocator allocator_;
+  mutable std::mutex built_mutex_;
+  std::vector<KernelImage> built_;
 };
 
 // The device address of `offset` bytes into a buffer of a CudaDevice, for kernel arguments.

@@ -1,10 +1,10 @@
-// One OpenCL device ready for work: its context and an in-order command queue, and cl_mem
-// buffers owned by handles that release them. The OpenCL Device (opencl_device.h) and the kernel
-// helpers (opencl_program.h) are built on this.
+// One OpenCL device ready for work: its context, an in-order command queue, and raw cl_mem
+// memory and copies. The OpenCL Device (opencl_device.h) and the program helpers
+// (opencl_program.h) are built on this; everyone else goes through the Device.
 //
 //   TESSEL_ASSIGN_OR_RETURN(auto ctx, OpenClContext::create(devices[0]));
-//   TESSEL_ASSIGN_OR_RETURN(OpenClBuffer buf, OpenClBuffer::create(ctx, 4096));
-//   TESSEL_TRY(buf.write(0, host.data(), 4096));
+//   TESSEL_ASSIGN_OR_RETURN(cl_mem mem, ctx->allocate(4096));
+//   TESSEL_TRY(ctx->write(mem, 0, host.data(), 4096));
 #pragma once
 
 #include <cstddef>
@@ -35,8 +35,7 @@ class OpenClContext {
   // Blocks until every command queued so far has finished.
   Status finish() const;
 
-  // Raw device memory, for owners that manage cl_mem lifetimes themselves (the Device's caching
-  // allocator); OpenClBuffer below is the owning handle for everyone else.
+  // Raw device memory, for the Device's caching allocator, which owns what it allocates.
   Expected<cl_mem> allocate(std::size_t bytes) const;
   void release(cl_mem mem) const;
   // Blocking: the host memory may be reused when these return.
@@ -53,33 +52,6 @@ class OpenClContext {
   OpenClDeviceInfo device_;
   cl_context context_ = nullptr;
   cl_command_queue queue_ = nullptr;
-};
-
-// An owning device buffer; keeps its context alive. Offsets and sizes are checked against the
-// buffer's size (out_of_range) before anything reaches the driver.
-class OpenClBuffer {
- public:
-  static Expected<OpenClBuffer> create(std::shared_ptr<OpenClContext> context, std::size_t bytes);
-
-  OpenClBuffer() = default;
-  OpenClBuffer(OpenClBuffer&& other) noexcept { *this = std::move(other); }
-  OpenClBuffer& operator=(OpenClBuffer&& other) noexcept;
-  ~OpenClBuffer() { reset(); }
-
-  cl_mem mem() const { return mem_; }
-  std::size_t bytes() const { return bytes_; }
-
-  Status write(std::size_t offset, const void* src, std::size_t bytes) const;
-  Status read(std::size_t offset, void* dst, std::size_t bytes) const;
-  Status copy_to(const OpenClBuffer& dst, std::size_t src_offset, std::size_t dst_offset,
-                 std::size_t bytes) const;
-
- private:
-  void reset();
-  Status check_range(std::size_t offset, std::size_t bytes, const char* what) const;
-  std::shared_ptr<OpenClContext> context_;
-  cl_mem mem_ = nullptr;
-  std::size_t bytes_ = 0;
 };
 
 }  // namespace tessel

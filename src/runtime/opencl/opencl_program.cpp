@@ -107,13 +107,4 @@ Status OpenClKernel::launch(const std::vector<std::size_t>& global,
       .with_context("kernel {}", name_);
 }
 
-Expected<std::size_t> OpenClKernel::max_work_group_size() const {
-  std::size_t size = 0;
-  TESSEL_TRY(opencl_check(context_->api().clGetKernelWorkGroupInfo(
-                              kernel_, context_->device().device, CL_KERNEL_WORK_GROUP_SIZE,
-                              sizeof size, &size, nullptr),
-                          "clGetKernelWorkGroupInfo"));
-  return size;
-}
-
 }  // namespace tessel

@@ -1,10 +1,10 @@
-// Building OpenCL C source into a program and launching its kernels: what the tile compiler's
-// OpenCL target needs to run what it generated.
+// Building OpenCL C source into a program and launching its kernels: what the OpenCL Device's
+// build and launch (opencl_device.h) are made of.
 //
 //   TESSEL_ASSIGN_OR_RETURN(OpenClProgram p, OpenClProgram::build(ctx, source, "-cl-std=CL1.2",
 //                                                                 "gemm.cl"));
 //   TESSEL_ASSIGN_OR_RETURN(OpenClKernel k, p.kernel("gemm"));
-//   TESSEL_TRY(k.set_args(a.mem(), b.mem(), c.mem(), n));      // cl_mem and plain scalars
+//   TESSEL_TRY(k.set_args(a_mem, b_mem, c_mem, n));      // cl_mem and plain scalars
 //   TESSEL_TRY(k.launch({cdiv(n, 64) * 64}, {64}));
 #pragma once
 
@@ -81,8 +81,6 @@ class OpenClKernel {
   Status launch(const std::vector<std::size_t>& global,
                 const std::vector<std::size_t>& local = {}) const;
 
-  // The largest work-group this kernel can be launched with on its device.
-  Expected<std::size_t> max_work_group_size() const;
   const std::string& name() const { return name_; }
 
  private:

@@ -1,6 +1,9 @@
 // The GPU renderer (see gpu_renderer.h).
 #include "tile/codegen/gpu_renderer.h"
 
+#include <cstdint>
+#include <optional>
+
 #include "tile/ir/printer.h"
 #include "tile/ir/visitor.h"
 #include "tile/passes/place_fragments.h"
@@ -37,8 +40,12 @@ class GpuRenderer : public CRenderer {
       if (s.kind == ArgSlot::Kind::kOffset)
         emit(fmt::format("{} += {};", ident(k.args[s.arg].name), ident(s.name)));
     declare_tiles(grid->body);
-    for (size_t d = 0; d < grid->vars.size(); ++d)
-      emit(fmt::format("const {} {} = {};", d_.i64, expr(grid->vars[d]), g_.block_index[d]));
+    if (g_.linear_block_index.empty()) {
+      for (size_t d = 0; d < grid->vars.size(); ++d)
+        emit(fmt::format("const {} {} = {};", d_.i64, expr(grid->vars[d]), g_.block_index[d]));
+    } else {
+      unflatten_block_index(*grid);
+    }
     stmt(grid->body);
     close();
     return out_;
@@ -124,6 +131,39 @@ class GpuRenderer : public CRenderer {
   }
 
   void barrier(const Barrier*) override { emit(g_.barrier); }
+
+  // The grid's block indices from the linear block index: dimension 0 varies fastest, as it would
+  // in blockIdx.x; blocks past the grid (the device rounds the launch up) leave at once, before
+  // any barrier, all threads of a block together. In 32 bits (the device launches fewer than 2^32
+  // blocks): a 64-bit division is a call that made ptxas spill registers around it.
+  void unflatten_block_index(const Grid& grid) {
+    emit(fmt::format("const unsigned _block = {};", g_.linear_block_index));
+    std::string rest = "_block";
+    for (size_t d = 0; d < grid.vars.size(); ++d) {
+      const std::string extent = fmt::format("_grid{}", d);
+      emit(fmt::format("const unsigned {} = (unsigned)({});", extent, expr(grid.extents[d])));
+      if (d + 1 == grid.vars.size()) {
+        emit(fmt::format("if ({} >= {}) return;", rest, extent));
+        emit(fmt::format("const {} {} = {};", d_.i64, expr(grid.vars[d]), rest));
+      } else {
+        emit(fmt::format("const {} {} = {} % {};", d_.i64, expr(grid.vars[d]), rest, extent));
+        rest = fmt::format("({} / {})", rest, extent);
+      }
+    }
+  }
+
+  // A loop over a compile-time count runs a 32-bit counter and names its 64-bit value inside, so
+  // the index arithmetic stays 64-bit while the counter costs one register, not two: a 64-bit
+  // counter in layernorm's row sums made ptxas spill on sm_80 and sm_90.
+  void for_loop(const For* f) override {
+    std::optional<int64_t> n = const_int(f->extent);
+    if (!n || *n > INT32_MAX) return CRenderer::for_loop(f);
+    const std::string v = expr(f->var);
+    open(fmt::format("for ({} {}_n = 0; {}_n < {}; ++{}_n)", d_.i32, v, v, *n, v));
+    emit(fmt::format("const {} {} = {}_n;", d_.i64, v, v));
+    stmt(f->body);
+    close();
+  }
 
   const Target& target_;
   const GpuDialect& g_;

@@ -21,6 +21,10 @@ struct GpuDialect {
   std::string barrier;        // a statement
   std::string thread_index;   // an int expression
   std::string block_index[3]; // long expressions for grid dimensions 0, 1, 2
+  // When set (CUDA: gridDim.y and .z stop at 65535), an expression of the block's linear index
+  // over whatever launch shape the device chose, and the kernel unflattens it into the grid's
+  // dimensions itself (blocks past the grid's end return at once); block_index is then unused.
+  std::string linear_block_index;
   std::string unroll;         // a pragma line, or empty
 };
 

@@ -21,6 +21,7 @@
 #include "support/atomic_file.h"
 #include "support/hash.h"
 #include "support/log.h"
+#include "support/subprocess.h"
 #include "tile/run/embedded_headers.h"
 
 namespace tessel::tile {
@@ -65,40 +66,6 @@ Status make_dirs(const fs::path& dir) {
   return ok_status();
 }
 
-// Runs argv, capturing stdout and stderr together. Returns the exit status (or -1 when it could
-// not start).
-int run_command(const std::vector<std::string>& argv, std::string* output) {
-  int pipefd[2];
-  if (::pipe(pipefd) != 0) return -1;
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    ::close(pipefd[0]);
-    ::close(pipefd[1]);
-    return -1;
-  }
-  if (pid == 0) {
-    ::dup2(pipefd[1], 1);
-    ::dup2(pipefd[1], 2);
-    ::close(pipefd[0]);
-    ::close(pipefd[1]);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
-    ::_exit(127);
-  }
-  ::close(pipefd[1]);
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::read(pipefd[0], buf, sizeof buf)) > 0) output->append(buf, static_cast<size_t>(n));
-  ::close(pipefd[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
 std::string compiler_name(const CpuJitOptions& o) {
   if (!o.compiler.empty()) return o.compiler;
   const char* env = std::getenv("TESSEL_CXX");
@@ -112,8 +79,9 @@ Expected<std::string> compiler_identity(const std::string& compiler) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = known.find(compiler);
   if (it != known.end()) return it->second;
-  std::string out;
-  int rc = run_command({compiler, "--version"}, &out);
+  ProgramRun version = run_program({compiler, "--version"});
+  const int rc = version.exit_code;
+  const std::string& out = version.output;
   if (rc != 0)
     return unavailable("the C++ compiler '{}' does not run (set TESSEL_CXX to one that does): {}", compiler, out);
   std::string first = out.substr(0, out.find('\n'));
@@ -239,9 +207,10 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   std::vector<std::string> argv = {compiler};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.insert(argv.end(), {"-I", include.string(), src.string(), "-o", tmp.string()});
-  std::string output;
   log_debug("tile jit: compiling {} ({} flags)", src.string(), options.isa.name);
-  int rc = run_command(argv, &output);
+  ProgramRun compiled = run_program(argv);
+  const int rc = compiled.exit_code;
+  std::string& output = compiled.output;
   if (rc != 0) {
     ::unlink(tmp.c_str());
     if (rc == 127 || rc < 0) return unavailable("could not run the C++ compiler '{}': {}", compiler, output);

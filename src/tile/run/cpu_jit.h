@@ -36,7 +36,6 @@ struct CpuJitOptions {
   CpuIsa isa = host_cpu_isa();
   std::string compiler;   // default: $TESSEL_CXX, else "c++"
   std::string cache_dir;  // default: see above
-  bool ahead_of_time = true;  // CpuKernel: use a kernel compiled at build time when one matches
 };
 
 // A loaded kernel. Loaded objects stay loaded for the life of the process.

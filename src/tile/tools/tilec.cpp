@@ -16,7 +16,7 @@
 
 #include "support/atomic_file.h"
 #include "tile/codegen/cpu/cpu_renderer.h"
-#include "tile/parse/parser.h"
+#include "tile/parse/specialisations.h"
 #include "tile/run/cpu_aot.h"
 #include "tile/pipeline.h"
 
@@ -38,35 +38,14 @@ Status write_if_changed(const std::string& path, const std::string& text) {
 }
 
 Status generate(const std::string& list_path, const std::string& kernel_dir, const std::string& out_dir) {
-  std::ifstream list(list_path);
-  if (!list) return not_found("cannot read {}", list_path);
-  std::map<std::string, Kernel> kernels;
-  for (const auto& entry : std::filesystem::directory_iterator(kernel_dir)) {
-    if (entry.path().extension() != ".tile") continue;
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Kernel> parsed, parse_tile_file(entry.path().string()));
-    for (Kernel& k : parsed) {
-      std::string name = k.name;
-      kernels.emplace(std::move(name), std::move(k));
-    }
-  }
-  std::string line;
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Specialisation> list, read_specialisations(list_path));
+  TESSEL_ASSIGN_OR_RETURN(auto kernels, parse_kernel_folder(kernel_dir));
   int index = 0;
-  for (int line_no = 1; std::getline(list, line); ++line_no) {
-    line = line.substr(0, line.find('#'));
-    std::istringstream words(line);
-    std::string name;
-    if (!(words >> name)) continue;
-    auto it = kernels.find(name);
-    if (it == kernels.end()) return not_found("{}:{}: no kernel '{}'", list_path, line_no, name);
-    std::map<std::string, std::string> params;
-    for (std::string word; words >> word;) {
-      size_t eq = word.find('=');
-      if (eq == std::string::npos)
-        return invalid_argument("{}:{}: '{}' is not NAME=VALUE", list_path, line_no, word);
-      params[word.substr(0, eq)] = word.substr(eq + 1);
-    }
-    Expected<Kernel> lowered = lower_for_cpu(it->second, params);
-    if (!lowered.ok()) return lowered.status().with_context("{}:{}", list_path, line_no);
+  for (const Specialisation& s : list) {
+    auto it = kernels.find(s.kernel);
+    if (it == kernels.end()) return not_found("{}:{}: no kernel '{}'", list_path, s.line, s.kernel);
+    Expected<Kernel> lowered = lower_for_cpu(it->second, s.params);
+    if (!lowered.ok()) return lowered.status().with_context("{}:{}", list_path, s.line);
     Kernel renamed = *lowered;
     renamed.name = aot_kernel_name(render_cpu(*lowered));
     TESSEL_TRY(write_if_changed(out_dir + "/aot_" + std::to_string(index++) + ".cpp",

@@ -119,6 +119,10 @@ GpuDialect cuda_gpu_dialect() {
   g.block_index[0] = "(long long)blockIdx.x";
   g.block_index[1] = "(long long)blockIdx.y";
   g.block_index[2] = "(long long)blockIdx.z";
+  // gridDim.y and .z stop at 65535 (im2col over a ResNet batch needs more): kernels unflatten a
+  // linear block index (unsigned: the device launches fewer than 2^32 blocks), and the device
+  // folds any grid into a launch within the limits.
+  g.linear_block_index = "blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z)";
   g.unroll = "#pragma unroll";
   return g;
 }
