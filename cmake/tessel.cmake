@@ -6,6 +6,7 @@
 #                       GoogleTest binary, tessel_NAME_tests, registered with ctest. Sub-folders
 #                       named after EXCLUDE hold code that the layer builds into targets of its
 #                       own (a plug-in module loaded at run time, a helper program for tests).
+#                       The test binary is built only with TESSEL_BUILD_TESTS.
 
 function(tessel_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra)
@@ -30,7 +31,7 @@ function(tessel_layer name)
     endif()
   endforeach()
   target_sources(tessel PRIVATE ${sources})
-  if(tests)
+  if(tests AND TESSEL_BUILD_TESTS)
     set(bin tessel_${name}_tests)
     add_executable(${bin} ${tests})
     target_link_libraries(${bin} PRIVATE tessel GTest::gtest GTest::gtest_main)

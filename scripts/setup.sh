@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   # toolchain
   build-essential cmake ninja-build pkg-config ccache
+  # clang's view of the public headers, for the test that every declared function is defined
+  clang-15
   # libraries we use for what is not our field
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libgtest-dev zlib1g-dev
   # cryptography: libsodium (encrypted files, keyed hashes), GMP (Paillier's big numbers)

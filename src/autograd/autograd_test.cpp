@@ -275,10 +275,51 @@ TEST(Autograd, GradientsAccumulateUntilZeroed) {
     ASSERT_TRUE(y.backward().ok());
   }
   EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{4, -8, 12}));
-  x.zero_grad();
+  ASSERT_TRUE(x.zero_grad().ok());
+  EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{0, 0, 0}));
   Variable y = sum(x).value();
   ASSERT_TRUE(y.backward().ok());
   EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{1, 1, 1}));
+}
+
+TEST(Autograd, OperatorsComputeAndDifferentiateAsTheFunctionsDo) {
+  // y = (a b + 1) / 2 - a / b + 3 (-a) + (2 - b) + 6 / b - (b - 0.5) * 1, summed; by hand:
+  // dy/da = b / 2 - 1 / b - 3, dy/db = a / 2 + a / b^2 - 1 - 6 / b^2 - 1.
+  const std::vector<float> av = {1, -2, 3}, bv = {4, 5, -0.5f};
+  Variable a(Tensor::from_vector<float>(av, {3}).value(), true);
+  Variable b(Tensor::from_vector<float>(bv, {3}).value(), true);
+  Expected<Variable> y =
+      (a * b + 1.0) / 2.0 - a / b + 3.0 * (-a) + (2.0 - b) + 6.0 / b - (b - 0.5) * 1.0;
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  std::vector<float> got = y->data().to_vector<float>().value();
+  ASSERT_TRUE(sum(*y).value().backward().ok());
+  std::vector<float> da = a.grad().to_vector<float>().value();
+  std::vector<float> db = b.grad().to_vector<float>().value();
+  for (size_t i = 0; i < 3; ++i) {
+    const double x = av[i], z = bv[i];
+    EXPECT_NEAR(got[i], (x * z + 1) / 2 - x / z - 3 * x + (2 - z) + 6 / z - (z - 0.5), 1e-5);
+    EXPECT_NEAR(da[i], z / 2 - 1 / z - 3, 1e-5) << i;
+    EXPECT_NEAR(db[i], x / 2 + x / (z * z) - 1 - 6 / (z * z) - 1, 1e-4) << i;
+  }
+}
+
+TEST(Autograd, OperatorsPassTheFirstErrorOn) {
+  Variable a(Tensor::zeros({3}, DType::kF32).value());
+  Variable c(Tensor::zeros({2}, DType::kF32).value());
+  Expected<Variable> bad = a + c;
+  ASSERT_FALSE(bad.ok());
+  Expected<Variable> chained = (bad * 2.0 + a) / a;
+  ASSERT_FALSE(chained.ok());
+  EXPECT_EQ(chained.status().to_string(), bad.status().to_string());
+}
+
+TEST(Autograd, ItemIsTheValueOfAOneElementVariable) {
+  EXPECT_EQ(Variable(Tensor::full({}, 2.5, DType::kF32).value()).item().value(), 2.5);
+  EXPECT_EQ(Variable(Tensor::full({1, 1}, -3.0, DType::kBF16).value()).item().value(), -3.0);
+  EXPECT_EQ(Variable(Tensor::from_vector<int64_t>({7}, {1}).value()).item().value(), 7.0);
+  Expected<double> many = Variable(Tensor::zeros({2}, DType::kF32).value()).item();
+  ASSERT_FALSE(many.ok());
+  EXPECT_EQ(many.status().message(), "item() needs a one-element variable, got shape [2]");
 }
 
 TEST(Autograd, LinearGradientsAccumulateInPlaceIntoLeafGradients) {

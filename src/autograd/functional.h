@@ -67,6 +67,26 @@ Expected<Variable> batch_norm(const Variable& x, const Variable& weight, const V
                               BatchNormState& state, bool training, double momentum = 0.1,
                               double eps = 1e-5);
 
+// ---- Operators ----
+// a + b, a - b, a * b, a / b (element-wise, broadcasting), a double on either side, and -a, as on
+// torch tensors. An operand may be an Expected<Variable> (another op's result): an expression is
+// checked once at the end, and the first error in it is what the result holds.
+//
+//   TESSEL_ASSIGN_OR_RETURN(Variable y, (x - mean) * 0.5 + 1.0);
+Expected<Variable> operator+(const Expected<Variable>& a, const Expected<Variable>& b);
+Expected<Variable> operator-(const Expected<Variable>& a, const Expected<Variable>& b);
+Expected<Variable> operator*(const Expected<Variable>& a, const Expected<Variable>& b);
+Expected<Variable> operator/(const Expected<Variable>& a, const Expected<Variable>& b);
+Expected<Variable> operator+(const Expected<Variable>& a, double b);
+Expected<Variable> operator-(const Expected<Variable>& a, double b);
+Expected<Variable> operator*(const Expected<Variable>& a, double b);
+Expected<Variable> operator/(const Expected<Variable>& a, double b);
+Expected<Variable> operator+(double a, const Expected<Variable>& b);
+Expected<Variable> operator-(double a, const Expected<Variable>& b);
+Expected<Variable> operator*(double a, const Expected<Variable>& b);
+Expected<Variable> operator/(double a, const Expected<Variable>& b);
+Expected<Variable> operator-(const Expected<Variable>& a);
+
 // ---- Composites ----
 
 // softmax(q k^T / sqrt(D), causally masked) v for q, k, v [..., T, D].

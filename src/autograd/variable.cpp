@@ -52,6 +52,22 @@ Variable::Variable(Tensor data, bool requires_grad) : state_(std::make_shared<Va
   state_->requires_grad = requires_grad;
 }
 
+Status Variable::zero_grad() {
+  if (!state_) return failed_precondition("zero_grad() of an undefined variable");
+  if (!state_->grad.defined()) return ok_status();
+  return state_->grad.fill(0.0);
+}
+
+Expected<double> Variable::item() const {
+  if (!state_) return failed_precondition("item() of an undefined variable");
+  if (data().numel() != 1)
+    return invalid_argument("item() needs a one-element variable, got shape {}",
+                            shape_string(shape()));
+  TESSEL_ASSIGN_OR_RETURN(Tensor host, data().to(cpu_device()));
+  const auto* bytes = static_cast<const unsigned char*>(host.storage()->host_address());
+  return load_scalar(host.dtype(), bytes + host.offset_bytes());
+}
+
 Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inputs,
                          const ops::Attrs& attrs) {
   std::vector<Tensor> values;

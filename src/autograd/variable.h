@@ -57,7 +57,13 @@ class Variable {
   bool is_leaf() const { return state_->grad_fn == nullptr; }
   // The accumulated gradient of a leaf; undefined before any backward reached it.
   const Tensor& grad() const { return state_->grad; }
-  void zero_grad() { state_->grad = Tensor(); }
+  // Sets the gradient to zero in place, keeping its memory (PyTorch's
+  // zero_grad(set_to_none=False)): a parameter's gradient is a view into the flat buffer that
+  // the optimizer reads (nn::FlatParameters), so dropping it would leave that buffer stale. A
+  // variable without a gradient keeps none.
+  Status zero_grad();
+  // The value of a one-element variable as a double (torch.Tensor.item()); an error for others.
+  Expected<double> item() const;
   // Replaces the value of a leaf (an optimizer step), keeping its gradient.
   void set_data(Tensor data) { state_->data = std::move(data); }
 

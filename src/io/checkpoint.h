@@ -3,7 +3,7 @@
 //
 //   Checkpoint ckpt;
 //   ckpt.model = {{"fc.weight", w}, {"fc.bias", b}};                 // PyTorch state_dict names
-//   ckpt.optimizer = {{"state.fc.weight.exp_avg", m}, ...};           // stored "optimizer.<name>"
+//   ckpt.optimizer = {{"fc.weight.exp_avg", m}, ...};   // stored as "optimizer.fc.weight.exp_avg"
 //   ckpt.metadata = {{"step", "1200"}, {"rng.dropout", rng.state_string()},
 //                    {"data.train", batches.position().to_string()}, {"config.hash", hash}};
 //   TESSEL_TRY(save_checkpoint("run/ckpt.safetensors", ckpt));
@@ -14,7 +14,8 @@
 // dict that PyTorch's load_state_dict takes, once the "optimizer." entries are left out),
 // optimizer tensors are prefixed "optimizer.", and the metadata goes into "__metadata__" with
 // "format" = "tessel.checkpoint.v1". The API is maps of name -> tensor and a map of strings;
-// what the names and keys mean is the trainer's business.
+// io/training_checkpoint.h gives them their meaning for a model, its optimizer (the names of
+// Optimizer::named_state()) and the step, and is what the trainer uses.
 #pragma once
 
 #include <cstdint>

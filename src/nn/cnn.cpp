@@ -28,15 +28,15 @@ Expected<Variable> SmallCnn::forward(const Variable& input) {
     return invalid_argument("SmallCnn: expected images [N, 1, {}, {}] or [N, {}, {}], got {}", s, s,
                             s, s, shape_string(input.shape()));
   for (auto [conv, bn] : {std::pair{conv1_, bn1_}, std::pair{conv2_, bn2_}}) {
-    TESSEL_ASSIGN_OR_RETURN(x, conv->forward(x));
-    TESSEL_ASSIGN_OR_RETURN(x, bn->forward(x));
+    TESSEL_ASSIGN_OR_RETURN(x, (*conv)(x));
+    TESSEL_ASSIGN_OR_RETURN(x, (*bn)(x));
     TESSEL_ASSIGN_OR_RETURN(x, autograd::relu(x));
     TESSEL_ASSIGN_OR_RETURN(x, autograd::max_pool2d(x, {2, 2}, {2, 2}));
   }
   TESSEL_ASSIGN_OR_RETURN(x, autograd::reshape(x, {x.shape()[0], fc1_in_}));
-  TESSEL_ASSIGN_OR_RETURN(x, fc1_->forward(x));
+  TESSEL_ASSIGN_OR_RETURN(x, (*fc1_)(x));
   TESSEL_ASSIGN_OR_RETURN(x, autograd::relu(x));
-  return fc2_->forward(x);
+  return (*fc2_)(x);
 }
 
 }  // namespace tessel::nn

@@ -111,15 +111,15 @@ Expected<Variable> GptAttention::forward(const Variable& x) {
     TESSEL_ASSIGN_OR_RETURN(scores, autograd::scale(scores, 1.0 / std::sqrt(double(d))));
     TESSEL_ASSIGN_OR_RETURN(scores, autograd::causal_mask(scores));
     TESSEL_ASSIGN_OR_RETURN(Variable weights, autograd::softmax(scores));
-    TESSEL_ASSIGN_OR_RETURN(weights, attn_dropout_->forward(weights));
+    TESSEL_ASSIGN_OR_RETURN(weights, (*attn_dropout_)(weights));
     TESSEL_ASSIGN_OR_RETURN(y, autograd::matmul(weights, heads[2]));
   } else {
     TESSEL_ASSIGN_OR_RETURN(y, autograd::causal_self_attention(heads[0], heads[1], heads[2]));
   }
   TESSEL_ASSIGN_OR_RETURN(Variable merged, autograd::permute(y, {0, 2, 1, 3}));  // [B, T, H, D]
   TESSEL_ASSIGN_OR_RETURN(Variable flat, autograd::reshape(merged, {b, t, c}));  // copies
-  TESSEL_ASSIGN_OR_RETURN(Variable out, c_proj_->forward(flat));
-  if (resid_dropout_) return resid_dropout_->forward(out);
+  TESSEL_ASSIGN_OR_RETURN(Variable out, (*c_proj_)(flat));
+  if (resid_dropout_) return (*resid_dropout_)(out);
   return out;
 }
 
@@ -132,10 +132,10 @@ GptMlp::GptMlp(const GptConfig& config, int64_t layer) {
 }
 
 Expected<Variable> GptMlp::forward(const Variable& x) {
-  TESSEL_ASSIGN_OR_RETURN(Variable h, c_fc_->forward(x));
+  TESSEL_ASSIGN_OR_RETURN(Variable h, (*c_fc_)(x));
   TESSEL_ASSIGN_OR_RETURN(h, autograd::gelu(h));  // tanh approximation, as GPT-2
-  TESSEL_ASSIGN_OR_RETURN(h, c_proj_->forward(h));
-  if (dropout_) return dropout_->forward(h);
+  TESSEL_ASSIGN_OR_RETURN(h, (*c_proj_)(h));
+  if (dropout_) return (*dropout_)(h);
   return h;
 }
 
@@ -147,11 +147,11 @@ GptBlock::GptBlock(const GptConfig& config, int64_t layer) {
 }
 
 Expected<Variable> GptBlock::forward(const Variable& x) {
-  TESSEL_ASSIGN_OR_RETURN(Variable h, ln_1_->forward(x));
-  TESSEL_ASSIGN_OR_RETURN(h, attn_->forward(h));
+  TESSEL_ASSIGN_OR_RETURN(Variable h, (*ln_1_)(x));
+  TESSEL_ASSIGN_OR_RETURN(h, (*attn_)(h));
   TESSEL_ASSIGN_OR_RETURN(Variable x1, autograd::add(x, h));
-  TESSEL_ASSIGN_OR_RETURN(h, ln_2_->forward(x1));
-  TESSEL_ASSIGN_OR_RETURN(h, mlp_->forward(h));
+  TESSEL_ASSIGN_OR_RETURN(h, (*ln_2_)(x1));
+  TESSEL_ASSIGN_OR_RETURN(h, (*mlp_)(h));
   return autograd::add(x1, h);
 }
 
@@ -180,20 +180,18 @@ Expected<Variable> GPT::forward(const Variable& ids) {
   if (t < 1 || t > config_.block_size)
     return invalid_argument("GPT: sequence length {} is outside 1..block_size ({})", t,
                             config_.block_size);
-  TESSEL_ASSIGN_OR_RETURN(Variable tokens, transformer_->wte->forward(ids));  // [B, T, C]
+  TESSEL_ASSIGN_OR_RETURN(Variable tokens, (*transformer_->wte)(ids));  // [B, T, C]
   // Positions 0..T-1 are the first T rows of wpe: a slice, broadcast over the batch by add.
   TESSEL_ASSIGN_OR_RETURN(Variable wpe, value(transformer_->wpe->weight()));
   TESSEL_ASSIGN_OR_RETURN(Variable positions, autograd::slice(wpe, 0, 0, t));  // [T, C]
   TESSEL_ASSIGN_OR_RETURN(Variable x, autograd::add(tokens, positions));
   if (transformer_->drop) {
-    TESSEL_ASSIGN_OR_RETURN(x, transformer_->drop->forward(x));
+    TESSEL_ASSIGN_OR_RETURN(x, (*transformer_->drop)(x));
   }
   for (size_t i = 0; i < transformer_->h->size(); ++i) {
-    Expected<Variable> next = (*transformer_->h)[i].forward(x);
-    if (!next.ok()) return next.status().with_context("GPT: transformer.h.{}", i);
-    x = std::move(*next);
+    TESSEL_ASSIGN_OR_RETURN(x, (*transformer_->h)[i](x));
   }
-  TESSEL_ASSIGN_OR_RETURN(x, transformer_->ln_f->forward(x));
+  TESSEL_ASSIGN_OR_RETURN(x, (*transformer_->ln_f)(x));
   // lm_head tied to wte: logits = x wte^T, wte^T a transposed view.
   TESSEL_ASSIGN_OR_RETURN(Variable wte, value(transformer_->wte->weight()));
   TESSEL_ASSIGN_OR_RETURN(Variable head, autograd::permute(wte, {1, 0}));  // [C, V]

@@ -76,10 +76,7 @@ Expected<Variable> Embedding::forward(const Variable& ids) {
 Expected<Variable> Sequential::forward(const Variable& x) {
   Variable h = x;
   for (size_t i = 0; i < modules_.size(); ++i) {
-    Expected<Variable> next = modules_[i]->forward(h);
-    if (!next.ok())
-      return next.status().with_context("{}[{}] ({})", type_name(), i, modules_[i]->type_name());
-    h = std::move(*next);
+    TESSEL_ASSIGN_OR_RETURN(h, (*modules_[i])(h));
   }
   return h;
 }

@@ -7,16 +7,23 @@
 //   model->append(std::make_unique<ReLU>());
 //   Pcg32 rng(seed);
 //   TESSEL_ASSIGN_OR_RETURN(FlatParameters params, FlatParameters::create(*model, device, rng));
-//   TESSEL_ASSIGN_OR_RETURN(Variable logits, model->forward(x));
+//   TESSEL_ASSIGN_OR_RETURN(Variable logits, (*model)(x));    // forward, errors name the module
 //   ... loss.backward(); optimizer.step(); TESSEL_TRY(params.zero_grad());   // one fill
+//   nn::StateDict weights = model->state_dict();             // "0.weight", ... as in PyTorch
+//   TESSEL_TRY(model->load_state_dict(weights).status());    // strict: every key, same shapes
 //
 // A module declares its parameters (name, shape, dtype, default initialiser) in its constructor;
 // they get memory only when FlatParameters::create() lays the whole tree out, so that each
 // parameter's value and gradient are views into two flat buffers (see FlatParameters). Forward
 // before create() is an error that says so.
+//
+// Calling a module (operator()) runs its forward; an error on the way names the innermost module
+// called so, by its path from the root and its type ("encoder.layer2.fc1 (Linear): linear: ..."),
+// which is how modules should call their children too.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -31,6 +38,19 @@ namespace tessel::nn {
 
 using autograd::Variable;
 
+// Tensors by name, as torch.nn.Module.state_dict() gives them: parameters and buffers.
+using StateDict = std::map<std::string, Tensor>;
+
+// What load_state_dict(strict = false) left out, as PyTorch's _IncompatibleKeys.
+struct IncompatibleKeys {
+  std::vector<std::string> missing_keys;     // the module's, absent from the state dict
+  std::vector<std::string> unexpected_keys;  // the state dict's, absent from the module
+};
+
+class FlatParameters;
+// The flat buffers' shared state (FlatParameters is a handle on it).
+struct FlatState;
+
 // How a parameter is filled when it gets memory (init.h's functions fit).
 using Initializer = std::function<Status(Tensor&, Pcg32&)>;
 
@@ -43,7 +63,9 @@ struct Parameter {
   // into it in place.
   Variable variable;
   Tensor grad;  // the same view as variable.grad() after create(); kept here across zero_grad
+  std::shared_ptr<FlatState> flat;  // the buffers it lives in (for Module::to)
 };
+
 
 // State that is saved with the model but not trained (torch.nn.Module.register_buffer):
 // BatchNorm's running statistics. It gets memory with the parameters (FlatParameters::create),
@@ -67,6 +89,29 @@ class Module {
   virtual Expected<Variable> forward(const Variable& input);
   // The module's type as PyTorch prints it ("Linear"), for messages.
   virtual std::string type_name() const = 0;
+
+  // forward(input) (an input that is already an error passes through). An error names the
+  // innermost module called this way (see the top of this file).
+  Expected<Variable> operator()(const Expected<Variable>& input);
+  // The dotted path from the root of the tree ("encoder.layer2.fc1"; "" for the root).
+  std::string path() const;
+
+  // Parameters and buffers by name (torch.nn.Module.state_dict()): the tensors themselves, not
+  // copies. Only once the tree has memory (FlatParameters::create).
+  StateDict state_dict();
+  // Copies `state` into the parameters and buffers (torch.nn.Module.load_state_dict): a shape
+  // that differs is an error, a dtype that differs is converted (f32/f16/bf16). strict: a missing
+  // or unexpected key is an error listing them all, and nothing is copied; otherwise they are
+  // returned and the keys both have are copied.
+  Expected<IncompatibleKeys> load_state_dict(const StateDict& state, bool strict = true);
+  // Sets every parameter's gradient to zero in place (FlatParameters::zero_grad does the same
+  // with one fill per dtype).
+  Status zero_grad();
+  // Moves the parameters (values and gradients: the whole flat buffers, which every
+  // FlatParameters handle and optimizer then sees) and the buffers to `device`, as
+  // torch.nn.Module.to(device). Optimizer state does not move: as in PyTorch, move the model
+  // before creating its optimizer.
+  Status to(Device* device);
 
   // Every parameter of the tree, depth first in registration order, named with dots
   // ("0.weight", "blocks.1.attn.c_attn.bias"), as torch.nn.Module.named_parameters().
@@ -98,6 +143,9 @@ class Module {
   template <typename M>
   M& register_module(std::string name, std::unique_ptr<M> module) {
     M& ref = *module;
+    Module& base = ref;
+    base.parent_ = this;
+    base.name_ = name;
     children_.emplace_back(std::move(name), std::move(module));
     return ref;
   }
@@ -116,6 +164,8 @@ class Module {
   bool training_ = true;
   ForwardTap tap_;
   std::vector<std::pair<std::string, std::unique_ptr<Module>>> children_;
+  Module* parent_ = nullptr;  // set when a parent registers this module
+  std::string name_;          // under that parent
 };
 
 // The memory of a module tree's parameters.
@@ -129,6 +179,10 @@ class Module {
 // optimizer here (a zero gradient and a zero value give a zero update). Optimizer state
 // (optim/) uses the same layout, so one element-wise kernel over the flat buffers updates
 // everything, and zeroing the gradients is one fill per group.
+//
+// A FlatParameters is a handle: copies share one layout and one set of buffers, and an optimizer
+// keeps its own copy, so moving or destroying the caller's object leaves the optimizer working
+// on the same memory. A moved-from handle is empty (no entries, no groups).
 class FlatParameters {
  public:
   static constexpr int64_t kAlignElements = 1024;
@@ -156,9 +210,11 @@ class FlatParameters {
   static FlatParameters over(Device* device, std::vector<Group> groups,
                              std::vector<Entry> entries = {});
 
-  const std::vector<Entry>& entries() const { return entries_; }
-  const std::vector<Group>& groups() const { return groups_; }
-  Device* device() const { return device_; }
+  FlatParameters();
+
+  const std::vector<Entry>& entries() const;
+  const std::vector<Group>& groups() const;
+  Device* device() const;
   // Sets every gradient to zero (one fill per group) and re-installs the views as the leaves'
   // gradients.
   Status zero_grad();
@@ -170,11 +226,19 @@ class FlatParameters {
   void release_values();
   // Name -> value view, for checkpoints.
   std::vector<std::pair<std::string, Tensor>> named_tensors() const;
+  // Moves both flat buffers of every group to `device` and points every parameter's views at
+  // them (Module::to does this for the tree's parameters).
+  Status to(Device* device);
 
  private:
-  Device* device_ = nullptr;
-  std::vector<Entry> entries_;
-  std::vector<Group> groups_;
+  friend class Module;
+  std::shared_ptr<FlatState> state_;
+};
+
+struct FlatState {
+  Device* device = nullptr;
+  std::vector<FlatParameters::Entry> entries;
+  std::vector<FlatParameters::Group> groups;
 };
 
 }  // namespace tessel::nn

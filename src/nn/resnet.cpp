@@ -69,8 +69,8 @@ ResNetBlockModule::ResNetBlockModule(ResNetBlock kind, int64_t in_planes, int64_
 Expected<Variable> ResNetBlockModule::forward(const Variable& x) {
   Variable out = x;
   for (size_t i = 0; i < body_.size(); ++i) {
-    TESSEL_ASSIGN_OR_RETURN(out, body_[i].first->forward(out));
-    TESSEL_ASSIGN_OR_RETURN(out, body_[i].second->forward(out));
+    TESSEL_ASSIGN_OR_RETURN(out, (*body_[i].first)(out));
+    TESSEL_ASSIGN_OR_RETURN(out, (*body_[i].second)(out));
     // The last batch norm's output is added to the shortcut before its ReLU.
     if (i + 1 < body_.size()) {
       TESSEL_ASSIGN_OR_RETURN(out, autograd::relu(out));
@@ -78,7 +78,7 @@ Expected<Variable> ResNetBlockModule::forward(const Variable& x) {
   }
   Variable shortcut = x;
   if (downsample_) {
-    TESSEL_ASSIGN_OR_RETURN(shortcut, downsample_->forward(x));
+    TESSEL_ASSIGN_OR_RETURN(shortcut, (*downsample_)(x));
   }
   TESSEL_ASSIGN_OR_RETURN(out, autograd::add(out, shortcut));
   return autograd::relu(out);
@@ -126,18 +126,18 @@ Expected<Variable> ResNet::forward(const Variable& input) {
   if (x.data().rank() != 4 || x.shape()[1] != config_.in_channels)
     return invalid_argument("ResNet: expected images [N, {}, H, W], got {}", config_.in_channels,
                             shape_string(input.shape()));
-  TESSEL_ASSIGN_OR_RETURN(x, conv1_->forward(x));
-  TESSEL_ASSIGN_OR_RETURN(x, bn1_->forward(x));
+  TESSEL_ASSIGN_OR_RETURN(x, (*conv1_)(x));
+  TESSEL_ASSIGN_OR_RETURN(x, (*bn1_)(x));
   TESSEL_ASSIGN_OR_RETURN(x, autograd::relu(x));
   if (config_.stem == ResNetStem::kImageNet) {
     TESSEL_ASSIGN_OR_RETURN(x, autograd::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}));
   }
   for (Sequential* layer : layers_) {
-    TESSEL_ASSIGN_OR_RETURN(x, layer->forward(x));
+    TESSEL_ASSIGN_OR_RETURN(x, (*layer)(x));
   }
   // Global average pooling (torchvision's AdaptiveAvgPool2d((1, 1)) then flatten(1)).
   TESSEL_ASSIGN_OR_RETURN(x, autograd::mean(x, {2, 3}));
-  return fc_->forward(x);
+  return (*fc_)(x);
 }
 
 }  // namespace tessel::nn

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "nn/module.h"
 #include "optim/clip.h"
@@ -272,6 +273,88 @@ TEST(Clip, GlobalNormAndScaling) {
     EXPECT_NEAR(global_grad_norm(flat).value(), 0.25 * norm, 1e-5 * norm);
     EXPECT_FALSE(clip_grad_norm(flat, 0.0).ok());
   }
+}
+
+// ---- Ownership and saved state ----
+
+TEST(Optimizer, KeepsUpdatingAfterTheCallersFlatParametersMoveAndDie) {
+  // The optimizer holds its own handle on the flat buffers (as a torch optimizer holds its
+  // parameters): the caller's FlatParameters moving away and then being destroyed changes
+  // nothing. SGD without momentum: p - lr g, read through the module's own parameters.
+  Toy toy;
+  Pcg32 rng(1);
+  auto flat =
+      std::make_unique<FlatParameters>(FlatParameters::create(toy, cpu_device(), rng).value());
+  write_flat(*flat, flat->groups()[0].values, initial_value_t, 0);
+  write_flat(*flat, flat->groups()[0].grads, gradient, 0);
+  auto sgd = Sgd::create(*flat, {.lr = 0.5}).value();
+  FlatParameters moved = std::move(*flat);
+  flat.reset();
+  ASSERT_TRUE(sgd->step().ok());
+  size_t i = 0;
+  for (auto& [name, p] : toy.named_parameters()) {
+    const std::vector<float> values = p->variable.data().to_vector<float>().value();
+    for (float got : values) {
+      EXPECT_NEAR(got, initial_value(i) - 0.5 * gradient(i, 0), 1e-6) << name << " " << i;
+      ++i;
+    }
+  }
+  EXPECT_EQ(moved.groups()[0].values.storage(),
+            toy.named_parameters()[0].second->variable.data().storage());
+}
+
+TEST(Optimizer, StateDictCarriesStateAndStepCountToAnotherOptimizer) {
+  // a takes three steps; b gets a's weights and optimizer state; the fourth step of both is then
+  // the same to the bit (bias correction depends on the step count, so it must come along).
+  const AdamWOptions o{.lr = 0.01, .beta1 = 0.8, .beta2 = 0.95, .eps = 1e-6, .weight_decay = 0.1};
+  Toy toy_a, toy_b;
+  Pcg32 rng_a(1), rng_b(2);
+  FlatParameters a = FlatParameters::create(toy_a, cpu_device(), rng_a).value();
+  FlatParameters b = FlatParameters::create(toy_b, cpu_device(), rng_b).value();
+  write_flat(a, a.groups()[0].values, initial_value_t, 0);
+  auto opt_a = AdamW::create(a, o).value();
+  auto opt_b = AdamW::create(b, o).value();
+  for (int t = 0; t < 3; ++t) {
+    write_flat(a, a.groups()[0].grads, gradient, t);
+    ASSERT_TRUE(opt_a->step().ok());
+  }
+  ASSERT_TRUE(toy_b.load_state_dict(toy_a.state_dict()).ok());
+  OptimizerState state = opt_a->state_dict();
+  EXPECT_EQ(state.step_count, 3);
+  EXPECT_EQ(state.tensors.size(), 4u);
+  ASSERT_TRUE(opt_b->load_state_dict(state).ok());
+  EXPECT_EQ(opt_b->step_count(), 3);
+  write_flat(a, a.groups()[0].grads, gradient, 3);
+  write_flat(b, b.groups()[0].grads, gradient, 3);
+  ASSERT_TRUE(opt_a->step().ok());
+  ASSERT_TRUE(opt_b->step().ok());
+  EXPECT_EQ(a.groups()[0].values.to_vector<float>().value(),
+            b.groups()[0].values.to_vector<float>().value());
+}
+
+TEST(Optimizer, LoadStateDictNamesWhatIsMissingExtraOrMisshapenAndChangesNothing) {
+  Toy toy;
+  Pcg32 rng(1);
+  FlatParameters flat = FlatParameters::create(toy, cpu_device(), rng).value();
+  auto adamw = AdamW::create(flat, {}).value();
+  OptimizerState state = adamw->state_dict();
+  for (auto& [name, t] : state.tensors)
+    state.tensors[name] = t.clone().value();
+  ASSERT_TRUE(state.tensors["w.exp_avg"].fill(1.0).ok());
+  state.tensors.erase("b.exp_avg");
+  state.tensors["b.exp_avg_sq"] = Tensor::zeros({8}, DType::kF32).value();
+  state.tensors["c.exp_avg"] = Tensor::zeros({1}, DType::kF32).value();
+  state.step_count = 9;
+  Status s = adamw->load_state_dict(state);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("missing 'b.exp_avg'"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("'b.exp_avg_sq' has shape [8], the optimizer's is [7]"),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("unexpected 'c.exp_avg'"), std::string::npos) << s.message();
+  EXPECT_EQ(adamw->step_count(), 0);
+  EXPECT_EQ(adamw->named_state()[0].second.to_vector<float>().value(),
+            std::vector<float>(30 * 50, 0.0f));
 }
 
 }  // namespace

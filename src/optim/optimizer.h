@@ -10,9 +10,14 @@
 // (same offsets, same padding), so sharding it (ZeRO) cuts the same ranges as the gradients.
 // named_state() exposes per-parameter views as "<param>.momentum_buffer", "<param>.exp_avg",
 // "<param>.exp_avg_sq" (PyTorch's state keys), and step_count() is the step for bias correction;
-// a checkpoint saves both and restores them with copy_from / set_step_count.
+// state_dict() / load_state_dict() save and restore both (io/training_checkpoint.h puts them in
+// a file beside the model's).
+//
+// An optimizer keeps its own handle on the flat parameters (nn::FlatParameters shares its
+// buffers), so the caller may move or drop theirs.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,11 +27,21 @@
 
 namespace tessel::optim {
 
+// What an optimizer needs to continue where it stopped: its state tensors by name
+// ("fc.weight.exp_avg") and the number of steps taken.
+struct OptimizerState {
+  std::map<std::string, Tensor> tensors;
+  int64_t step_count = 0;
+};
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
   // Applies one update from the current gradients.
   virtual Status step() = 0;
+  // Sets the gradients of the parameters it updates to zero (torch.optim.Optimizer.zero_grad):
+  // one fill per flat buffer.
+  Status zero_grad() { return params_.zero_grad(); }
   // Virtual for optimizers made of others (parallel/: one per DDP bucket).
   virtual std::vector<std::pair<std::string, Tensor>> named_state() const;
 
@@ -41,12 +56,18 @@ class Optimizer {
   const std::vector<std::string>& state_names() const { return state_names_; }
   const Tensor& flat_state(size_t s, size_t group) const { return state_.at(s).at(group); }
 
+  // named_state() (views, not copies) and step_count().
+  OptimizerState state_dict() const;
+  // Copies `state` into named_state()'s tensors and sets the step count. Every name must be
+  // there with its shape, and nothing else: otherwise an error naming them, and nothing changes.
+  Status load_state_dict(const OptimizerState& state);
+
  protected:
-  explicit Optimizer(nn::FlatParameters* params, double lr) : params_(params), lr_(lr) {}
+  explicit Optimizer(const nn::FlatParameters& params, double lr) : params_(params), lr_(lr) {}
   // A zeroed f32 buffer per group, registered under ".<suffix>".
   Status add_state(const std::string& suffix);
   // state_[s][g]: state s of group g.
-  nn::FlatParameters* params_;
+  nn::FlatParameters params_;
   double lr_;
   int64_t step_count_ = 0;
   std::vector<std::string> state_names_;
@@ -69,7 +90,8 @@ class Sgd : public Optimizer {
   Status step() override;
 
  private:
-  Sgd(nn::FlatParameters* params, const SgdOptions& o) : Optimizer(params, o.lr), options_(o) {}
+  Sgd(const nn::FlatParameters& params, const SgdOptions& o)
+      : Optimizer(params, o.lr), options_(o) {}
   SgdOptions options_;
 };
 
@@ -87,7 +109,8 @@ class AdamW : public Optimizer {
   Status step() override;
 
  private:
-  AdamW(nn::FlatParameters* params, const AdamWOptions& o) : Optimizer(params, o.lr), options_(o) {}
+  AdamW(const nn::FlatParameters& params, const AdamWOptions& o)
+      : Optimizer(params, o.lr), options_(o) {}
   AdamWOptions options_;
 };
 

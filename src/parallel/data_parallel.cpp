@@ -30,7 +30,7 @@ struct DataParallel::Bucket {
   dist::DataType comm_type = dist::DataType::kFloat32;
   int64_t begin = 0, end = 0;  // elements of the group's flat buffers
   int64_t shard = 0;           // elements each rank owns: (end - begin) / world
-  std::vector<size_t> entries;  // indices into params_->entries()
+  std::vector<size_t> entries;  // indices into params_.entries()
 
   // This pass.
   int pending = 0;  // gradients not yet ready
@@ -65,7 +65,7 @@ struct DataParallel::Bucket {
 // The optimizer the trainer sees: one step() runs the per-bucket optimizers in launch order.
 class DataParallel::BucketedOptimizer : public optim::Optimizer {
  public:
-  BucketedOptimizer(DataParallel* dp, nn::FlatParameters* params, double lr)
+  BucketedOptimizer(DataParallel* dp, const nn::FlatParameters& params, double lr)
       : Optimizer(params, lr), dp_(dp) {}
   Status step() override {
     TESSEL_TRY(dp_->step(lr(), step_count()));
@@ -87,10 +87,10 @@ class DataParallel::BucketedOptimizer : public optim::Optimizer {
 
 DataParallel::DataParallel(nn::FlatParameters& params, dist::ProcessGroup& group,
                            DataParallelOptions options)
-    : params_(&params), group_(&group), options_(options) {}
+    : params_(params), group_(&group), options_(options) {}
 
 DataParallel::~DataParallel() {
-  for (const auto& e : params_->entries()) {
+  for (const auto& e : params_.entries()) {
     if (!e.parameter->variable.defined()) continue;
     e.parameter->variable.state()->on_grad_ready = nullptr;
     e.parameter->variable.state()->on_use = nullptr;
@@ -130,10 +130,10 @@ Expected<std::unique_ptr<DataParallel>> DataParallel::create(nn::FlatParameters&
 Status DataParallel::build(const OptimizerFactory& make_optimizer) {
   const int n = group_->size(), r = group_->rank();
   const int stage = options_.zero_stage;
-  const auto& entries = params_->entries();
+  const auto& entries = params_.entries();
 
   // Every rank starts from rank 0's parameters.
-  for (const auto& g : params_->groups()) {
+  for (const auto& g : params_.groups()) {
     TESSEL_ASSIGN_OR_RETURN(dist::DataType type, dist::ProcessGroup::comm_dtype(g.dtype));
     TESSEL_ASSIGN_OR_RETURN(dist::Work w,
                             group_->broadcast(address(g.values), g.values.numel(), type, 0));
@@ -143,8 +143,8 @@ Status DataParallel::build(const OptimizerFactory& make_optimizer) {
 
   // Buckets: reverse parameter order, groups last to first.
   int64_t cap = options_.first_bucket_bytes;
-  for (size_t gi = params_->groups().size(); gi-- > 0;) {
-    const auto& g = params_->groups()[gi];
+  for (size_t gi = params_.groups().size(); gi-- > 0;) {
+    const auto& g = params_.groups()[gi];
     const int64_t elem = int64_t(dtype_size(g.dtype));
     TESSEL_ASSIGN_OR_RETURN(dist::DataType type, dist::ProcessGroup::comm_dtype(g.dtype));
     std::vector<size_t> in_group;
@@ -173,7 +173,7 @@ Status DataParallel::build(const OptimizerFactory& make_optimizer) {
 
   for (size_t bi = 0; bi < buckets_.size(); ++bi) {
     Bucket& b = *buckets_[bi];
-    const auto& g = params_->groups()[b.group];
+    const auto& g = params_.groups()[b.group];
     b.pending = int(b.entries.size());
     std::vector<nn::FlatParameters::Entry> view_entries;
     if (stage == 0) {
@@ -187,19 +187,20 @@ Status DataParallel::build(const OptimizerFactory& make_optimizer) {
       TESSEL_ASSIGN_OR_RETURN(Tensor values, g.values.slice(0, b.begin, b.end));
       TESSEL_ASSIGN_OR_RETURN(Tensor grads, g.grads.slice(0, b.begin, b.end));
       b.view = std::make_unique<nn::FlatParameters>(nn::FlatParameters::over(
-          params_->device(), {{b.dtype, values, grads}}, std::move(view_entries)));
+          params_.device(), {{b.dtype, values, grads}}, std::move(view_entries)));
     } else {
       const int64_t lo = b.begin + r * b.shard;
-      TESSEL_ASSIGN_OR_RETURN(b.shard_grads, Tensor::zeros({b.shard}, b.dtype, params_->device()));
+      TESSEL_ASSIGN_OR_RETURN(b.shard_grads, Tensor::zeros({b.shard}, b.dtype, params_.device()));
       TESSEL_ASSIGN_OR_RETURN(Tensor mine, g.values.slice(0, lo, lo + b.shard));
       if (stage == 3) {
-        TESSEL_ASSIGN_OR_RETURN(b.shard_values, Tensor::empty({b.shard}, b.dtype, params_->device()));
+        TESSEL_ASSIGN_OR_RETURN(b.shard_values,
+                                Tensor::empty({b.shard}, b.dtype, params_.device()));
         TESSEL_TRY(b.shard_values.copy_from(mine));
       } else {
         b.shard_values = mine;
       }
-      b.view = std::make_unique<nn::FlatParameters>(nn::FlatParameters::over(
-          params_->device(), {{b.dtype, b.shard_values, b.shard_grads}}));
+      b.view = std::make_unique<nn::FlatParameters>(
+          nn::FlatParameters::over(params_.device(), {{b.dtype, b.shard_values, b.shard_grads}}));
     }
     TESSEL_ASSIGN_OR_RETURN(b.optimizer, make_optimizer(*b.view));
     memory_.optimizer_bytes += b.optimizer->state_bytes();
@@ -209,8 +210,8 @@ Status DataParallel::build(const OptimizerFactory& make_optimizer) {
   }
   // ZeRO-1 keeps the full gradients (accumulation happens there) as well as its shard: counted
   // above. ZeRO-2 and 3 free them, 3 the values too.
-  if (stage >= 2) params_->release_grads();
-  if (stage == 3) params_->release_values();
+  if (stage >= 2) params_.release_grads();
+  if (stage == 3) params_.release_values();
 
   for (size_t bi = 0; bi < buckets_.size(); ++bi)
     for (size_t ei : buckets_[bi]->entries) {
@@ -234,7 +235,7 @@ Status DataParallel::broadcast_buffers(nn::Module& model) {
     // A module may have replaced the tensor by a view of something else: broadcast a
     // contiguous copy and put it back.
     TESSEL_ASSIGN_OR_RETURN(Tensor owned, Tensor::empty(buffer->tensor.shape(),
-                                                        buffer->tensor.dtype(), params_->device()));
+                                                        buffer->tensor.dtype(), params_.device()));
     TESSEL_TRY(owned.copy_from(buffer->tensor));
     TESSEL_ASSIGN_OR_RETURN(dist::DataType type, dist::ProcessGroup::comm_dtype(owned.dtype()));
     TESSEL_ASSIGN_OR_RETURN(dist::Work w,
@@ -258,7 +259,7 @@ Status DataParallel::grad_ready(size_t bucket, size_t entry, VariableState& leaf
   Bucket& b = *buckets_[bucket];
   const int stage = options_.zero_stage;
   if (stage >= 2) {  // move the gradient into the bucket's buffer and free autograd's
-    const auto& e = params_->entries()[entry];
+    const auto& e = params_.entries()[entry];
     if (!b.grad_buffer.defined()) {
       // Buffers whose reduce-scatter is done go back first, so that the allocator can hand
       // their memory to this one: at most the buckets in flight hold full gradients.
@@ -266,7 +267,7 @@ Status DataParallel::grad_ready(size_t bucket, size_t entry, VariableState& leaf
         if (buckets_[i]->reduction && buckets_[i]->reduction->done())
           buckets_[i]->grad_buffer = Tensor();
       TESSEL_ASSIGN_OR_RETURN(b.grad_buffer,
-                              Tensor::zeros({b.end - b.begin}, b.dtype, params_->device()));
+                              Tensor::zeros({b.end - b.begin}, b.dtype, params_.device()));
     }
     TESSEL_ASSIGN_OR_RETURN(Tensor place,
                             b.grad_buffer.slice(0, e.offset - b.begin, e.offset - b.begin + e.numel));
@@ -280,7 +281,7 @@ Status DataParallel::grad_ready(size_t bucket, size_t entry, VariableState& leaf
   b.ready = true;
   if (stage == 3) {  // the bucket's values are no longer needed by this rank
     for (size_t i : b.entries)
-      params_->entries()[i].parameter->variable.set_data(Tensor());
+      params_.entries()[i].parameter->variable.set_data(Tensor());
     b.gathered = Tensor();
     b.gathered_ready = false;
   }
@@ -297,16 +298,15 @@ Status DataParallel::launch_reduction(Bucket& b) {
   const int64_t count = b.end - b.begin;
   Expected<dist::Work> work = internal_error("unreachable");
   if (options_.zero_stage == 0) {
-    work = group_->all_reduce(b.grads_at(*params_), size_t(count), b.comm_type, dist::RedOp::kAvg);
+    work = group_->all_reduce(b.grads_at(params_), size_t(count), b.comm_type, dist::RedOp::kAvg);
   } else {
     if (options_.zero_stage >= 2 && !b.grad_buffer.defined()) {  // no gradient reached it
-      TESSEL_ASSIGN_OR_RETURN(b.grad_buffer, Tensor::zeros({count}, b.dtype, params_->device()));
+      TESSEL_ASSIGN_OR_RETURN(b.grad_buffer, Tensor::zeros({count}, b.dtype, params_.device()));
     }
-    const void* send =
-        options_.zero_stage == 1 ? b.grads_at(*params_) : address(b.grad_buffer);
+    const void* send = options_.zero_stage == 1 ? b.grads_at(params_) : address(b.grad_buffer);
     b.into_incoming = options_.zero_stage >= 2 && passes_since_step_ > 0;
     if (b.into_incoming && !b.incoming.defined()) {
-      TESSEL_ASSIGN_OR_RETURN(b.incoming, Tensor::empty({b.shard}, b.dtype, params_->device()));
+      TESSEL_ASSIGN_OR_RETURN(b.incoming, Tensor::empty({b.shard}, b.dtype, params_.device()));
     }
     void* recv = b.into_incoming ? address(b.incoming) : address(b.shard_grads);
     work = group_->reduce_scatter(send, recv, size_t(b.shard), b.comm_type, dist::RedOp::kAvg);
@@ -356,7 +356,7 @@ Status DataParallel::finish_backward() {
     b->ready = true;
     if (stage == 3 && b->gathered_ready) {
       for (size_t i : b->entries)
-        params_->entries()[i].parameter->variable.set_data(Tensor());
+        params_.entries()[i].parameter->variable.set_data(Tensor());
       b->gathered = Tensor();
       b->gathered_ready = false;
     }
@@ -383,7 +383,7 @@ Status DataParallel::step(double lr, int64_t step_count) {
     b.optimizer->set_step_count(step_count);
     TESSEL_TRY(b.optimizer->step());
     if (stage == 1 || stage == 2) {
-      Expected<dist::Work> w = group_->all_gather(address(b.shard_values), b.values_at(*params_),
+      Expected<dist::Work> w = group_->all_gather(address(b.shard_values), b.values_at(params_),
                                                   size_t(b.shard), b.comm_type);
       if (!w.ok()) return w.status().with_context("queueing a parameter all-gather");
       b.gather = *w;
@@ -406,7 +406,7 @@ Status DataParallel::skip_step() {
 std::vector<Tensor> DataParallel::local_gradients() const {
   std::vector<Tensor> out;
   if (options_.zero_stage == 0) {
-    for (const auto& g : params_->groups())
+    for (const auto& g : params_.groups())
       out.push_back(g.grads);
   } else {
     for (const auto& b : buckets_)
@@ -419,11 +419,11 @@ Expected<double> DataParallel::clip_grad_norm(double max_norm) {
   if (!(max_norm > 0))
     return invalid_argument("clip_grad_norm: max_norm must be > 0, got {}", max_norm);
   TESSEL_TRY(wait_gradients());
-  if (options_.zero_stage == 0) return optim::clip_grad_norm(*params_, max_norm);
+  if (options_.zero_stage == 0) return optim::clip_grad_norm(params_, max_norm);
   std::vector<nn::FlatParameters::Group> groups;
   for (const auto& b : buckets_)
     groups.push_back({b->dtype, Tensor(), b->shard_grads});
-  const nn::FlatParameters shards = nn::FlatParameters::over(params_->device(), std::move(groups));
+  const nn::FlatParameters shards = nn::FlatParameters::over(params_.device(), std::move(groups));
   TESSEL_ASSIGN_OR_RETURN(double local_norm, optim::global_grad_norm(shards));
   double sum_squares = local_norm * local_norm;
   TESSEL_ASSIGN_OR_RETURN(dist::Work w, group_->all_reduce(&sum_squares, 1, dist::DataType::kFloat64,
@@ -437,14 +437,14 @@ Expected<double> DataParallel::clip_grad_norm(double max_norm) {
 }
 
 Expected<std::vector<Tensor>> DataParallel::zeroed_flat(std::optional<DType> dtype) const {
-  const auto& groups = params_->groups();
+  const auto& groups = params_.groups();
   std::vector<int64_t> lengths(groups.size(), 0);
   for (const auto& b : buckets_)
     lengths[b->group] = std::max(lengths[b->group], b->end);
   std::vector<Tensor> full(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
-    TESSEL_ASSIGN_OR_RETURN(full[g], Tensor::zeros({lengths[g]}, dtype.value_or(groups[g].dtype),
-                                                   params_->device()));
+    TESSEL_ASSIGN_OR_RETURN(
+        full[g], Tensor::zeros({lengths[g]}, dtype.value_or(groups[g].dtype), params_.device()));
   }
   return full;
 }
@@ -470,11 +470,11 @@ Expected<std::vector<Tensor>> DataParallel::gather_flat(
 }
 
 Expected<DataParallel::NamedTensorList> DataParallel::gather_parameters() {
-  if (options_.zero_stage < 3) return params_->named_tensors();  // every rank holds them all
+  if (options_.zero_stage < 3) return params_.named_tensors();  // every rank holds them all
   TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full,
                           gather_flat([](const Bucket& b) { return b.shard_values; }, std::nullopt));
   NamedTensorList out;
-  for (const auto& e : params_->entries()) {
+  for (const auto& e : params_.entries()) {
     TESSEL_ASSIGN_OR_RETURN(Tensor v, entry_view(full, e));
     out.emplace_back(e.name, v);
   }
@@ -493,7 +493,7 @@ Expected<DataParallel::NamedTensorList> DataParallel::gather_optimizer_state() {
     full.push_back(std::move(state));
   }
   NamedTensorList out;  // Optimizer::named_state's order: parameters, then their states
-  for (const auto& e : params_->entries())
+  for (const auto& e : params_.entries())
     for (size_t s = 0; s < names.size(); ++s) {
       TESSEL_ASSIGN_OR_RETURN(Tensor v, entry_view(full[s], e));
       out.emplace_back(e.name + "." + names[s], v);
@@ -505,7 +505,7 @@ Expected<std::vector<Tensor>> DataParallel::flat_from(const TensorLookup& take,
                                                       const std::string& suffix,
                                                       std::optional<DType> dtype) const {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full, zeroed_flat(dtype));
-  for (const auto& e : params_->entries()) {
+  for (const auto& e : params_.entries()) {
     TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(e.name + suffix));
     TESSEL_ASSIGN_OR_RETURN(Tensor place, entry_view(full, e));
     Status s = place.copy_from(saved);
@@ -523,7 +523,7 @@ Status DataParallel::drop_gathered() {
     }
     if (!b->gathered.defined() && !b->gathered_ready) continue;
     for (size_t i : b->entries)
-      params_->entries()[i].parameter->variable.set_data(Tensor());
+      params_.entries()[i].parameter->variable.set_data(Tensor());
     b->gathered = Tensor();
     b->gathered_ready = false;
   }
@@ -532,7 +532,7 @@ Status DataParallel::drop_gathered() {
 
 Status DataParallel::load_parameters(const TensorLookup& take) {
   if (options_.zero_stage < 3) {  // the shards (ZeRO 1/2) are views of the whole values
-    for (const auto& e : params_->entries()) {
+    for (const auto& e : params_.entries()) {
       TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(e.name));
       Tensor target = e.parameter->variable.data();
       Status s = target.copy_from(saved);
@@ -597,8 +597,7 @@ Status DataParallel::end_step() {
 }
 
 Status DataParallel::launch_gather(Bucket& b) {
-  TESSEL_ASSIGN_OR_RETURN(b.gathered,
-                          Tensor::empty({b.end - b.begin}, b.dtype, params_->device()));
+  TESSEL_ASSIGN_OR_RETURN(b.gathered, Tensor::empty({b.end - b.begin}, b.dtype, params_.device()));
   Expected<dist::Work> w = group_->all_gather(address(b.shard_values), address(b.gathered),
                                               size_t(b.shard), b.comm_type);
   if (!w.ok()) return w.status().with_context("queueing a parameter all-gather");
@@ -614,7 +613,7 @@ Status DataParallel::ensure_gathered(size_t bucket) {
   b.gather.reset();
   if (!s.ok()) return s.with_context("gathering parameters");
   for (size_t i : b.entries) {
-    const auto& e = params_->entries()[i];
+    const auto& e = params_.entries()[i];
     TESSEL_ASSIGN_OR_RETURN(Tensor v, b.gathered.slice(0, e.offset - b.begin,
                                                        e.offset - b.begin + e.numel));
     TESSEL_ASSIGN_OR_RETURN(v, v.reshape(e.parameter->shape));
@@ -656,8 +655,8 @@ Expected<double> DataParallel::time_collectives_alone() {
   int64_t largest = 0;
   for (const auto& b : buckets_)
     largest = std::max(largest, (b->end - b->begin) * int64_t(dtype_size(b->dtype)));
-  TESSEL_ASSIGN_OR_RETURN(Tensor full, Tensor::zeros({largest}, DType::kU8, params_->device()));
-  TESSEL_ASSIGN_OR_RETURN(Tensor part, Tensor::zeros({largest}, DType::kU8, params_->device()));
+  TESSEL_ASSIGN_OR_RETURN(Tensor full, Tensor::zeros({largest}, DType::kU8, params_.device()));
+  TESSEL_ASSIGN_OR_RETURN(Tensor part, Tensor::zeros({largest}, DType::kU8, params_.device()));
   TESSEL_TRY(group_->barrier());
   const Clock::time_point start = Clock::now();
   std::vector<dist::Work> works;

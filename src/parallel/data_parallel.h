@@ -188,7 +188,7 @@ class DataParallel {
   // ZeRO-3: forgets gathered values (they are stale once the shards change).
   Status drop_gathered();
 
-  nn::FlatParameters* params_;
+  nn::FlatParameters params_;  // a handle sharing the caller's buffers
   dist::ProcessGroup* group_;
   DataParallelOptions options_;
   std::vector<std::unique_ptr<Bucket>> buckets_;

@@ -58,7 +58,10 @@ Expected<Variable> SparseEmbedding::forward(const Tensor& ids) {
 }
 
 void SparseEmbedding::zero_grad() {
-  if (rows_.defined()) rows_.zero_grad();
+  // The rows' leaf is made anew by each forward and its gradient belongs to no flat buffer:
+  // dropping the leaf leaves grad_rows() undefined until the next backward reaches it
+  // (Variable::zero_grad would keep a zero gradient of the old rows).
+  rows_ = Variable();
 }
 
 Expected<LazySgd> LazySgd::create(const LazySgdOptions& options) {

@@ -35,6 +35,10 @@ Status errno_error(const std::string& what) {
   return Status(Code::kIoError, what + ": " + std::strerror(err));
 }
 
+void throw_bad_expected_access(const Status& status, const std::string& what) {
+  throw BadExpectedAccess(status, what);
+}
+
 void check_failed(const char* file, int line, const char* cond, const std::string& msg) {
   std::fprintf(stderr, "tessel internal error at %s:%d: check '%s' failed%s%s\n", file, line, cond,
                msg.empty() ? "" : ": ", msg.c_str());

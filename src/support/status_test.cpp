@@ -47,9 +47,21 @@ TEST(Status, TryReturnsFirstFailure) {
   EXPECT_EQ(check_both(1, -2).message(), "expected a positive number, got -2");
 }
 
-TEST(ExpectedDeath, ValueOfFailureIsABug) {
+TEST(Expected, ValueOfAFailureIsTheCallersErrorAndCarriesTheStatus) {
+  // Not "tessel internal error": the caller skipped the check, and the exception says what the
+  // unchecked error was (as std::expected's bad_expected_access does).
   Expected<int> bad = doubled(0);
-  EXPECT_DEATH((void)bad.value(), "value\\(\\) of a failed Expected");
+  try {
+    (void)bad.value();
+    FAIL() << "value() of a failed Expected returned";
+  } catch (const BadExpectedAccess& e) {
+    EXPECT_STREQ(
+        e.what(),
+        "value() of a failed Expected: invalid argument: expected a positive number, got 0");
+    EXPECT_EQ(e.status().code(), Code::kInvalidArgument);
+  }
+  EXPECT_THROW((void)*bad, BadExpectedAccess);
+  EXPECT_THROW((void)std::move(bad).value(), std::logic_error);
 }
 
 TEST(Log, ParsesLevels) {

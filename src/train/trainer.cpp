@@ -13,7 +13,7 @@
 #include "autograd/autocast.h"
 #include "autograd/functional.h"
 #include "data/prefetch.h"
-#include "io/checkpoint.h"
+#include "io/training_checkpoint.h"
 #include "nn/conv_layers.h"
 #include "nn/gpt.h"
 #include "optim/clip.h"
@@ -241,94 +241,93 @@ Status Trainer::save_checkpoint(const std::string& path) {
   if (data_parallel_) {
     TESSEL_ASSIGN_OR_RETURN(parameters, data_parallel_->gather_parameters());
     TESSEL_ASSIGN_OR_RETURN(optimizer_state, data_parallel_->gather_optimizer_state());
-  } else {
-    parameters = params_->named_tensors();
-    optimizer_state = optimizer().named_state();
   }
   if (rank() != 0) return ok_status();  // the ranks hold the same model: rank 0 writes it
-  Checkpoint ckpt;
-  for (auto& [name, tensor] : parameters)
-    ckpt.model[name] = tensor;
-  for (auto& [name, buffer] : model_->named_buffers())
-    ckpt.model[name] = buffer->tensor;
-  for (auto& [name, tensor] : optimizer_state)
-    ckpt.optimizer[name] = tensor;
-  ckpt.metadata["step"] = std::to_string(step_);
-  ckpt.metadata["optimizer.step_count"] = std::to_string(optimizer().step_count());
-  ckpt.metadata["data.train"] = train_batches_->position().to_string();
-  ckpt.metadata["config"] = config_.source;
+  const secure::SecretKey* key = checkpoint_key_ ? &*checkpoint_key_ : nullptr;
+  StringMap metadata;
+  metadata["data.train"] = train_batches_->position().to_string();
+  metadata["config"] = config_.source;
   for (auto& [name, d] : dropouts(*model_))
-    ckpt.metadata["rng." + name] = d->rng().state_string();
-  if (grad_scaler_)
-    for (auto& [key, value] : grad_scaler_->state())
-      ckpt.metadata["grad_scaler." + key] = value;
+    metadata["rng." + name] = d->rng().state_string();
   TESSEL_TRY(make_parent_folder(path));
-  return tessel::save_checkpoint(path, ckpt, checkpoint_key_ ? &*checkpoint_key_ : nullptr);
+  if (!data_parallel_)
+    return save_training_checkpoint(path, *model_, optimizer(), step_, metadata,
+                                    grad_scaler_.get(), key);
+  TrainingState state{.model = {},
+                      .optimizer = {.tensors = {}, .step_count = optimizer().step_count()},
+                      .step = step_,
+                      .grad_scaler = {},
+                      .metadata = metadata};
+  for (auto& [name, tensor] : parameters)
+    state.model[name] = tensor;
+  for (auto& [name, buffer] : model_->named_buffers())
+    state.model[name] = buffer->tensor;
+  for (auto& [name, tensor] : optimizer_state)
+    state.optimizer.tensors[name] = tensor;
+  if (grad_scaler_) state.grad_scaler = grad_scaler_->state();
+  return save_training_state(path, state, key);
 }
 
 Status Trainer::resume(const std::string& checkpoint_path) {
-  TESSEL_ASSIGN_OR_RETURN(
-      Checkpoint ckpt,
-      load_checkpoint(checkpoint_path, checkpoint_key_ ? &*checkpoint_key_ : nullptr));
-  auto take = [&](const NamedTensors& from, const std::string& name) -> Expected<Tensor> {
-    auto it = from.find(name);
-    if (it == from.end())
-      return not_found("{}: no tensor '{}' (the checkpoint is of another model or optimizer)",
-                       checkpoint_path, name);
-    return it->second;
-  };
-  size_t expected_model_tensors = params_->entries().size();
-  if (data_parallel_) {  // every rank reads the whole file and keeps its shards
+  const secure::SecretKey* key = checkpoint_key_ ? &*checkpoint_key_ : nullptr;
+  TrainingState state;
+  if (data_parallel_) {
+    // Every rank reads the whole file and keeps its shards.
+    TESSEL_ASSIGN_OR_RETURN(state, load_training_state(checkpoint_path, key));
+    auto take = [&](const NamedTensors& from, const std::string& name) -> Expected<Tensor> {
+      auto it = from.find(name);
+      if (it == from.end())
+        return not_found("{}: no tensor '{}' (the checkpoint is of another model or optimizer)",
+                         checkpoint_path, name);
+      return it->second;
+    };
     Status s = data_parallel_->load_parameters(
-        [&](const std::string& name) { return take(ckpt.model, name); });
+        [&](const std::string& name) { return take(state.model, name); });
     if (!s.ok()) return s.with_context("{}", checkpoint_path);
-  } else {
-    for (auto& [name, tensor] : params_->named_tensors()) {
-      TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.model, name));
-      Tensor target = tensor;
-      Status s = target.copy_from(saved);
+    for (auto& [name, buffer] : model_->named_buffers()) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(state.model, name));
+      s = buffer->tensor.copy_from(saved);
       if (!s.ok()) return s.with_context("{}: tensor '{}'", checkpoint_path, name);
     }
-  }
-  for (auto& [name, buffer] : model_->named_buffers()) {
-    TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.model, name));
-    Status s = buffer->tensor.copy_from(saved);
-    if (!s.ok()) return s.with_context("{}: tensor '{}'", checkpoint_path, name);
-    ++expected_model_tensors;
-  }
-  if (ckpt.model.size() != expected_model_tensors)
-    return invalid_argument("{}: holds {} model tensors, this model has {}", checkpoint_path,
-                            ckpt.model.size(), expected_model_tensors);
-  if (data_parallel_) {
-    Status s = data_parallel_->load_optimizer_state(
-        [&](const std::string& name) { return take(ckpt.optimizer, name); });
+    const size_t expected = params_->entries().size() + model_->named_buffers().size();
+    if (state.model.size() != expected)
+      return invalid_argument("{}: holds {} model tensors, this model has {}", checkpoint_path,
+                              state.model.size(), expected);
+    s = data_parallel_->load_optimizer_state(
+        [&](const std::string& name) { return take(state.optimizer.tensors, name); });
     if (!s.ok()) return s.with_context("{}: optimizer state", checkpoint_path);
-  } else {
-    for (auto& [name, tensor] : optimizer().named_state()) {
-      TESSEL_ASSIGN_OR_RETURN(Tensor saved, take(ckpt.optimizer, name));
-      Tensor target = tensor;
-      Status s = target.copy_from(saved);
-      if (!s.ok()) return s.with_context("{}: tensor 'optimizer.{}'", checkpoint_path, name);
+    mutable_optimizer().set_step_count(state.optimizer.step_count);
+    if (grad_scaler_) {
+      s = grad_scaler_->restore(state.grad_scaler);
+      if (!s.ok()) return s.with_context("{}", checkpoint_path);
     }
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(state,
+                            load_training_checkpoint(checkpoint_path, *model_, mutable_optimizer(),
+                                                     grad_scaler_.get()));
   }
-  TESSEL_ASSIGN_OR_RETURN(step_, ckpt.get_int("step", 0, total_steps_));
-  // The optimizer counts the steps it took: one per step, less those the loss scaler skipped.
-  TESSEL_ASSIGN_OR_RETURN(int64_t count, ckpt.get_int("optimizer.step_count", 0, step_));
-  mutable_optimizer().set_step_count(count);
-  TESSEL_ASSIGN_OR_RETURN(std::string position_text, ckpt.get("data.train"));
+  // A step past the run's end, or more optimizer steps than steps (one per step, less those the
+  // loss scaler skipped), is a damaged or foreign file; said in checkpoint.h's get_int words.
+  if (state.step < 0 || state.step > total_steps_)
+    return out_of_range("checkpoint {}: metadata 'step' is {}, expected a value in [0, {}]",
+                        checkpoint_path, state.step, total_steps_);
+  if (state.optimizer.step_count > state.step)
+    return out_of_range(
+        "checkpoint {}: metadata 'optimizer.step_count' is {}, expected a value in [0, {}]",
+        checkpoint_path, state.optimizer.step_count, state.step);
+  step_ = state.step;
+  auto get = [&](const std::string& key) -> Expected<std::string> {
+    auto it = state.metadata.find(key);
+    if (it == state.metadata.end())
+      return not_found("{}: no metadata key '{}'", checkpoint_path, key);
+    return it->second;
+  };
+  TESSEL_ASSIGN_OR_RETURN(std::string position_text, get("data.train"));
   TESSEL_ASSIGN_OR_RETURN(DataPosition position, DataPosition::parse(position_text));
   TESSEL_TRY(train_batches_->restore(position));
   for (auto& [name, d] : dropouts(*model_)) {
-    TESSEL_ASSIGN_OR_RETURN(std::string state, ckpt.get("rng." + name));
-    TESSEL_ASSIGN_OR_RETURN(d->rng(), Pcg32::from_state_string(state));
-  }
-  if (grad_scaler_) {
-    std::map<std::string, std::string> state;
-    for (const char* key : {"scale", "clean_steps"}) {
-      TESSEL_ASSIGN_OR_RETURN(state[key], ckpt.get(std::string("grad_scaler.") + key));
-    }
-    Status s = grad_scaler_->restore(state);
-    if (!s.ok()) return s.with_context("{}", checkpoint_path);
+    TESSEL_ASSIGN_OR_RETURN(std::string rng_state, get("rng." + name));
+    TESSEL_ASSIGN_OR_RETURN(d->rng(), Pcg32::from_state_string(rng_state));
   }
   // The steps already taken spent privacy (with this config's sigma and sampling rate).
   if (dp_sgd_ && step_ > 0) accountant_.step(config_.privacy.noise_multiplier, sample_rate_, step_);
@@ -406,7 +405,7 @@ Expected<Evaluation> Trainer::evaluate() {
     TESSEL_ASSIGN_OR_RETURN(Batch batch, batches->next());
     TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
     TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
-    TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
+    TESSEL_ASSIGN_OR_RETURN(Variable logits, (*model_)(Variable(x)));
     TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
     TESSEL_ASSIGN_OR_RETURN(double mean_loss, scalar_of(loss.data()));
     const int64_t n = batch.targets.numel();
@@ -510,7 +509,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
       // Mixed precision: the gemm ops compute in 16 bits, the rest in f32 (autocast.h).
       autograd::Autocast autocast(c.compute_dtype());
-      TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(x)));
+      TESSEL_ASSIGN_OR_RETURN(Variable logits, (*model_)(Variable(x)));
       TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
       // The step's gradient is the mean over its micro-batches; fp16 backward starts from
       // scale * loss.

@@ -49,7 +49,13 @@ const AotLibrary& aot_library(const std::string& isa) {
   lib.handle = ::dlopen(lib.path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib.handle) {
     lib.status = unavailable("no ahead-of-time kernels for {}: {}", isa, ::dlerror());
-    log_debug("tile: {}", lib.status.to_string());
+    // Said at the default level: without the library every kernel is compiled at its first use,
+    // which takes tens of seconds before a first training step and would otherwise look like a
+    // hang.
+    log_warn(
+        "tile: {}; CPU kernels will be compiled at first use (slow). Install "
+        "libtessel_cpu_kernels_{}.so beside libtessel, or point TESSEL_AOT_DIR at it",
+        lib.status.message(), isa);
   }
   return lib;
 }

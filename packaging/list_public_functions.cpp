@@ -1,0 +1,160 @@
+// Writes a C++ program that takes the address of every function the public headers declare
+// without defining, so that linking it against libtessel fails on any declared-but-undefined
+// function. Input: clang's AST of a file including every public header, as JSON
+// (`clang++ -Xclang -ast-dump=json -Xclang -ast-dump-filter=tessel`: one JSON object per
+// top-level declaration whose name holds "tessel").
+//
+//   list_public_functions AST.json HEADERS.cpp OUT.cpp
+//
+// Counted: free functions with linkage and public member functions (static or not) that are not
+// templates, not defined in the header, not deleted, defaulted or pure virtual. Not counted:
+// constructors, destructors and conversion operators (they have no address to take), and
+// anything in a template. Each reference sits in a function in the declaration's own namespace,
+// so the types clang prints as written there resolve; an overloaded name is cast to the exact
+// type of the declaration.
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace {
+
+using nlohmann::json;
+
+struct Function {
+  std::vector<std::string> scope;  // namespaces, then records
+  std::string name;
+  std::string type;     // clang's qualType: "tessel::Status (const std::string &) const"
+  bool member = false;  // non-static member function
+};
+
+struct Collector {
+  std::vector<Function> functions;
+  std::set<std::string> records;            // qualified names of the classes seen
+  std::map<std::string, int> declarations;  // "scope::name" -> how many, templates too
+
+  static std::string join(const std::vector<std::string>& parts) {
+    std::string out;
+    for (const std::string& p : parts)
+      out += (out.empty() ? "" : "::") + p;
+    return out;
+  }
+
+  static bool has_body(const json& decl) {
+    if (!decl.contains("inner")) return false;
+    for (const json& c : decl["inner"])
+      if (c.value("kind", "") == "CompoundStmt") return true;
+    return false;
+  }
+
+  void walk(const json& decl, const std::vector<std::string>& scope, bool in_record) {
+    const std::string kind = decl.value("kind", "");
+    const std::string name = decl.value("name", "");
+    if (kind == "FunctionDecl" || kind == "CXXMethodDecl" || kind == "FunctionTemplateDecl")
+      ++declarations[join(scope) + "::" + name];
+    if (kind == "NamespaceDecl") {
+      if (name.empty()) return;  // an anonymous namespace: nothing there has linkage
+      std::vector<std::string> inner = scope;
+      inner.push_back(name);
+      for (const json& c : decl.value("inner", json::array()))
+        walk(c, inner, false);
+    } else if (kind == "LinkageSpecDecl") {  // extern "C" { ... }
+      for (const json& c : decl.value("inner", json::array()))
+        walk(c, scope, false);
+    } else if (kind == "CXXRecordDecl") {
+      if (name.empty() || !decl.contains("completeDefinition") || decl.contains("isImplicit"))
+        return;
+      std::vector<std::string> inner = scope;
+      inner.push_back(name);
+      records.insert(join(inner));
+      std::string access = decl.value("tagUsed", "") == "class" ? "private" : "public";
+      for (const json& c : decl.value("inner", json::array())) {
+        if (c.value("kind", "") == "AccessSpecDecl") {
+          access = c.value("access", "");
+        } else if (access == "public") {
+          walk(c, inner, true);
+        }
+      }
+    } else if (kind == "FunctionDecl" || kind == "CXXMethodDecl") {
+      // clang writes these only when they hold ("explicitlyDefaulted" is "default", the others
+      // true).
+      if (decl.contains("isImplicit") || decl.contains("explicitlyDeleted") ||
+          decl.contains("explicitlyDefaulted") || decl.contains("pure") || has_body(decl))
+        return;
+      const bool is_static = decl.value("storageClass", "") == "static";
+      if (is_static && !in_record) return;  // internal linkage
+      functions.push_back(
+          {scope, name, decl["type"].value("qualType", ""), in_record && !is_static});
+    }
+    // Templates of every kind, variables, types: nothing to take the address of.
+  }
+
+  // The namespace part of a scope (records dropped from the end).
+  std::string namespace_of(std::vector<std::string> scope) const {
+    while (!scope.empty() && records.contains(join(scope)))
+      scope.pop_back();
+    return scope.empty() ? "tessel_api_check" : join(scope);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s AST.json HEADERS.cpp OUT.cpp\n", argv[0]);
+    return 2;
+  }
+  std::ifstream in(argv[1]);
+  if (!in) {
+    std::fprintf(stderr, "cannot read %s\n", argv[1]);
+    return 1;
+  }
+  Collector collector;
+  while ((in >> std::ws).peek() != std::char_traits<char>::eof()) {
+    json decl;
+    in >> decl;
+    collector.walk(decl, {}, false);
+  }
+
+  std::ofstream out(argv[3]);
+  out << "// Generated by packaging/list_public_functions.cpp: a reference to every function the\n"
+         "// public headers declare without defining. Linking it fails on any that is undefined.\n"
+      << "#include \"" << argv[2] << "\"\n#include <cstdio>\n"
+      << "namespace tessel_api_check {\n"
+         "template <class F> using fn_ptr = F*;\n"
+         "template <class C, class F> using member_ptr = F C::*;\n"
+         "int referenced = 0;\n"
+         "const void* volatile sink;\n"
+         "}  // namespace tessel_api_check\n";
+  std::set<std::string> seen;
+  std::vector<std::string> calls;
+  for (const Function& f : collector.functions) {
+    const std::string owner = Collector::join(f.scope);
+    const std::string qualified = "::" + (owner.empty() ? "" : owner + "::") + f.name;
+    if (!seen.insert(qualified + " " + f.type).second) continue;  // redeclared
+    const bool overloaded =
+        collector.declarations[owner + "::" + f.name] > 1 || f.name == "operator=";
+    std::string pointer;
+    if (!overloaded)
+      pointer = "&" + qualified;
+    else if (f.member)
+      pointer = "static_cast<member_ptr<::" + owner + ", " + f.type + ">>(&" + qualified + ")";
+    else
+      pointer = "static_cast<fn_ptr<" + f.type + ">>(&" + qualified + ")";
+    const std::string ns = collector.namespace_of(f.scope);
+    const std::string fn = "tessel_api_ref_" + std::to_string(calls.size());
+    out << "namespace " << ns << " {\nvoid " << fn
+        << "() {\n  using namespace ::tessel_api_check;\n  auto p = " << pointer
+        << ";\n  sink = &p;\n  ++referenced;\n}\n}\n";
+    calls.push_back("::" + ns + "::" + fn);
+  }
+  out << "int main() {\n";
+  for (const std::string& c : calls)
+    out << "  " << c << "();\n";
+  out << "  std::printf(\"%d functions referenced\\n\", tessel_api_check::referenced);\n"
+         "  return tessel_api_check::referenced > 0 ? 0 : 1;\n}\n";
+  return out ? 0 : 1;
+}
