@@ -304,7 +304,7 @@ Status Trainer::resume(const std::string& checkpoint_path) {
   } else {
     TESSEL_ASSIGN_OR_RETURN(state,
                             load_training_checkpoint(checkpoint_path, *model_, mutable_optimizer(),
-                                                     grad_scaler_.get()));
+                                                     grad_scaler_.get(), key));
   }
   // A step past the run's end, or more optimizer steps than steps (one per step, less those the
   // loss scaler skipped), is a damaged or foreign file; said in checkpoint.h's get_int words.
