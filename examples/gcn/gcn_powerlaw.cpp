@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   Graph alone = *g;
   std::vector<int64_t> indptr, cols;
   std::vector<float> ones;
-  for (int64_t i = 0; i <= o.nodes; ++i) indptr.push_back(i);
+  for (int64_t i = 0; i <= o.nodes; ++i)
+    indptr.push_back(i);
   for (int64_t i = 0; i < o.nodes; ++i) {
     cols.push_back(i);
     ones.push_back(1.0f);
@@ -49,7 +50,7 @@ int main(int argc, char** argv) {
   Gcn mlp(o.features, 32, o.classes);
   Expected<GcnReport> m = train_gcn(mlp, alone, {.steps = steps});
   if (m.ok())
-    std::printf("features only (mlp): train accuracy %.3f, test accuracy %.3f\n",
-                m->train_accuracy, m->test_accuracy);
+    std::printf("features only (mlp): train accuracy %.3f, test accuracy %.3f\n", m->train_accuracy,
+                m->test_accuracy);
   return 0;
 }

@@ -59,7 +59,7 @@ struct Dnnl {
 
   // The name of the first function that is missing, or null.
   const char* load(void* handle) {
-#define TESSEL_DNNL_LOAD(name)                                      \
+#define TESSEL_DNNL_LOAD(name)                                   \
   name = reinterpret_cast<decltype(name)>(dlsym(handle, #name)); \
   if (!name) return #name;
     TESSEL_DNNL_LOAD(dnnl_engine_create)
@@ -125,9 +125,9 @@ class OneDnnConvPrimitive : public ConvPrimitive {
   }
 
   Status run() override {
-    TESSEL_TRY(check(f_.dnnl_primitive_execute(primitive_, stream_, int(args_.size()),
-                                               args_.data()),
-                     "dnnl_primitive_execute"));
+    TESSEL_TRY(
+        check(f_.dnnl_primitive_execute(primitive_, stream_, int(args_.size()), args_.data()),
+              "dnnl_primitive_execute"));
     return check(f_.dnnl_stream_wait(stream_), "dnnl_stream_wait");
   }
 
@@ -169,17 +169,20 @@ class OneDnnConv : public ConvPeer {
     const int64_t pad_r_w = (s.out_w() - 1) * s.stride + s.k - s.w - s.pad;
     const dnnl_dims_t pad_r = {pad_r_h, pad_r_w};
     dnnl_memory_desc_t x_md, w_md, y_md;
-    TESSEL_TRY(check(f_.dnnl_memory_desc_init_by_tag(&x_md, 4, x_dims, dnnl_f32, dnnl_format_tag_any),
-                     "memory_desc_init_by_tag"));
-    TESSEL_TRY(check(f_.dnnl_memory_desc_init_by_tag(&w_md, 4, w_dims, dnnl_f32, dnnl_format_tag_any),
-                     "memory_desc_init_by_tag"));
-    TESSEL_TRY(check(f_.dnnl_memory_desc_init_by_tag(&y_md, 4, y_dims, dnnl_f32, dnnl_format_tag_any),
-                     "memory_desc_init_by_tag"));
+    TESSEL_TRY(
+        check(f_.dnnl_memory_desc_init_by_tag(&x_md, 4, x_dims, dnnl_f32, dnnl_format_tag_any),
+              "memory_desc_init_by_tag"));
+    TESSEL_TRY(
+        check(f_.dnnl_memory_desc_init_by_tag(&w_md, 4, w_dims, dnnl_f32, dnnl_format_tag_any),
+              "memory_desc_init_by_tag"));
+    TESSEL_TRY(
+        check(f_.dnnl_memory_desc_init_by_tag(&y_md, 4, y_dims, dnnl_f32, dnnl_format_tag_any),
+              "memory_desc_init_by_tag"));
     // The forward primitive descriptor is also the hint the backward ones need.
     dnnl_convolution_desc_t fwd_desc;
-    TESSEL_TRY(check(f_.dnnl_convolution_forward_desc_init(
-                         &fwd_desc, dnnl_forward_training, dnnl_convolution_direct, &x_md, &w_md,
-                         nullptr, &y_md, strides, pad_l, pad_r),
+    TESSEL_TRY(check(f_.dnnl_convolution_forward_desc_init(&fwd_desc, dnnl_forward_training,
+                                                           dnnl_convolution_direct, &x_md, &w_md,
+                                                           nullptr, &y_md, strides, pad_l, pad_r),
                      "convolution_forward_desc_init"));
     dnnl_primitive_desc_t fwd_pd = nullptr;
     TESSEL_TRY(check(f_.dnnl_primitive_desc_create(&fwd_pd, &fwd_desc, nullptr, engine_, nullptr),
@@ -188,10 +191,10 @@ class OneDnnConv : public ConvPeer {
     dnnl_convolution_desc_t bwd_desc;
     Status made = ok_status();
     if (pass == ConvPass::kBackwardData) {
-      made = check(f_.dnnl_convolution_backward_data_desc_init(&bwd_desc, dnnl_convolution_direct,
-                                                               &x_md, &w_md, &y_md, strides,
-                                                               pad_l, pad_r),
-                   "convolution_backward_data_desc_init");
+      made =
+          check(f_.dnnl_convolution_backward_data_desc_init(
+                    &bwd_desc, dnnl_convolution_direct, &x_md, &w_md, &y_md, strides, pad_l, pad_r),
+                "convolution_backward_data_desc_init");
     } else if (pass == ConvPass::kBackwardWeights) {
       made = check(f_.dnnl_convolution_backward_weights_desc_init(
                        &bwd_desc, dnnl_convolution_direct, &x_md, &w_md, nullptr, &y_md, strides,
@@ -208,17 +211,21 @@ class OneDnnConv : public ConvPeer {
       switch (pass) {
         case ConvPass::kForward:
           made = prim->add_memory(engine_, pd, dnnl_query_src_md, DNNL_ARG_SRC);
-          if (made.ok()) made = prim->add_memory(engine_, pd, dnnl_query_weights_md, DNNL_ARG_WEIGHTS);
+          if (made.ok())
+            made = prim->add_memory(engine_, pd, dnnl_query_weights_md, DNNL_ARG_WEIGHTS);
           if (made.ok()) made = prim->add_memory(engine_, pd, dnnl_query_dst_md, DNNL_ARG_DST);
           break;
         case ConvPass::kBackwardData:
           made = prim->add_memory(engine_, pd, dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST);
-          if (made.ok()) made = prim->add_memory(engine_, pd, dnnl_query_weights_md, DNNL_ARG_WEIGHTS);
-          if (made.ok()) made = prim->add_memory(engine_, pd, dnnl_query_diff_src_md, DNNL_ARG_DIFF_SRC);
+          if (made.ok())
+            made = prim->add_memory(engine_, pd, dnnl_query_weights_md, DNNL_ARG_WEIGHTS);
+          if (made.ok())
+            made = prim->add_memory(engine_, pd, dnnl_query_diff_src_md, DNNL_ARG_DIFF_SRC);
           break;
         case ConvPass::kBackwardWeights:
           made = prim->add_memory(engine_, pd, dnnl_query_src_md, DNNL_ARG_SRC);
-          if (made.ok()) made = prim->add_memory(engine_, pd, dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST);
+          if (made.ok())
+            made = prim->add_memory(engine_, pd, dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST);
           if (made.ok())
             made = prim->add_memory(engine_, pd, dnnl_query_diff_weights_md, DNNL_ARG_DIFF_WEIGHTS);
           break;

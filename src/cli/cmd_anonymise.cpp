@@ -46,7 +46,8 @@ int run_anonymise(const AnonymiseArgs& args) {
 void add_anonymise_command(CLI::App& app) {
   auto args = std::make_shared<AnonymiseArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "anonymise", "replace e-mails, phones, IPs, cards, IBANs, birth dates, names with pseudonyms");
+      "anonymise",
+      "replace e-mails, phones, IPs, cards, IBANs, birth dates, names with pseudonyms");
   cmd->add_option("input", args->in, "a text file")->required()->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", args->out, "the anonymised text")->required();
   cmd->add_option("--key-file", args->key_file,

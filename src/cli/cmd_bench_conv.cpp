@@ -7,6 +7,7 @@
 //
 //   tessel bench conv [--nets resnet50,resnet18] [--passes fwd,bwd_data,bwd_weight]
 //                     [--layers NAME,...] [--batch N] [--reps N] [--clock wall|cpu] [--json]
+#include <time.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,7 +15,6 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <thread>
-#include <time.h>
 
 #include "cli/bench_conv_peer.h"
 #include "cli/commands.h"
@@ -129,14 +129,14 @@ class TesselConv {
       (void)y;
       return ok_status();
     }
-    ops::BackwardArgs args{{x_, w_, b_},
-                           Tensor(),
-                           {meta(x_), meta(w_), meta(b_)},
-                           attrs_,
-                           dy_,
-                           {pass_ == ConvPass::kBackwardData, pass_ == ConvPass::kBackwardWeights,
-                            false},
-                           {}};
+    ops::BackwardArgs args{
+        {x_, w_, b_},
+        Tensor(),
+        {meta(x_), meta(w_), meta(b_)},
+        attrs_,
+        dy_,
+        {pass_ == ConvPass::kBackwardData, pass_ == ConvPass::kBackwardWeights, false},
+        {}};
     TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> grads, op_->backward(args));
     (void)grads;
     return ok_status();
@@ -150,16 +150,15 @@ class TesselConv {
 };
 
 // Wall time, or with `cpu` the process's CPU time (all its threads): on a machine other jobs
-// keep busy, the time a call was descheduled is not its cost, and with one thread (TESSEL_THREADS=1,
-// which oneDNN gets too) the CPU time is the call's work alone.
+// keep busy, the time a call was descheduled is not its cost, and with one thread
+// (TESSEL_THREADS=1, which oneDNN gets too) the CPU time is the call's work alone.
 double now_seconds(bool cpu) {
   if (cpu) {
     timespec t{};
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
     return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
   }
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 double median(std::vector<double> v) {
@@ -246,8 +245,8 @@ Status run_bench(const Options& o) {
       }
       const double gf_tessel = s.flop() / median(t_tessel) / 1e9;
       const double gf_peer = peer ? s.flop() / median(t_peer) / 1e9 : 0.0;
-      const std::string shape = fmt::format("{} {} {} {} -> {} {}/{}", s.n, s.c, s.h, s.w, s.o,
-                                            s.k, s.stride);
+      const std::string shape =
+          fmt::format("{} {} {} {} -> {} {}/{}", s.n, s.c, s.h, s.w, s.o, s.k, s.stride);
       if (peer) ratios.push_back(gf_tessel / gf_peer);
       if (o.json) {
         auto row = [&](const char* impl, double gf) {

@@ -10,11 +10,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
-#include <cstdlib>
-#include <memory>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -46,11 +46,11 @@ struct Cublas {
   Handle handle = nullptr;
   int version = 0;
 };
-constexpr int kOpN = 0;                 // CUBLAS_OP_N
-constexpr int kDataF32 = 0;             // CUDA_R_32F
-constexpr int kDataBf16 = 14;           // CUDA_R_16BF
-constexpr int kComputeF32 = 68;         // CUBLAS_COMPUTE_32F
-constexpr int kGemmDefault = -1;        // CUBLAS_GEMM_DEFAULT
+constexpr int kOpN = 0;           // CUBLAS_OP_N
+constexpr int kDataF32 = 0;       // CUDA_R_32F
+constexpr int kDataBf16 = 14;     // CUDA_R_16BF
+constexpr int kComputeF32 = 68;   // CUBLAS_COMPUTE_32F
+constexpr int kGemmDefault = -1;  // CUBLAS_GEMM_DEFAULT
 
 Expected<Cublas> load_cublas(const CudaDevice& gpu) {
   std::vector<std::string> names = {"libcublas.so", "libcublas.so.13", "libcublas.so.12"};
@@ -100,7 +100,8 @@ struct Options {
 
 // Median seconds of `reps` calls of `fn`, each followed by a synchronize, after 3 warm-up calls.
 Expected<double> time_calls(Device* gpu, int reps, const std::function<Status()>& fn) {
-  for (int i = 0; i < 3; ++i) TESSEL_TRY(fn());
+  for (int i = 0; i < 3; ++i)
+    TESSEL_TRY(fn());
   TESSEL_TRY(gpu->synchronize());
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
@@ -114,7 +115,7 @@ Expected<double> time_calls(Device* gpu, int reps, const std::function<Status()>
 }
 
 Status run(const Options& o) {
-  TESSEL_ASSIGN_OR_RETURN(Device* device, get_device(o.device));
+  TESSEL_ASSIGN_OR_RETURN(Device * device, get_device(o.device));
   if (device->kind() != DeviceKind::kCuda)
     return invalid_argument("--device {}: cuda-gemm compares with cuBLAS on a CUDA GPU", o.device);
   auto* gpu = static_cast<CudaDevice*>(device);
@@ -122,8 +123,8 @@ Status run(const Options& o) {
   std::vector<std::array<int, 3>> shapes;  // m, n, k
   std::vector<std::string> sizes = o.sizes;
   if (sizes.empty())
-    sizes = {"512", "1024", "2048", "4096", "2048x1152x384", "2048x384x384", "2048x1536x384",
-             "2048x384x1536"};
+    sizes = {"512",           "1024",         "2048",          "4096",
+             "2048x1152x384", "2048x384x384", "2048x1536x384", "2048x384x1536"};
   for (const std::string& s : sizes) {
     int m = 0, n = 0, k = 0;
     if (std::sscanf(s.c_str(), "%dx%dx%d", &m, &n, &k) == 3) {
@@ -135,10 +136,11 @@ Status run(const Options& o) {
     }
   }
   if (!o.json)
-    std::printf("# tessel bench cuda-gemm on %s (%s), cuBLAS %d from %s; median of %d calls\n"
-                "%-18s %-5s %12s %12s %8s %10s\n",
-                gpu->id().c_str(), gpu->name().c_str(), cublas.version, cublas.library.c_str(),
-                o.reps, "MxNxK", "dtype", "tessel GF/s", "cuBLAS GF/s", "ratio", "max |diff|");
+    std::printf(
+        "# tessel bench cuda-gemm on %s (%s), cuBLAS %d from %s; median of %d calls\n"
+        "%-18s %-5s %12s %12s %8s %10s\n",
+        gpu->id().c_str(), gpu->name().c_str(), cublas.version, cublas.library.c_str(), o.reps,
+        "MxNxK", "dtype", "tessel GF/s", "cuBLAS GF/s", "ratio", "max |diff|");
   std::mt19937 rng(1);
   for (const std::string& dtype_name : o.dtypes) {
     const DType dtype = dtype_name == "bf16" ? DType::kBF16 : DType::kF32;
@@ -146,8 +148,10 @@ Status run(const Options& o) {
       const int m = shape_mnk[0], n = shape_mnk[1], k = shape_mnk[2];
       std::normal_distribution<float> normal(0.0f, 1.0f);
       std::vector<float> ha(size_t(m) * k), hb(size_t(k) * n);
-      for (float& v : ha) v = normal(rng);
-      for (float& v : hb) v = normal(rng);
+      for (float& v : ha)
+        v = normal(rng);
+      for (float& v : hb)
+        v = normal(rng);
       TESSEL_ASSIGN_OR_RETURN(Tensor a32, Tensor::from_vector(ha, {m, k}, gpu));
       TESSEL_ASSIGN_OR_RETURN(Tensor b32, Tensor::from_vector(hb, {k, n}, gpu));
       TESSEL_ASSIGN_OR_RETURN(Tensor a, ops::cast(a32, dtype));
@@ -164,7 +168,8 @@ Status run(const Options& o) {
       TESSEL_ASSIGN_OR_RETURN(std::vector<float> x, mine.to_vector<float>());
       TESSEL_ASSIGN_OR_RETURN(std::vector<float> y, theirs.to_vector<float>());
       double diff = 0;
-      for (size_t i = 0; i < x.size(); ++i) diff = std::max(diff, double(std::fabs(x[i] - y[i])));
+      for (size_t i = 0; i < x.size(); ++i)
+        diff = std::max(diff, double(std::fabs(x[i] - y[i])));
       const double flops = 2.0 * m * n * k;
       const double gf_mine = flops / t_mine * 1e-9, gf_theirs = flops / t_theirs * 1e-9;
       const std::string shape = fmt::format("{}x{}x{}", m, n, k);

@@ -234,8 +234,8 @@ Status run_bench(const Options& options) {
         ops::DeviceKernel::compile(gemm_tile, cpu_device(), gemm_params(dtype, options.tiles)));
     cpu_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k));
     if (opencl) {
-      TESSEL_ASSIGN_OR_RETURN(ops::DeviceKernel k2,
-                              ops::DeviceKernel::compile(gemm_tile, opencl, gemm_params(dtype, "")));
+      TESSEL_ASSIGN_OR_RETURN(ops::DeviceKernel k2, ops::DeviceKernel::compile(
+                                                        gemm_tile, opencl, gemm_params(dtype, "")));
       opencl_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k2));
     }
   }

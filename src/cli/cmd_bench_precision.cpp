@@ -199,10 +199,10 @@ Status run(const Options& o) {
       const double cpu_ratio = fp32_cpu_ms > 0 ? cpu_ms / fp32_cpu_ms : 0.0;
       const double throughput = double(w.items_per_step) / (step_ms / 1000.0);
       if (o.json) {
-        nlohmann::json j = {{"workload", name},        {"precision", p},
-                            {"step_ms", step_ms},      {"forward_ms", median(fwd)},
+        nlohmann::json j = {{"workload", name},           {"precision", p},
+                            {"step_ms", step_ms},         {"forward_ms", median(fwd)},
                             {"backward_ms", median(bwd)}, {"optimizer_ms", median(opt)},
-                            {"throughput", throughput}, {"unit", w.unit}};
+                            {"throughput", throughput},   {"unit", w.unit}};
         j["cpu_ms"] = cpu_ms;
         if (fp32_ms > 0) {
           j["ratio_to_fp32"] = ratio;
@@ -230,7 +230,8 @@ void add_bench_precision_command(CLI::App& bench) {
   cmd->add_option("--workloads", o->workloads, "gpt_mini, gpt_tiny, mlp")->delimiter(',');
   cmd->add_option("--precisions", o->precisions, "fp32, bf16, fp16 (fp32 first for ratios)")
       ->delimiter(',');
-  cmd->add_option("--warmup", o->warmup, "untimed steps per precision")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--warmup", o->warmup, "untimed steps per precision")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--rounds", o->rounds, "timed steps per precision")->check(CLI::PositiveNumber);
   cmd->add_flag("--json", o->json, "one JSON object per line");
   cmd->callback([o] {

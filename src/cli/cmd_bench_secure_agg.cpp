@@ -60,15 +60,16 @@ int run(const Options& o) {
   for (size_t i = 0; i < sum.size(); ++i)
     worst = std::max(worst, std::abs(sum[i] - 2.0 * double(update[i])));
 
-  fmt::print("Paillier {}-bit modulus (key generated in {:.2f} s), {} values per ciphertext "
-             "({}-bit slots: {} fraction bits, {} value bits, {} headroom bits), {} bytes each; "
-             "{} cores\n",
-             pub.bits(), keygen, codec.slots, codec.slot_bits, codec.frac_bits,
-             codec.value_bits, codec.headroom_bits, pub.ciphertext_bytes(),
-             std::thread::hardware_concurrency());
-  fmt::print("timed on {} ciphertexts ({} values); largest error of a decrypted 2-owner sum: "
-             "{:.2e} (bound {:.2e})\n\n",
-             c.size(), sample_values, worst, 2 * std::ldexp(1.0, -(codec.frac_bits + 1)));
+  fmt::print(
+      "Paillier {}-bit modulus (key generated in {:.2f} s), {} values per ciphertext "
+      "({}-bit slots: {} fraction bits, {} value bits, {} headroom bits), {} bytes each; "
+      "{} cores\n",
+      pub.bits(), keygen, codec.slots, codec.slot_bits, codec.frac_bits, codec.value_bits,
+      codec.headroom_bits, pub.ciphertext_bytes(), std::thread::hardware_concurrency());
+  fmt::print(
+      "timed on {} ciphertexts ({} values); largest error of a decrypted 2-owner sum: "
+      "{:.2e} (bound {:.2e})\n\n",
+      c.size(), sample_values, worst, 2 * std::ldexp(1.0, -(codec.frac_bits + 1)));
   fmt::print("{:<10} {:>14} {:>16}\n", "operation", "ciphertexts/s", "values/s");
   for (auto [name, seconds] : {std::pair{"encrypt", encrypt}, {"add", add}, {"decrypt", decrypt}})
     fmt::print("{:<10} {:>14.0f} {:>16.0f}\n", name, 1.0 / seconds, codec.slots / seconds);
@@ -93,13 +94,13 @@ int run(const Options& o) {
     const double agg = add * double(per_round) * double(owners - 1);
     // An owner's critical path: encrypt, wait for the aggregator, decrypt.
     const double secure_round = enc + agg + dec;
-    fmt::print("{:<7} {:>12.2f} {:>14.2f} {:>12.2f} {:>14.4f} {:>13} {:>9.0f}x\n", owners, enc,
-               agg, dec, plain, per_round * int64_t(pub.ciphertext_bytes()),
-               secure_round / plain);
+    fmt::print("{:<7} {:>12.2f} {:>14.2f} {:>12.2f} {:>14.4f} {:>13} {:>9.0f}x\n", owners, enc, agg,
+               dec, plain, per_round * int64_t(pub.ciphertext_bytes()), secure_round / plain);
   }
-  fmt::print("\n(plaintext sends {} bytes per owner as float32; overhead = (encrypt + aggregate + "
-             "decrypt) / plaintext averaging, per round)\n",
-             o.values * 4);
+  fmt::print(
+      "\n(plaintext sends {} bytes per owner as float32; overhead = (encrypt + aggregate + "
+      "decrypt) / plaintext averaging, per round)\n",
+      o.values * 4);
   return 0;
 }
 
