@@ -13,6 +13,8 @@ packages=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libgtest-dev zlib1g-dev
   # cryptography: libsodium (encrypted files, keyed hashes), GMP (Paillier's big numbers)
   libsodium-dev libgmp-dev
+  # the auto-tuner's database (tune/tune_db.h)
+  libsqlite3-dev
   # OpenCL: headers, the ICD loader, and PoCL as the CPU OpenCL device
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   # MPI backend for collectives across machines

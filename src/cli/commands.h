@@ -16,6 +16,7 @@ void add_compile_command(CLI::App& app);  // cmd_compile.cpp
 void add_train_command(CLI::App& app);    // cmd_train.cpp
 void add_checkpoint_command(CLI::App& app);  // cmd_checkpoint.cpp
 void add_anonymise_command(CLI::App& app);   // cmd_anonymise.cpp
+void add_tune_command(CLI::App& app);        // cmd_tune.cpp
 
 // `tessel bench` (cmd_bench.cpp) returns the parent that each benchmark adds itself to.
 CLI::App& add_bench_command(CLI::App& app);

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_train_command(app);
   tessel::cli::add_checkpoint_command(app);
   tessel::cli::add_anonymise_command(app);
+  tessel::cli::add_tune_command(app);
   CLI::App& bench = tessel::cli::add_bench_command(app);
   tessel::cli::add_bench_gemm_command(bench);
   tessel::cli::add_bench_conv_command(bench);
