@@ -19,8 +19,9 @@ packages=(
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   # MPI backend for collectives across machines
   openmpi-bin libopenmpi-dev
-  # benchmark peers (linked only into benchmarks)
-  libdnnl-dev libopenblas-dev
+  # benchmark peers (linked only into benchmarks): oneDNN and OpenBLAS for the CPU, CLBlast (the
+  # tuned OpenCL BLAS) for OpenCL, which the `tessel` command links for `tessel bench gemm`
+  libdnnl-dev libopenblas-dev libclblast-dev
   # independent peer for the measured bandwidth and peak rates (tessel_hw_bench)
   likwid
   # data
