@@ -23,6 +23,7 @@ CLI::App& add_bench_command(CLI::App& app);
 void add_bench_gemm_command(CLI::App& bench);  // cmd_bench_gemm.cpp
 void add_bench_comm_command(CLI::App& bench);  // cmd_bench_comm.cpp
 void add_bench_ddp_command(CLI::App& bench);   // cmd_bench_ddp.cpp
+void add_bench_hetero_command(CLI::App& bench);  // cmd_bench_hetero.cpp
 void add_bench_train_command(CLI::App& bench);  // cmd_bench_train.cpp
 void add_bench_precision_command(CLI::App& bench);  // cmd_bench_precision.cpp
 void add_bench_cuda_gemm_command(CLI::App& bench);  // cmd_bench_cuda_gemm.cpp

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_bench_conv_command(bench);
   tessel::cli::add_bench_comm_command(bench);
   tessel::cli::add_bench_ddp_command(bench);
+  tessel::cli::add_bench_hetero_command(bench);
   tessel::cli::add_bench_train_command(bench);
   tessel::cli::add_bench_precision_command(bench);
   tessel::cli::add_bench_cuda_gemm_command(bench);
