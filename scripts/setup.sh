@@ -17,6 +17,8 @@ packages=(
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   # MPI backend for collectives across machines
   openmpi-bin libopenmpi-dev
+  # machines simulated on this one for the multi-machine tests (ip netns, veth, tc)
+  iproute2
   # benchmark peers (linked only into benchmarks)
   libdnnl-dev libopenblas-dev
   # independent peer for the measured bandwidth and peak rates (tessel_hw_bench)
