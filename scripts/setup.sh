@@ -19,6 +19,8 @@ packages=(
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   # MPI backend for collectives across machines
   openmpi-bin libopenmpi-dev
+  # machines simulated on this one for the multi-machine tests (ip netns, veth, tc)
+  iproute2
   # benchmark peers (linked only into benchmarks): oneDNN and OpenBLAS for the CPU, CLBlast (the
   # tuned OpenCL BLAS) for OpenCL, which the `tessel` command links for `tessel bench gemm`
   libdnnl-dev libopenblas-dev libclblast-dev
