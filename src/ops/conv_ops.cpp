@@ -249,9 +249,14 @@ int64_t relaid_channel_stride(const TapGrid& g, int64_t n) {
 
 // x [N, C, H, W] relaid for the grid g by conv_relayout, as `to`, with an image of zeros after
 // the last in every channel and phase (conv_relayout reads image N as zeros: it is outside x).
+//
+// `unfold` > 1 (a stem, below; g then has one column phase): each input channel becomes
+// `unfold` channels, channel c unfold + j holding the input shifted by j columns, as
+// P[c unfold + j, py, b, hh, ww] = X[b, c, hh sh + py - ph, ww sw + j - pw]: conv_relayout's
+// column phases with the phase index j and the channel strides that make c unfold + j one index.
 Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t sh, int64_t sw,
-                          int64_t ph, int64_t pw) {
-  const int64_t n = x.size(0) + 1, c = x.size(1);
+                          int64_t ph, int64_t pw, int64_t unfold = 1) {
+  const int64_t n = x.size(0) + 1, c = x.size(1) * unfold;
   const int64_t per_channel = relaid_channel_stride(g, x.size(0));
   // conv_relayout writes every element of every image, the zero image and the padding
   // included; only the elements that pad a channel's stride are left, and those are zeroed
@@ -264,9 +269,11 @@ Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t s
     TESSEL_ASSIGN_OR_RETURN(Tensor tail, rows.slice(1, written, per_channel));
     TESSEL_TRY(tail.fill(0.0));
   }
+  const int64_t px = g.phases_x * unfold, plane_stride = n * g.plane();
   View p{buf,
-         {c, g.phases_y, g.phases_x, n, g.hh, g.ww},
-         {per_channel, g.phases_x * n * g.plane(), n * g.plane(), g.plane(), g.ww, 1}};
+         {x.size(1), g.phases_y, px, n, g.hh, g.ww},
+         {unfold * per_channel, g.phases_x * plane_stride, unfold > 1 ? per_channel : plane_stride,
+          g.plane(), g.ww, 1}};
   TESSEL_TRY(launch_kernel("conv_relayout", {{"U", dtype_name(to)}}, {x, p, sh, sw, ph, pw}));
   return buf;
 }
@@ -319,6 +326,13 @@ struct StoreTarget {
   int64_t yh = 1, yw = 1, ostride = 1;
 };
 
+// The output phases an input-gradient launch runs (one grid plane each), `every_tap` when each
+// tap contributes to every one of them (conv_implicit's UNIT_STRIDE).
+struct Phases {
+  int64_t y = 1, x = 1;
+  bool every_tap = false;
+};
+
 // Y [N, M G, yh, yw] as the store target of grid g over its n images.
 StoreTarget store_target(const Tensor& y, const TapGrid& g, int64_t groups) {
   const int64_t n = y.size(0), m = y.size(1) / groups, yh = y.size(2), yw = y.size(3), l = yh * yw;
@@ -330,10 +344,10 @@ StoreTarget store_target(const Tensor& y, const TapGrid& g, int64_t groups) {
 // One conv_implicit launch: the convolution of `input` (already viewed) by `taps` into `out`.
 Status launch_implicit(const View& taps, const View& input, const StoreTarget& out,
                        const View& bias, bool has_bias, bool transposed, const Window& w,
-                       const TapGrid& g, int64_t ty0, int64_t tx0) {
+                       const TapGrid& g, int64_t ty0, int64_t tx0, Phases phases = {}) {
   KernelParams params{{"BIAS", has_bias ? "1" : "0"},
                       {"TRANSPOSED", transposed ? "1" : "0"},
-                      {"UNIT_STRIDE", transposed && unit_strides(w) ? "1" : "0"},
+                      {"UNIT_STRIDE", transposed && phases.every_tap ? "1" : "0"},
                       {"DENSE", out.dense ? "1" : "0"}};
   std::vector<KernelArg> args{taps,
                               input,
@@ -348,6 +362,8 @@ Status launch_implicit(const View& taps, const View& input, const StoreTarget& o
                               w.pw,
                               ty0,
                               tx0,
+                              phases.y,
+                              phases.x,
                               transposed ? w.sh : int64_t{1},
                               transposed ? w.sw : int64_t{1},
                               g.ww,
@@ -453,29 +469,6 @@ Expected<Tensor> conv_forward_implicit(const Tensor& x, const Tensor& weight, co
   return y;
 }
 
-Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
-                              const TensorMeta& out) {
-  TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(in[0], in[1], a));
-  TESSEL_ASSIGN_OR_RETURN(Tensor x, cast(in[0], compute));
-  TESSEL_ASSIGN_OR_RETURN(Tensor weight, cast(in[1], compute));
-  TESSEL_ASSIGN_OR_RETURN(Tensor bias_f32, cast(in[2], DType::kF32));
-  TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
-  const ConvShape s = conv_shape(x, weight, groups_of(a), w);
-  const int64_t og = s.o / s.groups;
-  View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
-  if (implicit_gemm(x, s.c / s.groups))
-    return conv_forward_implicit(x, weight, bias, w, s, compute, out);
-  TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
-  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
-  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
-  View a_view{wc, {s.groups, og, s.k}, {og * s.k, s.k, 1}};
-  View b_view{cols, {s.n, s.groups, s.k, s.l()}, {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
-  KernelParams params = conv_gemm_params(y);
-  params["BIAS"] = "1";
-  TESSEL_TRY(launch_kernel("conv_gemm", params, {a_view, b_view, grouped(y, s), bias}));
-  return y;
-}
-
 // Whether the weight gradient is computed transposed (dW^T = cols G^T): when the columns have
 // fewer rows than the output has channels, as in a first layer (9 rows for 32 channels), whose
 // dW rows would fill a quarter of a 12 x 32 CPU micro-tile.
@@ -499,50 +492,116 @@ int64_t weight_grad_splits(const ConvShape& s, const Tensor& like, bool swapped)
   return splits;
 }
 
-// The weight gradient [O, C / G, kh, kw] (f32) of an implicit-gemm convolution: one gemm per
-// tap over the forward's views of x and the output gradient g on the same position grid, split
-// along the positions only as far as needed to keep every thread busy.
-Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Window& w,
-                                      const ConvShape& s, DType compute) {
-  const TapGrid grid = forward_grid(w, s);
-  const int64_t og = s.o / s.groups, cg = s.c / s.groups, taps = w.kh * w.kw;
-  Tensor input = x, dy = g;
-  View a;
-  int64_t positions = 0;
-  if (grid.direct) {
-    TESSEL_ASSIGN_OR_RETURN(input, contiguous_on_device(x));
-    TESSEL_ASSIGN_OR_RETURN(dy, contiguous_on_device(g));
-    positions = s.l();
-    a = View{dy, {s.n, s.groups, og, positions}, {s.o * positions, og * positions, positions, 1}};
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(input, relayout(x, compute, grid, w.sh, w.sw, w.ph, w.pw));
-    TapGrid on_grid;  // g at the forward's positions, zeros at those it computes and drops
-    on_grid.hh = grid.hh;
-    on_grid.ww = grid.ww;
-    TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, on_grid, 1, 1, 0, 0));
-    positions = s.n * grid.plane();
-    const int64_t stride = relaid_channel_stride(on_grid, s.n);
-    a = View{dy, {1, s.groups, og, positions}, {0, og * stride, stride, 1}};
-  }
-  const bool cpu = x.device()->kind() == DeviceKind::kCpu;
+// The output gradient g at the positions of the forward's grid, zeros at those it computes and
+// drops: the [1, G, O / G, N plane] operand of the weight gradient's gemms.
+struct GradOnGrid {
+  Tensor buf;
+  View view;
+};
+Expected<GradOnGrid> grad_on_grid(const Tensor& g, const TapGrid& grid, const ConvShape& s,
+                                  DType compute) {
+  TapGrid on_grid;
+  on_grid.hh = grid.hh;
+  on_grid.ww = grid.ww;
+  TESSEL_ASSIGN_OR_RETURN(Tensor dy, relayout(g, compute, on_grid, 1, 1, 0, 0));
+  const int64_t og = s.o / s.groups, stride = relaid_channel_stride(on_grid, s.n);
+  return GradOnGrid{dy,
+                    View{dy, {1, s.groups, og, s.n * grid.plane()}, {0, og * stride, stride, 1}}};
+}
+
+// conv_implicit_weight_grad: dW(t) = sum over positions of a [Z, G, og, positions] times the
+// input's transposed tap views x_qk, split along the positions only as far as needed to keep
+// every thread busy. The result is flat, [O, cg, taps].
+Expected<Tensor> weight_grad_gemms(const View& a, const View& x_qk, int64_t positions,
+                                   const Window& w, int64_t groups, int64_t og, int64_t cg,
+                                   const Tensor& like) {
+  const int64_t taps = w.kh * w.kw, o = og * groups;
+  const bool cpu = like.device()->kind() == DeviceKind::kCpu;
   const int64_t bm = cpu ? 192 : 64, bn = cpu ? 256 : 64, bk = cpu ? 256 : 16;
-  const int64_t blocks = ceil_div(og, bm) * ceil_div(cg, bn) * s.groups * taps;
+  const int64_t blocks = ceil_div(og, bm) * ceil_div(cg, bn) * groups * taps;
   const int64_t k_tiles = ceil_div(positions, bk);
   const int64_t want = cpu ? 4 * ThreadPool::global().num_threads() : 64;
   const int64_t per = ceil_div(k_tiles, std::clamp<int64_t>(ceil_div(want, blocks), 1, k_tiles));
   const int64_t splits = ceil_div(k_tiles, per);
-  TESSEL_ASSIGN_OR_RETURN(Tensor parts, empty_like_device({splits, s.o, cg, taps}, DType::kF32, x));
-  View out{parts,
-           {splits, s.groups, taps, og, cg},
-           {s.o * cg * taps, og * cg * taps, 1, cg * taps, taps}};
+  const int64_t m = o * cg * taps;
+  TESSEL_ASSIGN_OR_RETURN(Tensor parts, empty_like_device({splits, m}, DType::kF32, like));
+  View out{parts, {splits, groups, taps, og, cg}, {m, og * cg * taps, 1, cg * taps, taps}};
   TESSEL_TRY(launch_kernel("conv_implicit_weight_grad", {},
-                           {a, tap_view(input, grid, s.n, s.c, s.groups, true), out, w.kw, w.dh,
-                            w.dw, w.sh, w.sw, per}));
+                           {a, x_qk, out, w.kw, w.dh, w.dw, w.sh, w.sw, per}));
   if (splits == 1) return parts;
-  const int64_t m = s.o * cg * taps;
-  TESSEL_ASSIGN_OR_RETURN(Tensor dw, empty_like_device({m}, DType::kF32, x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dw, empty_like_device({m}, DType::kF32, like));
   TESSEL_TRY(launch_kernel("sum_splits", {}, {View{parts, {splits, m}, {m, 1}}, dw}));
   return dw;
+}
+
+// The weight gradient [O, C / G, kh, kw] (f32, flat) of an implicit-gemm convolution: one gemm
+// per tap over the forward's views of x and the output gradient g on the same position grid.
+Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Window& w,
+                                      const ConvShape& s, DType compute) {
+  const TapGrid grid = forward_grid(w, s);
+  const int64_t og = s.o / s.groups, cg = s.c / s.groups;
+  if (grid.direct) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor input, contiguous_on_device(x));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
+    const int64_t positions = s.l();
+    View a{dy, {s.n, s.groups, og, positions}, {s.o * positions, og * positions, positions, 1}};
+    return weight_grad_gemms(a, tap_view(input, grid, s.n, s.c, s.groups, true), positions, w,
+                             s.groups, og, cg, x);
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor input, relayout(x, compute, grid, w.sh, w.sw, w.ph, w.pw));
+  TESSEL_ASSIGN_OR_RETURN(GradOnGrid dy, grad_on_grid(g, grid, s, compute));
+  return weight_grad_gemms(dy.view, tap_view(input, grid, s.n, s.c, s.groups, true),
+                           s.n * grid.plane(), w, s.groups, og, cg, x);
+}
+
+// ---- stems: few input channels, a wide window (the CPU) ----
+//
+// With fewer than 16 input channels (an RGB stem: 3) each tap's gemm is too shallow for the
+// micro-kernel. Unfolding the window's columns into channels (relayout's `unfold`) makes the
+// layer a kh x 1 convolution over C kw channels (21 for a 7x7 RGB stem), deep enough, without
+// writing im2col's kh kw shifted copies of the input: the relaid buffer holds kw of them. The
+// weights go as [O, kh, C, kw] (a small permuted copy), so that tap i's [O, C kw] matrix has
+// unit stride. The forward only: the gradients stay on im2col (the weight gradient's gemm per tap
+// would be 21 wide, a third of each micro-tile idle; a stem needs no input gradient).
+
+// Whether a layer runs unfolded on this device.
+bool runs_unfolded(const Tensor& like, const Window& w, const ConvShape& s) {
+  return s.groups == 1 && w.kw > 1 && w.dw == 1 && s.c < 16 && implicit_gemm(like, s.c * w.kw);
+}
+
+// The unfolded layer: its kh x 1 window, shape, grid and relaid input.
+struct Unfolded {
+  Window w;
+  ConvShape s;
+  TapGrid grid;
+  Tensor input;
+};
+Expected<Unfolded> unfold(const Tensor& x, const Window& w, const ConvShape& s, DType compute) {
+  Unfolded u{Window{w.kh, 1, w.sh, 1, w.ph, 0, w.dh, 1}, s, {}, {}};
+  u.s.c = s.c * w.kw;
+  u.grid = forward_grid(u.w, u.s);
+  TESSEL_ASSIGN_OR_RETURN(u.input, relayout(x, compute, u.grid, w.sh, w.sw, w.ph, w.pw, w.kw));
+  return u;
+}
+
+Expected<Tensor> conv_forward_unfolded(const Tensor& x, const Tensor& weight, const View& bias,
+                                       const Window& w, const ConvShape& s, DType compute,
+                                       const TensorMeta& out) {
+  TESSEL_ASSIGN_OR_RETURN(Unfolded u, unfold(x, w, s, compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor permuted, weight.permute({0, 2, 1, 3}));
+  TESSEL_ASSIGN_OR_RETURN(Tensor wp, contiguous_on_device(permuted));  // [O, kh, C, kw]
+  View taps{wp, {1, w.kh, s.o, u.s.c}, {0, u.s.c, w.kh * u.s.c, 1}};
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  // The grid is as wide as the output (no column taps), so one image's outputs are the first L
+  // positions of its plane: the launch runs per image over those alone (one grid plane each, the
+  // last rows of the plane only read) and stores them densely, not element by element.
+  View input = tap_view(u.input, u.grid, s.n, u.s.c, 1, false);
+  input.shape[0] = s.n;
+  input.strides[0] = u.grid.plane();
+  input.shape[7] = s.l();
+  const StoreTarget dense{View{y, {s.n, 1, s.o, s.l()}, {s.o * s.l(), 0, s.l(), 1}}, true};
+  TESSEL_TRY(launch_implicit(taps, input, dense, bias, true, false, u.w, u.grid, 0, 0));
+  return y;
 }
 
 // The input gradient [N, C, H, W] (f32) of an implicit-gemm convolution: conv_implicit run
@@ -559,12 +618,47 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
   }
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
   const View taps = weight_taps(wc, s.groups, true);
-  TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
+  // A strided 1x1 without padding reaches output phase (0, 0) alone: that one plane runs, with
+  // the weight tiles shared among blocks, into a zeroed dX (the other phases' planes would
+  // store zeros element by element, and make every block pack its own weight tiles).
+  const bool one_phase = !unit_strides(w) && w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0;
+  Phases phases{w.sh, w.sw, unit_strides(w)};
+  Tensor dx;
+  if (one_phase) {
+    phases = Phases{1, 1, true};
+    TESSEL_ASSIGN_OR_RETURN(dx, Tensor::zeros(x_shape, DType::kF32, g.device()));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(dx, empty_like_device(x_shape, DType::kF32, g));
+  }
   View no_bias{dx, {s.groups, s.c / s.groups}, {0, 0}};  // unread with BIAS = 0
   TESSEL_TRY(launch_implicit(taps, tap_view(dy, t.grid, s.n, s.o, s.groups, false),
                              store_target(dx, t.grid, s.groups), no_bias, false, true, w, t.grid,
-                             t.top, t.left));
+                             t.top, t.left, phases));
   return dx;
+}
+
+Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
+                              const TensorMeta& out) {
+  TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(in[0], in[1], a));
+  TESSEL_ASSIGN_OR_RETURN(Tensor x, cast(in[0], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor weight, cast(in[1], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor bias_f32, cast(in[2], DType::kF32));
+  TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
+  const ConvShape s = conv_shape(x, weight, groups_of(a), w);
+  const int64_t og = s.o / s.groups;
+  View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
+  if (runs_unfolded(x, w, s)) return conv_forward_unfolded(x, weight, bias, w, s, compute, out);
+  if (implicit_gemm(x, s.c / s.groups))
+    return conv_forward_implicit(x, weight, bias, w, s, compute, out);
+  TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+  View a_view{wc, {s.groups, og, s.k}, {og * s.k, s.k, 1}};
+  View b_view{cols, {s.n, s.groups, s.k, s.l()}, {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
+  KernelParams params = conv_gemm_params(y);
+  params.emplace("BIAS", "1");
+  TESSEL_TRY(launch_kernel("conv_gemm", params, {a_view, b_view, grouped(y, s), bias}));
+  return y;
 }
 
 Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {

@@ -249,6 +249,11 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d",
                {real({1, 16, 5, 6}), real({32, 16, 3, 3}), real({32})},
                Attrs().set("stride", {2, 2}).set("padding", {1, 1})});
+  // An RGB 7x7 / stride 2 stem with C kw >= 16: unfolded into a 7x1 convolution over 21
+  // channels (forward and weight gradient; the input gradient stays on im2col).
+  c.push_back({"conv2d",
+               {real({2, 3, 11, 10}), real({4, 3, 7, 7}), real({4})},
+               Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
   c.push_back({"conv2d",  // the implicit gemm computing in bf16, and on bf16 operands
                {real({1, 16, 5, 6}), real({16, 16, 3, 3}), real({16})},
                Attrs().set("padding", {1, 1}).set("compute", static_cast<int64_t>(bf16)),
