@@ -383,6 +383,8 @@ Status launch_implicit(const View& taps, const View& input, const StoreTarget& o
 // at once, not L per image) and conv_implicit runs it as a 1x1 convolution over them; the
 // columns cost a pass over kh kw times the input, small next to a gemm of 64 or more rows.
 
+// (The input gradient of a strided layer keeps the implicit grid: its phase planes waste less,
+// and col2im's stride tests cost more.)
 // Whether the implicit grid of a layer computes over a quarter more positions than it has
 // outputs (a window over images of 14 x 14 and less) and the layer has 32 or more output
 // channels per group (the forward's gemm rows and the input gradient's depth, over which the
@@ -608,7 +610,8 @@ Expected<Tensor> conv_forward_unfolded(const Tensor& x, const Tensor& weight, co
 // transposed over the output gradient g, padded so that every tap reads inside it.
 Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
                                      const ConvShape& s, const Shape& x_shape, DType compute) {
-  if (columns_pay(w, s)) return input_grad_columns(g, weight, w, s, x_shape, compute);
+  if (columns_pay(w, s) && unit_strides(w))
+    return input_grad_columns(g, weight, w, s, x_shape, compute);
   const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3]);
   Tensor dy = g;
   if (t.grid.direct) {

@@ -242,7 +242,8 @@ std::vector<Case> all_cases() {
                {real({1, 2, 11, 10}), real({3, 2, 7, 7}), real({3})},
                Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
   // Small images under 32 or more output channels: columns over every image's positions and a
-  // 1x1 conv_implicit over them (forward and input gradient), unit and stride 2.
+  // 1x1 conv_implicit over them (forward and input gradient; a strided layer's input gradient
+  // stays on the implicit grid's phases).
   c.push_back({"conv2d",
                {real({2, 16, 4, 5}), real({32, 16, 3, 3}), real({32})},
                Attrs().set("padding", {1, 1})});
