@@ -381,10 +381,10 @@ Status launch_implicit(const View& taps, const View& input, const StoreTarget& o
 // 196. There the columns are cheaper: im2col writes [G K, N L] (row (c kh + i) kw + j of a
 // group, column b L + l: every image's positions in one row, so the gemm runs over N L of them
 // at once, not L per image) and conv_implicit runs it as a 1x1 convolution over them; the
-// columns cost a pass over kh kw times the input, small next to a gemm of 64 or more rows.
+// columns cost a pass over kh kw times the input, small next to a gemm of 64 or more rows. The
+// input gradient of a strided layer keeps the implicit grid: its phase planes waste less, and
+// col2im's stride tests cost more.
 
-// (The input gradient of a strided layer keeps the implicit grid: its phase planes waste less,
-// and col2im's stride tests cost more.)
 // Whether the implicit grid of a layer computes over a quarter more positions than it has
 // outputs (a window over images of 14 x 14 and less) and the layer has 32 or more output
 // channels per group (the forward's gemm rows and the input gradient's depth, over which the
