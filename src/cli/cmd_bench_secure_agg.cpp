@@ -1,11 +1,12 @@
 // `tessel bench secure-agg`: the cost of Paillier secure aggregation (secure/paillier.h) against
 // plaintext averaging, for one model update of --values reals (default: the 535,818 parameters of
 // examples/fashion_mlp.toml) and --owners data owners: encrypt (an owner, with its key's CRT),
-// add (the aggregator, one ciphertext multiplication per owner), decrypt (an owner), as
-// throughput and as seconds per round, next to plaintext averaging of the same floats (the
-// peer). Encryption and decryption use every core (as an owner does), adding and the peer one;
-// the ratio is per round and per owner. Beside the wall-clock rates, CPU milliseconds per
-// ciphertext (all threads of this process): the figure to compare on a machine others load.
+// add (the aggregator, one ciphertext multiplication per owner), decrypt (an owner: its 1/K
+// share of the sum, as train/federated.h splits it), as throughput and as seconds per round, next
+// to plaintext averaging of the same floats (the peer). Encryption and decryption use every core
+// (as an owner does), adding and the peer one; the ratio is per round and per owner. Beside the
+// wall-clock rates, CPU milliseconds per ciphertext (all threads of this process): the figure to
+// compare on a machine others load.
 //
 //   tessel bench secure-agg                          # 2048-bit key, 535,818 values, 2 and 4 owners
 //   tessel bench secure-agg --values 100000 --bits 3072 --owners 2,8
@@ -108,7 +109,8 @@ int run(const Options& o) {
     for (double& x : total)
       x /= owners;
     const double plain = since(t);
-    const double enc = encrypt * double(per_round), dec = decrypt * double(per_round);
+    const double enc = encrypt * double(per_round);
+    const double dec = decrypt * double((per_round + owners - 1) / owners);
     const double agg = add * double(per_round) * double(owners - 1);
     // An owner's critical path: encrypt, wait for the aggregator, decrypt.
     const double secure_round = enc + agg + dec;
