@@ -26,7 +26,8 @@ struct TuneLimits {
   int budget = 32;     // trials
   double seconds = 0;  // wall time, 0: none
   uint64_t seed = 1;
-  int patience = 12;  // 0: no early stop
+  int patience = 12;       // 0: no early stop
+  int confirm_rounds = 2;  // re-measurements of the winner and the defaults, taking turns
 };
 
 struct TuneOutcome {

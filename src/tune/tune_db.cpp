@@ -258,15 +258,18 @@ Expected<std::vector<Trial>> TuneDb::query(const std::string& sql,
 }
 
 Expected<std::vector<Trial>> TuneDb::best(const TuneKey& key) const {
-  // The fastest ok row per shape; ties go to the smaller params text, so every reader agrees.
-  return query(fmt::format("SELECT {} FROM trials t WHERE kernel = ?1 AND source_hash = ?2 AND "
-                           "device = ?3 AND dtype = ?4 AND fixed = ?5 AND status = 'ok' AND "
-                           "params = (SELECT params FROM trials u WHERE u.kernel = t.kernel AND "
-                           "u.source_hash = t.source_hash AND u.device = t.device AND u.dtype = "
-                           "t.dtype AND u.fixed = t.fixed AND u.shape = t.shape AND u.status = "
-                           "'ok' ORDER BY seconds, params LIMIT 1) ORDER BY shape",
-                           kColumns),
-               {key.kernel, key.source_hash, key.device, key.dtype, key.fixed});
+  // The fastest ok row per shape, re-measured rows (the tuner's confirmation, "median of N runs")
+  // first; ties go to the smaller params text, so every reader agrees.
+  return query(
+      fmt::format(
+          "SELECT {} FROM trials t WHERE kernel = ?1 AND source_hash = ?2 AND "
+          "device = ?3 AND dtype = ?4 AND fixed = ?5 AND status = 'ok' AND "
+          "params = (SELECT params FROM trials u WHERE u.kernel = t.kernel AND "
+          "u.source_hash = t.source_hash AND u.device = t.device AND u.dtype = "
+          "t.dtype AND u.fixed = t.fixed AND u.shape = t.shape AND u.status = "
+          "'ok' ORDER BY u.detail LIKE 'median of %' DESC, seconds, params LIMIT 1) ORDER BY shape",
+          kColumns),
+      {key.kernel, key.source_hash, key.device, key.dtype, key.fixed});
 }
 
 Expected<std::vector<Trial>> TuneDb::all() const {

@@ -69,8 +69,8 @@ class TuneDb {
   Status record(const Trial& trial);
   Status record_all(const std::vector<Trial>& trials);  // in one transaction
 
-  // The fastest ok trial for each shape of (kernel, source_hash, device, dtype, fixed); key.shape
-  // is ignored.
+  // The fastest ok trial for each shape of (kernel, source_hash, device, dtype, fixed), among
+  // the re-measured ones (detail "median of N runs") when a shape has any; key.shape is ignored.
   Expected<std::vector<Trial>> best(const TuneKey& key) const;
   // Every trial, in a stable order (kernel, device, shape, params).
   Expected<std::vector<Trial>> all() const;

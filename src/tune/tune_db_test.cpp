@@ -61,6 +61,11 @@ TEST_F(TuneDbTest, BestIsTheFastestGoodTrialOfEachShape) {
   // Re-measuring a specialisation replaces its row.
   ASSERT_TRUE((*db)->record(trial({512, 512, 512}, "BM=96", 0.5)).ok());
   EXPECT_EQ(nearest_choice(*(*db)->best(key({})), {512, 512, 512}), "BM=96");
+  // A re-measured row (the tuner's confirmation) wins over a single lucky run.
+  Trial confirmed = trial({512, 512, 512}, "BM=192", 0.8);
+  confirmed.detail = "median of 3 runs";
+  ASSERT_TRUE((*db)->record(confirmed).ok());
+  EXPECT_EQ(nearest_choice(*(*db)->best(key({})), {512, 512, 512}), "BM=192");
   EXPECT_EQ(bucket_string({2048, 384, 1100}), "2048x512x2048");
 }
 
