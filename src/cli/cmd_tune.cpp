@@ -116,6 +116,7 @@ Expected<std::vector<TuneTarget>> model_targets(const std::string& config_path) 
   TESSEL_ASSIGN_OR_RETURN(train::TrainConfig config, train::load_train_config(config_path));
   config.checkpoint_path.clear();
   config.metrics_path.clear();
+  config.sample.tokens = 0;  // the text sampled at the end launches a shape per context length
   train::TrainerOptions options;
   options.progress = nullptr;
   options.evaluate_at_end = false;
