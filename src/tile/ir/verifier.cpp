@@ -101,6 +101,8 @@ class Verifier : public IRVisitor {
     buffers_.back()[n->buffer->name] = n->buffer.get();
     check_type(n->buffer->dtype, n->loc);
   }
+    for (const Expr& e : n->threads)
+      visit(e);
   void visit_node(const Let* n) override {
     visit(n->value);
     define(n->var);

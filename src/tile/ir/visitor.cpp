@@ -72,6 +72,8 @@ void IRVisitor::visit_node(const Store* n) {
   visit(n->value);
   visit(n->predicate);
 }
+  for (const Expr& e : n->threads)
+    visit(e);
 void IRVisitor::visit_node(const Copy* n) {
   visit_tile(n->src);
   visit_tile(n->dst);
@@ -185,9 +187,10 @@ Stmt IRMutator::mutate_node(const Seq* n, const Stmt& self) {
 
 Stmt IRMutator::mutate_node(const Grid* n, const Stmt& self) {
   std::vector<Expr> ext = mutate(n->extents);
+  std::vector<Expr> threads = mutate(n->threads);
   Stmt body = mutate(n->body);
-  if (same(ext, n->extents) && body == n->body) return self;
-  return Grid::make(ext, n->vars, body, n->loc);
+  if (same(ext, n->extents) && same(threads, n->threads) && body == n->body) return self;
+  return Grid::make(ext, n->vars, body, n->loc, threads);
 }
 
 Stmt IRMutator::mutate_node(const Alloc* n, const Stmt& self) {
