@@ -33,6 +33,7 @@
 
 #include "cli/bench_gemm_clblast.h"
 #include "cli/bench_gemm_peers.h"
+#include "cli/bench_gemm_tuned.h"
 #include "cli/commands.h"
 #include "hw/cpu_info.h"
 #include "ops/device_kernel.h"
@@ -41,6 +42,7 @@
 #include "tile/codegen/cpu/templates/reference_gemm.h"
 #include "tile/parse/parser.h"
 #include "tile/run/cpu_jit.h"
+#include "tune/tune_db.h"
 
 namespace tessel::cli {
 namespace {
@@ -119,6 +121,7 @@ struct Contender {
   double settle_seconds;
   std::function<Status(float* c)> fetch;
   bool is_tessel = false;
+  std::string tiles;  // tessel-cpu's tuned block sizes, when the tuning database chose them
   bool opencl_peer = false;  // CLBlast: tessel-opencl's peer, not tessel-cpu's
   std::vector<float> c;
   std::vector<double> seconds;
@@ -259,6 +262,18 @@ Status run_bench(const Options& options) {
       opencl_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k2));
     }
   }
+  // With a tuning database (tessel tune gemm), tessel-cpu takes its block sizes for each shape
+  // and tessel-cpu-default keeps gemm.tile's beside it.
+  TunedGemms tuned;
+  if (options.tiles.empty()) {
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes;
+    std::map<GemmInput, std::map<std::string, std::string>> base;
+    for (const Workload& w : workloads)
+      shapes.emplace_back(w.m, w.n, w.k);
+    for (GemmInput dtype : dtypes)
+      base[dtype] = gemm_params(dtype, "");
+    TESSEL_ASSIGN_OR_RETURN(tuned, tuned_cpu_gemms(gemm_tile, dtypes, shapes, base));
+  }
 
   if (!options.json) {
     std::printf(
@@ -286,7 +301,11 @@ Status run_bench(const Options& options) {
     for (const std::string& note : notes)
       std::printf("  %s\n", note.c_str());
     std::printf("  results checked against %s\n", peers.empty() ? "tessel-cpu" : peers[0]->name());
+    if (!tuned.empty())
+      std::printf("  tessel-cpu: block sizes from the tuning database %s where it has them\n",
+                  tune::default_tune_db_path().c_str());
     std::printf("\n%-5s %5s %5s %5s  %10s", "dtype", "m", "n", "k", "tessel-cpu");
+    if (!tuned.empty()) std::printf(" %18s", "tessel-cpu-default");
     if (opencl) std::printf(" %13s", "tessel-opencl");
     if (clblast) std::printf(" %9s", "clblast");
     if (reference_loop) std::printf(" %15s", "tessel-ref-loop");
@@ -334,10 +353,21 @@ Status run_bench(const Options& options) {
       }
       const size_t peer_count = contenders.size();
       ops::DeviceKernel* cpu = cpu_kernels.at(dtype).get();
+      auto tuned_here = tuned.find({dtype, w.m, w.n, w.k});
+      ops::DeviceKernel* tuned_cpu =
+          tuned_here == tuned.end() ? cpu : tuned_here->second.kernel.get();
       contenders.emplace_back(
-          "tessel-cpu", [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); },
+          "tessel-cpu",
+          [=, &w](float* c) { return tuned_cpu->launch(gemm_args(w, dtype, a, b, c)); },
           /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
       contenders.back().is_tessel = true;
+      if (tuned_here != tuned.end()) contenders.back().tiles = tuned_here->second.params;
+      if (!tuned.empty()) {
+        contenders.emplace_back(
+            "tessel-cpu-default",
+            [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); }, 0.001);
+        contenders.back().is_tessel = true;
+      }
       std::unique_ptr<DeviceMemory> a_cl, b_cl, c_cl, c_clblast;
       const bool run_opencl = opencl && std::max({w.m, w.n, w.k}) <= options.opencl_max;
       if (run_opencl) {
@@ -474,6 +504,7 @@ Status run_bench(const Options& options) {
                                 {"agrees", bool(agrees[x])}};
           if (c.is_tessel && peer_of(c) > 0) row["ratio"] = std::round(ratio(c) * 1000) / 1000;
           if (c.impl == "tessel-cpu") row["isa"] = isa.name;
+          if (!c.tiles.empty()) row["tuned"] = c.tiles;
           std::printf("%s\n", row.dump().c_str());
         }
       } else {
@@ -484,6 +515,7 @@ Status run_bench(const Options& options) {
         };
         std::printf("%-5s %5lld %5lld %5lld  %10.1f", tile::gemm_input_name(dtype), (long long)w.m,
                     (long long)w.n, (long long)w.k, find("tessel-cpu")->gflops);
+        if (const Contender* d = find("tessel-cpu-default")) std::printf(" %18.1f", d->gflops);
         const Contender* cl = find("tessel-opencl");
         if (opencl) {
           if (cl)
