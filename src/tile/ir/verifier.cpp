@@ -91,6 +91,7 @@ class Verifier : public IRVisitor {
   }
   void visit_node(const Grid* n) override {
     for (const Expr& e : n->extents) visit(e);
+    for (const Expr& e : n->threads) visit(e);
     push();
     for (const Expr& v : n->vars) define(v);
     visit(n->body);
@@ -101,8 +102,6 @@ class Verifier : public IRVisitor {
     buffers_.back()[n->buffer->name] = n->buffer.get();
     check_type(n->buffer->dtype, n->loc);
   }
-    for (const Expr& e : n->threads)
-      visit(e);
   void visit_node(const Let* n) override {
     visit(n->value);
     define(n->var);

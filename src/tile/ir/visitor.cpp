@@ -48,6 +48,7 @@ void IRVisitor::visit_node(const Load* n) {
 void IRVisitor::visit_node(const Seq* n) { for (const Stmt& s : n->stmts) visit(s); }
 void IRVisitor::visit_node(const Grid* n) {
   for (const Expr& e : n->extents) visit(e);
+  for (const Expr& e : n->threads) visit(e);
   visit(n->body);
 }
 void IRVisitor::visit_node(const Alloc*) {}
@@ -72,8 +73,6 @@ void IRVisitor::visit_node(const Store* n) {
   visit(n->value);
   visit(n->predicate);
 }
-  for (const Expr& e : n->threads)
-    visit(e);
 void IRVisitor::visit_node(const Copy* n) {
   visit_tile(n->src);
   visit_tile(n->dst);
