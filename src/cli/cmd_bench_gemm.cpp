@@ -69,7 +69,8 @@ struct Options {
   std::string tiles;  // BMxBNxBK for tessel-cpu; empty: the kernel's defaults
   bool reference_loop = false;
   bool no_opencl = false;
-  int64_t opencl_max = 1024;  // PoCL on a few cores takes seconds per call above this
+  int64_t opencl_max = 1024;               // PoCL on a few cores takes seconds per call above this
+  std::vector<std::string> opencl_params;  // NAME=VALUE for tessel-opencl; empty: gemm.tile's
 };
 
 // "2048" is 2048^3; "MxNxK" any shape.
@@ -249,8 +250,15 @@ Status run_bench(const Options& options) {
         ops::DeviceKernel::compile(gemm_tile, cpu_device(), gemm_params(dtype, options.tiles)));
     cpu_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k));
     if (opencl) {
-      TESSEL_ASSIGN_OR_RETURN(ops::DeviceKernel k2, ops::DeviceKernel::compile(
-                                                        gemm_tile, opencl, gemm_params(dtype, "")));
+      std::map<std::string, std::string> params = gemm_params(dtype, "");
+      for (const std::string& p : options.opencl_params) {
+        const size_t eq = p.find('=');
+        if (eq == std::string::npos || eq == 0)
+          return invalid_argument("--opencl-params: '{}' is not NAME=VALUE", p);
+        params[p.substr(0, eq)] = p.substr(eq + 1);
+      }
+      TESSEL_ASSIGN_OR_RETURN(ops::DeviceKernel k2,
+                              ops::DeviceKernel::compile(gemm_tile, opencl, params));
       opencl_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k2));
     }
   }
@@ -276,9 +284,13 @@ Status run_bench(const Options& options) {
                 isa.name.c_str(), options.tiles.empty() ? "default" : options.tiles.c_str());
     if (opencl)
       std::printf(
-          "  tessel-opencl: kernels/gemm.tile on %s (default gpu tiles); only where m, n, k <= "
+          "  tessel-opencl: kernels/gemm.tile on %s (%s); only where m, n, k <= "
           "%lld (--opencl-max), '-' elsewhere\n",
-          opencl->name().c_str(), (long long)options.opencl_max);
+          opencl->name().c_str(),
+          options.opencl_params.empty()
+              ? "gemm.tile's opencl defaults"
+              : fmt::format("{}", fmt::join(options.opencl_params, " ")).c_str(),
+          (long long)options.opencl_max);
     if (reference_loop)
       std::printf(
           "  tessel-ref-loop: the CPU gemm templates (%s) via the hand-written block loop\n",
@@ -560,6 +572,10 @@ void add_bench_gemm_command(CLI::App& bench) {
   gemm->add_flag("--reference-loop", options->reference_loop,
                  "Also time the CPU templates through the hand-written block loop");
   gemm->add_flag("--no-opencl", options->no_opencl, "Leave tessel-opencl out");
+  gemm->add_option("--opencl-params", options->opencl_params,
+                   "tessel-opencl's compile-time parameters NAME=VALUE, comma-separated (e.g. "
+                   "BM=32,BN=64,TM=4,TN=16; default: gemm.tile's `on opencl` values)")
+      ->delimiter(',');
   gemm->add_option("--opencl-max", options->opencl_max,
                    "Largest m, n or k timed on OpenCL (default 1024)");
   gemm->add_option("--seconds", options->seconds,

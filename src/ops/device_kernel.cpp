@@ -6,6 +6,7 @@
 
 #include "tile/codegen/abi.h"
 #include "tile/codegen/render.h"
+#include "tile/passes/place_fragments.h"
 #include "tile/pipeline.h"
 
 namespace tessel::ops {
@@ -75,6 +76,8 @@ tile::Target device_target(DeviceKind kind, const DeviceLimits& limits,
     case DeviceKind::kOpenCL:
       t = tile::Target::opencl(limits.fast_memory_bytes > 0 ? limits.fast_memory_bytes : 32 << 10,
                                std::min(128, most));
+      // A CPU's OpenCL (PoCL) vectorises within a work-item: 16 adjacent floats per thread.
+      if (!limits.gpu) t.column_run = 16;
       break;
     case DeviceKind::kCuda:
       t = tile::Target::cuda(limits.fast_memory_bytes > 0 ? limits.fast_memory_bytes : 48 << 10,
@@ -118,7 +121,9 @@ Status DeviceKernel::launch(const std::vector<tile::LaunchArg>& args) const {
     device_args.push_back(device_argument(slots[i], bound.slots[i]));
   LaunchGrid grid;
   grid.blocks = bound.grid;
-  grid.threads_per_block = target_.threads_per_block;
+  const tile::BlockThreads block = tile::block_threads(ir_, target_);
+  grid.threads_per_block = block.count;
+  grid.block_columns = block.cols;
   return device_->launch(*module_, grid, device_args);
 }
 

@@ -157,6 +157,10 @@ Status Device::launch(const KernelModule& module, const LaunchGrid& grid,
   if (grid.threads_per_block < 1)
     return invalid_argument("kernel '{}': {} threads per block", module.name(),
                             grid.threads_per_block);
+  if (grid.block_columns < 0 ||
+      (grid.block_columns > 0 && grid.threads_per_block % grid.block_columns != 0))
+    return invalid_argument("kernel '{}': {} threads per block do not form rows of {}",
+                            module.name(), grid.threads_per_block, grid.block_columns);
   return do_launch(module, grid, args).with_context("kernel '{}' on {}", module.name(), id());
 }
 

@@ -111,6 +111,9 @@ class KernelModule {
 struct LaunchGrid {
   std::array<int64_t, 3> blocks = {1, 1, 1};
   int threads_per_block = 1;  // the CPU ignores it: one task runs a whole block
+  // OpenCL: when > 0, a block is a 2-D work-group of block_columns x (threads_per_block /
+  // block_columns) work-items (the kernel's `threads (R, C)`); others launch blocks 1-D.
+  int block_columns = 0;
 };
 
 // One parameter of a kernel, in the order the kernel declares them: a place in device memory

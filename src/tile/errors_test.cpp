@@ -312,6 +312,29 @@ const ErrorCase kCases[] = {
     {"UnknownTarget",
      "kernel k<BM = 4>(x: f32[N]) on tpu <BM = 2> {\n  grid (N) as (b) { }\n}\n",
      "e.tile:1:32: unknown target 'tpu' (expected cpu, gpu, opencl or cuda)"},
+    {"BlockThreadsNotPositive",
+     "kernel k<R = 2>(x: f32[N]) {\n"
+     "  grid (N) as (b) threads (R, 4) { }\n"
+     "}\n",
+     "e.tile:2:28: block threads must be compile-time constants from 1 to 16384, got 0",
+     {{"R", "0"}}},
+    {"BlockThreadsNotIntegers",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) threads (2.0) { }\n"
+     "}\n",
+     "e.tile:2:28: block threads must be integers, got f32"},
+    {"BlockThreadsThreeDimensions",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) threads (2, 2, 2) { }\n"
+     "}\n",
+     "e.tile:2:19: a block's threads are (rows, columns) or (count), not 3 values"},
+    {"BlockThreadsTooManyForTheTarget",
+     "kernel k(x: f32[N]) {\n"
+     "  grid (N) as (b) threads (64, 32) { }\n"
+     "}\n",
+     "e.tile:2:3: a block of 64 x 32 threads; the opencl target allows at most 1024",
+     {},
+     Target::opencl()},
     {"StagesNotPositive",
      "kernel k<S = 2>(x: f32[N]) {\n"
      "  grid (1) as (b) {\n"

@@ -21,6 +21,11 @@ struct Target {
   int threads_per_block = 1;
   // GPU: how many f32 registers one thread may spend on fragments before the compiler refuses.
   int max_fragment_registers = 128;
+  // GPU: the longest run of adjacent columns one thread owns in a block-shaped parallel loop
+  // (passes/place_fragments.h). 1 on GPUs, where neighbouring threads read neighbouring words;
+  // an OpenCL CPU device (PoCL) compiles each work-item as plain C, vectorising within it, and
+  // wants a vector's worth (16 floats with AVX-512).
+  int column_run = 1;
 
   bool is_gpu() const { return kind != TargetKind::kCpu; }
   std::string name() const;

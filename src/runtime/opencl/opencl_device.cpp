@@ -155,10 +155,12 @@ Status OpenClDevice::do_launch(const KernelModule& module, const LaunchGrid& gri
   }
   if (status.ok()) {
     const size_t threads = static_cast<size_t>(grid.threads_per_block);
-    status = m.kernel().launch({static_cast<size_t>(grid.blocks[0]) * threads,
-                                static_cast<size_t>(grid.blocks[1]),
+    const size_t x = grid.block_columns > 0 ? static_cast<size_t>(grid.block_columns) : threads;
+    const size_t y = threads / x;
+    status = m.kernel().launch({static_cast<size_t>(grid.blocks[0]) * x,
+                                static_cast<size_t>(grid.blocks[1]) * y,
                                 static_cast<size_t>(grid.blocks[2])},
-                               {threads, 1, 1});
+                               {x, y, 1});
   }
   release();
   return status;

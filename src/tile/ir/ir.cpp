@@ -217,12 +217,16 @@ Stmt Seq::make(std::vector<Stmt> stmts, SourceLoc loc) {
   return std::make_shared<Seq>(std::move(stmts), std::move(loc));
 }
 
-Stmt Grid::make(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc) {
+Stmt Grid::make(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc,
+                std::vector<Expr> threads) {
   TESSEL_CHECK(!extents.empty() && extents.size() <= 3 && extents.size() == vars.size());
   for (const Expr& v : vars) TESSEL_CHECK(v->as<Var>() && v->as<Var>()->var_kind == VarKind::kBlock);
   for (const Expr& e : extents) TESSEL_CHECK(e && e->type.is_int());
+  TESSEL_CHECK(threads.size() <= 2);
+  for (const Expr& e : threads) TESSEL_CHECK(e && e->type.is_int());
   TESSEL_CHECK(body);
-  return std::make_shared<Grid>(std::move(extents), std::move(vars), std::move(body), std::move(loc));
+  return std::make_shared<Grid>(std::move(extents), std::move(vars), std::move(body), std::move(loc),
+                                std::move(threads));
 }
 
 Stmt Alloc::make(Buffer buffer, SourceLoc loc) {

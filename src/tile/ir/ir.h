@@ -249,9 +249,15 @@ struct Grid : StmtNode {
   std::vector<Expr> extents;
   std::vector<Expr> vars;  // Var, kBlock
   Stmt body;
-  static Stmt make(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc = {});
-  Grid(std::vector<Expr> e, std::vector<Expr> v, Stmt b, SourceLoc l)
-      : StmtNode(kKind, std::move(l)), extents(std::move(e)), vars(std::move(v)), body(std::move(b)) {}
+  // `threads (R, C)` (GPU): a block's threads as R rows by C columns, compile-time integers; a 2-D
+  // parallel loop is then split so that thread (r, c) owns rows r + R*a and C's share of the
+  // columns (passes/place_fragments.h). Empty: the target's count, in one row. CPUs ignore it.
+  std::vector<Expr> threads;
+  static Stmt make(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc = {},
+                   std::vector<Expr> threads = {});
+  Grid(std::vector<Expr> e, std::vector<Expr> v, Stmt b, SourceLoc l, std::vector<Expr> t)
+      : StmtNode(kKind, std::move(l)), extents(std::move(e)), vars(std::move(v)), body(std::move(b)),
+        threads(std::move(t)) {}
 };
 
 // A shared or fragment tile, live from here to the end of the enclosing Seq.

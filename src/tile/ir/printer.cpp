@@ -110,7 +110,9 @@ class StmtPrinter {
         return;
       case NodeKind::kGrid: {
         const Grid* g = s->as<Grid>();
-        out += fmt::format("{}grid ({}) as ({}) {{\n", pad, list(g->extents), list(g->vars));
+        out +=
+            fmt::format("{}grid ({}) as ({}){} {{\n", pad, list(g->extents), list(g->vars),
+                        g->threads.empty() ? "" : fmt::format(" threads ({})", list(g->threads)));
         print(g->body, indent + 1);
         out += pad;
         out += "}\n";

@@ -91,6 +91,7 @@ class Verifier : public IRVisitor {
   }
   void visit_node(const Grid* n) override {
     for (const Expr& e : n->extents) visit(e);
+    for (const Expr& e : n->threads) visit(e);
     push();
     for (const Expr& v : n->vars) define(v);
     visit(n->body);

@@ -48,6 +48,7 @@ void IRVisitor::visit_node(const Load* n) {
 void IRVisitor::visit_node(const Seq* n) { for (const Stmt& s : n->stmts) visit(s); }
 void IRVisitor::visit_node(const Grid* n) {
   for (const Expr& e : n->extents) visit(e);
+  for (const Expr& e : n->threads) visit(e);
   visit(n->body);
 }
 void IRVisitor::visit_node(const Alloc*) {}
@@ -185,9 +186,10 @@ Stmt IRMutator::mutate_node(const Seq* n, const Stmt& self) {
 
 Stmt IRMutator::mutate_node(const Grid* n, const Stmt& self) {
   std::vector<Expr> ext = mutate(n->extents);
+  std::vector<Expr> threads = mutate(n->threads);
   Stmt body = mutate(n->body);
-  if (same(ext, n->extents) && body == n->body) return self;
-  return Grid::make(ext, n->vars, body, n->loc);
+  if (same(ext, n->extents) && same(threads, n->threads) && body == n->body) return self;
+  return Grid::make(ext, n->vars, body, n->loc, threads);
 }
 
 Stmt IRMutator::mutate_node(const Alloc* n, const Stmt& self) {

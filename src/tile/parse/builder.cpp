@@ -197,8 +197,18 @@ Ex KernelBuilder::cast(DType to, Ex x, Loc loc) { return call(to.name(), {x}, lo
 
 void KernelBuilder::grid(std::vector<Ex> extents, std::vector<std::string> names,
                          const std::function<void(std::vector<Ex>)>& body, Loc loc) {
-  if (!usable(extents)) return;
+  grid(std::move(extents), std::move(names), {}, body, loc);
+}
+
+void KernelBuilder::grid(std::vector<Ex> extents, std::vector<std::string> names,
+                         std::vector<Ex> threads, const std::function<void(std::vector<Ex>)>& body,
+                         Loc loc) {
+  if (!usable(extents) || !usable(threads)) return;
   SourceLoc at = where(loc);
+  if (!threads.empty()) {
+    Status s = sema_->check_threads(exprs(threads), at);
+    if (!s.ok()) return fail(s);
+  }
   std::vector<std::pair<std::string, SourceLoc>> named;
   for (const std::string& n : names) named.emplace_back(n, at);
   Expected<std::vector<Expr>> vars = sema_->begin_grid(exprs(extents), named, at);
@@ -206,7 +216,7 @@ void KernelBuilder::grid(std::vector<Ex> extents, std::vector<std::string> names
   std::vector<Ex> vs;
   for (const Expr& v : *vars) vs.emplace_back(this, v);
   Stmt b = run_body([&] { body(vs); }, at);
-  grid_ = sema_->end_grid(exprs(extents), *vars, b, at);
+  grid_ = sema_->end_grid(exprs(extents), *vars, b, at, exprs(threads));
 }
 
 Tile KernelBuilder::alloc(const std::string& name, Scope scope, DType dtype, std::vector<Ex> shape, Loc loc) {

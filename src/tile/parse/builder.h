@@ -123,6 +123,9 @@ class KernelBuilder {
   // ----- statements
   void grid(std::vector<Ex> extents, std::vector<std::string> names,
             const std::function<void(std::vector<Ex>)>& body, Loc loc = Loc::current());
+  // `grid (...) as (...) threads (...) { ... }`: a GPU block of threads[0] x threads[1] threads.
+  void grid(std::vector<Ex> extents, std::vector<std::string> names, std::vector<Ex> threads,
+            const std::function<void(std::vector<Ex>)>& body, Loc loc = Loc::current());
   Tile shared(const std::string& name, DType dtype, std::vector<Ex> shape, Loc loc = Loc::current());
   Tile fragment(const std::string& name, DType dtype, std::vector<Ex> shape, Loc loc = Loc::current());
   void range(const std::string& var, Ex extent, const std::function<void(Ex)>& body,

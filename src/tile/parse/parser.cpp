@@ -261,9 +261,17 @@ class Parser {
     TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> extents, parse_expr_list(TokenKind::kRParen, "in the grid's extents"));
     TESSEL_TRY(expect_keyword("as", "after the grid's extents (grid (...) as (bx, by))"));
     TESSEL_ASSIGN_OR_RETURN(std::vector<Name> names, parse_names("for the grid's block indices"));
+    std::vector<Expr> threads;
+    if (is_keyword("threads")) {
+      SourceLoc at = next().loc;
+      TESSEL_TRY(expect(TokenKind::kLParen, "after 'threads'"));
+      TESSEL_ASSIGN_OR_RETURN(threads,
+                              parse_expr_list(TokenKind::kRParen, "in the block's threads"));
+      TESSEL_TRY(sema_.check_threads(threads, at));
+    }
     TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> vars, sema_.begin_grid(extents, names, loc));
     TESSEL_ASSIGN_OR_RETURN(Stmt body, parse_block("to open the grid's body"));
-    return sema_.end_grid(extents, vars, body, loc);
+    return sema_.end_grid(extents, vars, body, loc, threads);
   }
 
   Expected<Stmt> parse_for() {

@@ -79,14 +79,16 @@ Expected<Kernel> build_gemm() {
   DType U = kb.dtype_param("U", kF32);
   Ex BM = kb.param("BM", 192), BN = kb.param("BN", 256), BK = kb.param("BK", 256);
   Ex STAGES = kb.param("STAGES", 2), BIAS = kb.param("BIAS", 0), ACT = kb.param("ACT", 0);
+  Ex TM = kb.param("TM", 8), TN = kb.param("TN", 8);
   Tile A = kb.tensor("A", T, {"M", "K"});
   Tile B = kb.tensor("B", T, {"K", "N"});
   Tile C = kb.tensor("C", U, {"M", "N"});
   Tile bias = kb.tensor("bias", U, {"N"});
   Ex alpha = kb.scalar("alpha", kF32), beta = kb.scalar("beta", kF32);
-  kb.on("gpu", {{"BM", "64"}, {"BN", "64"}, {"BK", "16"}});
+  kb.on("gpu", {{"BM", "64"}, {"BN", "64"}, {"BK", "16"}, {"TM", "4"}, {"TN", "4"}});
+  kb.on("opencl", {{"BM", "32"}, {"BN", "64"}, {"BK", "16"}, {"TM", "4"}, {"TN", "16"}});
   Ex M = kb.size("M"), N = kb.size("N"), K = kb.size("K");
-  kb.grid({cdiv(N, BN), cdiv(M, BM)}, {"bx", "by"}, [&](std::vector<Ex> b) {
+  kb.grid({cdiv(N, BN), cdiv(M, BM)}, {"bx", "by"}, {BM / TM, BN / TN}, [&](std::vector<Ex> b) {
     Ex bx = b[0], by = b[1];
     Tile As = kb.shared("As", T, {BM, BK});
     Tile Bs = kb.shared("Bs", T, {BK, BN});

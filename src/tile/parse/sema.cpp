@@ -363,10 +363,22 @@ Expected<std::vector<Expr>> Sema::begin_grid(
   return vars;
 }
 
-Stmt Sema::end_grid(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc) {
+Stmt Sema::end_grid(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc,
+                    std::vector<Expr> threads) {
   scopes_.pop_back();
   in_grid_ = false;
-  return Grid::make(std::move(extents), std::move(vars), std::move(body), std::move(loc));
+  return Grid::make(std::move(extents), std::move(vars), std::move(body), std::move(loc),
+                    std::move(threads));
+}
+
+Status Sema::check_threads(const std::vector<Expr>& threads, SourceLoc loc) {
+  if (threads.empty() || threads.size() > 2)
+    return error_at(loc, "a block's threads are (rows, columns) or (count), not {} values",
+                    threads.size());
+  for (const Expr& e : threads)
+    if (!e->type.is_int())
+      return error_at(e->loc, "block threads must be integers, got {}", e->type.name());
+  return ok_status();
 }
 
 Expected<Expr> Sema::begin_for(const std::string& name, const Expr& extent, const Expr& stages,

@@ -55,7 +55,10 @@ class Sema {
   Expected<std::vector<Expr>> begin_grid(const std::vector<Expr>& extents,
                                          const std::vector<std::pair<std::string, SourceLoc>>& names,
                                          SourceLoc loc);
-  Stmt end_grid(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc);
+  Stmt end_grid(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc,
+                std::vector<Expr> threads = {});
+  // `threads (R, C)` or `threads (N)`: integers (check_shapes wants them constant and positive).
+  Status check_threads(const std::vector<Expr>& threads, SourceLoc loc);
   Expected<Expr> begin_for(const std::string& name, const Expr& extent, const Expr& stages,
                            SourceLoc name_loc, SourceLoc loc);
   Stmt end_for(Expr var, Expr extent, Expr stages, Stmt body, SourceLoc loc);

@@ -30,6 +30,14 @@ Status check_fast_memory(const Kernel& kernel, const Target& target) {
   } allocs;
   allocs.visit(kernel.body);
 
+  const BlockThreads block = block_threads(kernel, target);
+  // CUDA's limit; an OpenCL device with a lower one refuses the launch and says so.
+  constexpr int kMaxBlockThreads = 1024;
+  if (target.is_gpu() && block.count > kMaxBlockThreads)
+    return error_at(
+        kernel.grid()->loc, "a block of {} threads; the {} target allows at most {}",
+        block.cols ? fmt::format("{} x {}", block.rows, block.cols) : std::to_string(block.count),
+        target.name(), kMaxBlockThreads);
   int64_t total = 0;
   int64_t registers = 0;
   std::string parts;
@@ -38,13 +46,13 @@ Status check_fast_memory(const Kernel& kernel, const Target& target) {
     if (b.layout == Layout::kRegisters) {
       std::vector<int64_t> shape;
       for (int d = 0; d < b.rank(); ++d) shape.push_back(b.const_dim(d));
-      int64_t words = thread_tiling(shape, target.threads_per_block).per_thread() *
+      int64_t words = thread_tiling(shape, block).per_thread() *
                       ((b.dtype.bytes() + 3) / 4);
       registers += words;
       if (registers > target.max_fragment_registers)
         return error_at(a->loc, "fragment '{}' {} needs {} registers per thread (fragments so far: {}); the {} target allows {} with {} threads per block; use smaller tiles",
                         b.name, fmt::format("[{}]", fmt::join(shape, ", ")), words, registers,
-                        target.name(), target.max_fragment_registers, target.threads_per_block);
+                        target.name(), target.max_fragment_registers, block.count);
       continue;
     }
     int64_t bytes = b.const_elements() * fast_memory_element_bytes(b, target);

@@ -17,6 +17,7 @@ namespace {
 
 constexpr int64_t kMaxTileElements = (int64_t{1} << 31) - 1;
 constexpr int64_t kMaxStages = 32;
+constexpr int64_t kMaxBlockThreadsPerDimension = 1 << 14;
 
 std::string shape_text(const std::vector<int64_t>& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
 std::string shape_text(const std::vector<Expr>& s) {
@@ -53,6 +54,19 @@ class ShapeChecker : public IRVisitor {
       if (__builtin_mul_overflow(elements, b.const_dim(d), &elements) || elements > kMaxTileElements)
         return fail(error_at(b.loc, "tile '{}' {} has more than {} elements", b.name,
                              shape_text(b.shape), kMaxTileElements));
+  }
+
+  // How many threads a block may have is the target's business (check_fast_memory); here only
+  // that they are known, positive and cannot overflow a count.
+  void visit_node(const Grid* n) override {
+    for (const Expr& e : n->threads) {
+      auto v = const_int(e);
+      if (!v || *v < 1 || *v > kMaxBlockThreadsPerDimension)
+        return fail(error_at(e->loc,
+                             "block threads must be compile-time constants from 1 to {}, got {}",
+                             kMaxBlockThreadsPerDimension, to_string(e)));
+    }
+    IRVisitor::visit_node(n);
   }
 
   void visit_node(const For* n) override {

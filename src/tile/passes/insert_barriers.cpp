@@ -112,7 +112,7 @@ Kernel insert_barriers(const Kernel& kernel, const Target& target) {
   State state;
   Stmt body = place(g->body, &state);
   Kernel out = kernel;
-  out.body = Grid::make(g->extents, g->vars, body, g->loc);
+  out.body = Grid::make(g->extents, g->vars, body, g->loc, g->threads);
   return out;
 }
 

@@ -251,6 +251,54 @@ TEST(ThreadTiling, EveryElementHasExactlyOneOwner) {
   EXPECT_EQ(square.per_thread(), 8);
 }
 
+// The block-shaped split of a kernel with `threads (R, C)`: thread (r, c) owns rows r + R * a and
+// runs of `run` adjacent columns starting at (c + C * (b / run)) * run (place_fragments.h).
+TEST(ThreadTiling, BlockShapedSplitsOwnEveryElementOnceInColumnRuns) {
+  struct Case {
+    std::vector<int64_t> extents;
+    int rows, cols, column_run;
+    int64_t run;  // expected
+  };
+  for (const Case& c : std::vector<Case>{{{32, 64}, 8, 4, 16, 16},
+                                         {{32, 16}, 8, 4, 16, 4},
+                                         {{16, 64}, 8, 4, 1, 1},
+                                         {{64, 64}, 16, 16, 1, 1},
+                                         {{30, 70}, 8, 4, 16, 1},
+                                         {{2, 5, 64}, 4, 8, 4, 4}}) {
+    BlockThreads block;
+    block.rows = c.rows;
+    block.cols = c.cols;
+    block.count = c.rows * c.cols;
+    block.column_run = c.column_run;
+    ThreadTiling t = thread_tiling(c.extents, block);
+    ASSERT_TRUE(t.block_shaped);
+    EXPECT_EQ(t.tr, c.rows);
+    EXPECT_EQ(t.tc, c.cols);
+    EXPECT_EQ(t.run, c.run);
+    int64_t total = 1;
+    for (int64_t e : c.extents)
+      total *= e;
+    std::multiset<int64_t> owned;
+    for (int r = 0; r < c.rows; ++r)
+      for (int col = 0; col < c.cols; ++col)
+        for (int64_t a = 0; a < t.row_steps; ++a) {
+          int64_t row = r + int64_t{c.rows} * a;
+          if (row >= t.rows) continue;
+          for (int64_t b = 0; b < t.col_steps; ++b) {
+            int64_t j = (col + c.cols * (b / c.run)) * c.run + b % c.run;
+            if (j < t.cols) owned.insert(row * t.cols + j);
+          }
+        }
+    EXPECT_EQ(static_cast<int64_t>(owned.size()), total);
+    for (int64_t e = 0; e < total; ++e)
+      EXPECT_EQ(owned.count(e), 1u) << e;
+  }
+  // Too few columns for the block's shape: the plain split over all its threads.
+  BlockThreads narrow{32, 8, 4, 16};
+  EXPECT_FALSE(thread_tiling({64, 2}, narrow).block_shaped);
+  EXPECT_EQ(thread_tiling({64, 2}, narrow).per_thread(), thread_tiling({64, 2}, 32).per_thread());
+}
+
 TEST(Pipeline, DumpsEveryPassInOrder) {
   Kernel k = parse("kernel k(x: f32[N]) { grid (N) as (b) { } }");
   for (auto [target, expected] : std::vector<std::pair<Target, std::string>>{

@@ -172,7 +172,8 @@ Kernel pipeline_gpu_loops(const Kernel& kernel, const Target& target) {
   if (loops == 0) return kernel;
   allocs.insert(allocs.end(), rest.begin(), rest.end());
   Kernel out = kernel;
-  out.body = Grid::make(grid->extents, grid->vars, Seq::make(allocs, top->loc), grid->loc);
+  out.body =
+      Grid::make(grid->extents, grid->vars, Seq::make(allocs, top->loc), grid->loc, grid->threads);
   return out;
 }
 

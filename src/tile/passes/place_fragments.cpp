@@ -1,7 +1,9 @@
 // Registers or shared memory for each fragment (see place_fragments.h).
 #include "tile/passes/place_fragments.h"
 
+#include <algorithm>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "tile/ir/visitor.h"
@@ -30,6 +32,45 @@ ThreadTiling thread_tiling(const std::vector<int64_t>& extents, int threads) {
   t.tr = tr;
   t.row_steps = (t.rows + tr - 1) / tr;
   t.col_steps = (t.cols + tc - 1) / tc;
+  return t;
+}
+
+BlockThreads block_threads(const Kernel& kernel, const Target& target) {
+  BlockThreads b;
+  b.count = target.threads_per_block;
+  b.column_run = std::max(1, target.column_run);
+  const Grid* grid = kernel.grid();
+  if (!target.is_gpu() || grid->threads.empty()) return b;
+  std::vector<int64_t> t;
+  for (const Expr& e : grid->threads) {
+    std::optional<int64_t> v = const_int(e);
+    TESSEL_CHECK(v && *v >= 1, "block threads of kernel '{}' are not constants", kernel.name);
+    t.push_back(*v);
+  }
+  if (t.size() == 1) {
+    b.count = static_cast<int>(t[0]);
+  } else {
+    b.rows = static_cast<int>(t[0]);
+    b.cols = static_cast<int>(t[1]);
+    b.count = b.rows * b.cols;
+  }
+  return b;
+}
+
+ThreadTiling thread_tiling(const std::vector<int64_t>& extents, const BlockThreads& block) {
+  if (block.cols == 0 || extents.size() < 2 || extents.back() < block.cols)
+    return thread_tiling(extents, block.count);
+  ThreadTiling t;
+  for (size_t d = 0; d + 1 < extents.size(); ++d)
+    t.rows *= extents[d];
+  t.cols = extents.back();
+  t.tr = block.rows;
+  t.tc = block.cols;
+  t.block_shaped = true;
+  while (t.run * 2 <= block.column_run && t.cols % (t.tc * t.run * 2) == 0)
+    t.run *= 2;
+  t.row_steps = (t.rows + t.tr - 1) / t.tr;
+  t.col_steps = (t.cols + t.tc * t.run - 1) / (t.tc * t.run) * t.run;
   return t;
 }
 

@@ -79,11 +79,14 @@ CDialect opencl_dialect() {
 GpuDialect opencl_gpu_dialect() {
   GpuDialect g;
   g.prelude = kPrelude;
-  g.kernel_prefix = "__kernel __attribute__((reqd_work_group_size({threads}, 1, 1))) void";
+  g.kernel_prefix =
+      "__kernel __attribute__((reqd_work_group_size({threads_x}, {threads_y}, 1))) void";
   g.global_pointer = "__global ";
   g.shared_array = "__local ";
   g.barrier = "barrier(CLK_LOCAL_MEM_FENCE);";
   g.thread_index = "(int)get_local_id(0)";
+  g.thread_xy[0] = "(int)get_local_id(0)";
+  g.thread_xy[1] = "(int)get_local_id(1)";
   g.block_index[0] = "(long)get_group_id(0)";
   g.block_index[1] = "(long)get_group_id(1)";
   g.block_index[2] = "(long)get_group_id(2)";
