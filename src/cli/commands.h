@@ -16,6 +16,8 @@ void add_compile_command(CLI::App& app);  // cmd_compile.cpp
 void add_train_command(CLI::App& app);    // cmd_train.cpp
 void add_checkpoint_command(CLI::App& app);  // cmd_checkpoint.cpp
 void add_anonymise_command(CLI::App& app);   // cmd_anonymise.cpp
+void add_tune_command(CLI::App& app);        // cmd_tune.cpp
+void add_plan_command(CLI::App& app);        // cmd_plan.cpp
 
 // `tessel bench` (cmd_bench.cpp) returns the parent that each benchmark adds itself to.
 CLI::App& add_bench_command(CLI::App& app);
@@ -29,5 +31,6 @@ void add_bench_cuda_gemm_command(CLI::App& bench);  // cmd_bench_cuda_gemm.cpp
 void add_bench_secure_agg_command(CLI::App& bench);  // cmd_bench_secure_agg.cpp
 void add_bench_sparse_command(CLI::App& bench);  // cmd_bench_sparse.cpp
 void add_bench_conv_command(CLI::App& bench);       // cmd_bench_conv.cpp
+void add_bench_plan_command(CLI::App& bench);       // cmd_bench_plan.cpp
 
 }  // namespace tessel::cli
