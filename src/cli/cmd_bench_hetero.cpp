@@ -52,6 +52,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_job.h"
 #include "cli/commands.h"
 #include "dist/launcher.h"
 #include "dist/process_group.h"
@@ -103,13 +104,6 @@ std::string uptime() {
   while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
     out.pop_back();
   return out;
-}
-
-double load_average() {
-  std::ifstream loadavg("/proc/loadavg");
-  double one_minute = 0.0;
-  loadavg >> one_minute;
-  return one_minute;
 }
 
 // Pins the calling thread (and the threads it starts later) to the `index`-th core it may run on.
@@ -353,12 +347,6 @@ Status run_worker(const Options& o) {
   return ok_status();
 }
 
-std::string self_path() {
-  char self[4096] = {};
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
-}
-
 Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::string& workload) {
   dist::LaunchOptions launch;
   launch.nranks = 2;
@@ -394,13 +382,7 @@ Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::strin
     output += r.output;
   if (!result.first_failure.empty())
     return internal_error("{}: {}\n{}", workload, result.first_failure, output);
-  std::vector<nlohmann::json> rows;
-  std::istringstream lines(result.ranks.front().output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const size_t brace = line.find('{');
-    if (brace != std::string::npos) rows.push_back(nlohmann::json::parse(line.substr(brace)));
-  }
+  std::vector<nlohmann::json> rows = json_rows(result.ranks.front().output);
   if (rows.size() == 2) return rows;
   return internal_error("{}: rank 0 printed no result\n{}", workload, output);
 }
