@@ -43,6 +43,7 @@
 
 #include "autograd/autocast.h"
 #include "autograd/functional.h"
+#include "cli/bench_job.h"
 #include "cli/commands.h"
 #include "dist/launcher.h"
 #include "dist/process_group.h"
@@ -83,15 +84,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// The 1-minute load average: on a shared machine the figures below mean little when it is far
-// above the number of cores, so the table prints it.
-double load_average() {
-  std::ifstream loadavg("/proc/loadavg");
-  double one_minute = 0.0;
-  loadavg >> one_minute;
-  return one_minute;
 }
 
 double peak_rss_mb() {
@@ -262,12 +254,6 @@ Status run_worker(const Options& o) {
   return ok_status();
 }
 
-std::string self_path() {
-  char self[4096] = {};
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
-}
-
 // One job: a workload, rank count and mode, with every overlap setting asked for; its rows.
 Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::string& workload,
                                               int nranks, const std::string& mode) {
@@ -295,13 +281,7 @@ Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::strin
   if (!result.first_failure.empty())
     return internal_error("{} {} ranks {}: {}\n{}", workload, nranks, mode, result.first_failure,
                           output);
-  std::vector<nlohmann::json> rows;
-  std::istringstream lines(result.ranks.front().output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    size_t brace = line.find('{');
-    if (brace != std::string::npos) rows.push_back(nlohmann::json::parse(line.substr(brace)));
-  }
+  std::vector<nlohmann::json> rows = json_rows(result.ranks.front().output);
   if (rows.size() == o.overlap.size() * o.precisions.size()) return rows;
   return internal_error("{} {} ranks {}: rank 0 printed no result\n{}", workload, nranks, mode,
                         output);

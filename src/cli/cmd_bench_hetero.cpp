@@ -3,19 +3,29 @@
 // resnet18 with the global batch split evenly and split by measured throughput
 // (parallel/rebalance.h), the two splits taking turns in one run.
 //
-// Unequal ranks: each rank is pinned to a core of its own (sched_setaffinity; TESSEL_THREADS=1),
-// and the slow rank (--slow-rank, default 1) starts a competing load: a thread that spins, pinned
-// to the same core, so the rank gets about half of it. On a shared machine the other jobs' load
-// comes on top; the rebalancer measures whatever speed results.
+// Unequal ranks (--slow-by), each rank with one kernel thread unless said otherwise:
+//   "repeat" (the default): the slow rank computes each step's forward and backward twice, the
+//            first time on a copy of the model that nothing reads (a competing load of the same
+//            work in the rank's own thread): half the speed on any machine, loaded or not,
+//            because the scheduler gives the two single-threaded ranks the same CPU time.
+//   "threads": the fast rank has 2 kernel threads, the slow rank 1 (TESSEL_THREADS, set in the
+//            rank before its pool exists): half the CPU time on 2 free cores, but on a machine
+//            running many other jobs the 2-thread rank gets less than twice (measured here at
+//            load 25: 1.26x).
+//   "load":  each rank pinned to a core of its own, the slow rank's core shared with a thread
+//            that spins: half of that core only when nothing else runs there.
 //
 // Each rank is a process of one job (dist::launch, shm), as `tessel launch` starts them; the
 // model and its batch are WorkloadRun's (same seed on every rank: the same global batch), a rank
 // computes its rows [lo, lo + share) of it. Per step: a barrier, forward and backward of the
 // rank's rows (timed alone: the rank's compute), DataParallel's collectives and AdamW. The step
-// time is the slowest rank's (all-reduced max); throughput = global batch / step time. Splits take
-// turns (--rounds rounds of --steps steps per split, after --warmup rounds), because a shared
-// machine's load drifts by more than the effect measured; the medians are reported. The uneven
-// split re-balances every --rebalance-every of its steps from the ranks' measured compute.
+// time is the slowest rank's (all-reduced max); throughput = global batch / median step time.
+// Splits take turns (--rounds rounds of --steps steps per split, after --warmup rounds), because a
+// shared machine's load drifts by more than the effect measured; the medians are reported. The
+// uneven split re-balances every --rebalance-every of its steps from the ranks' measured compute.
+//
+// TESSEL_HETERO_TRACE=1 in the environment: each rank prints every step's rows, compute and step
+// time to stderr (`tessel launch -n 2 -- tessel bench hetero --worker --workload W` shows them).
 //
 // Losses: before the timed rounds the job trains --check-steps steps with an uneven split (the
 // 2:1 split an exactly half-speed rank would get) and rank 0 then trains the same steps as one
@@ -42,11 +52,13 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_job.h"
 #include "cli/commands.h"
 #include "dist/launcher.h"
 #include "dist/process_group.h"
 #include "parallel/data_parallel.h"
 #include "parallel/rebalance.h"
+#include "support/thread_pool.h"
 #include "train/workloads.h"
 
 namespace tessel::cli {
@@ -69,6 +81,7 @@ struct Options {
   double hysteresis = 0.05;
   int check_steps = 2;
   int slow_rank = 1;
+  std::string slow_by = "repeat";
   // Worker only.
   bool worker = false;
   std::string workload;
@@ -91,13 +104,6 @@ std::string uptime() {
   while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
     out.pop_back();
   return out;
-}
-
-double load_average() {
-  std::ifstream loadavg("/proc/loadavg");
-  double one_minute = 0.0;
-  loadavg >> one_minute;
-  return one_minute;
 }
 
 // Pins the calling thread (and the threads it starts later) to the `index`-th core it may run on.
@@ -143,6 +149,12 @@ Expected<std::unique_ptr<optim::Optimizer>> make_adamw(nn::FlatParameters& p) {
   return std::unique_ptr<optim::Optimizer>(std::move(opt));
 }
 
+std::string slowdown(const std::string& slow_by) {
+  if (slow_by == "load") return "a spinning thread pinned to the slow rank's core";
+  if (slow_by == "threads") return "1 kernel thread against the fast rank's 2";
+  return "it computes forward and backward twice (once on a copy), 1 thread each";
+}
+
 struct StepResult {
   double loss = 0;       // the global batch's mean loss
   double compute_s = 0;  // this rank's forward + backward
@@ -151,7 +163,8 @@ struct StepResult {
 
 // One data-parallel step with `shares` rows per rank.
 Expected<StepResult> train_step(train::WorkloadRun& run, parallel::DataParallel& dp,
-                                dist::ProcessGroup& group, const std::vector<int64_t>& shares) {
+                                dist::ProcessGroup& group, const std::vector<int64_t>& shares,
+                                train::WorkloadRun* shadow) {
   const int r = group.rank();
   int64_t lo = 0, global = 0;
   for (size_t q = 0; q < shares.size(); ++q) {
@@ -163,6 +176,11 @@ Expected<StepResult> train_step(train::WorkloadRun& run, parallel::DataParallel&
   TESSEL_TRY(group.barrier());
   const Clock::time_point start = Clock::now();
   double weighted_loss = 0;
+  if (rows > 0 && shadow) {  // --slow-by repeat: the same work once more, on a copy
+    TESSEL_ASSIGN_OR_RETURN(Variable loss, shadow->loss_of_rows(lo, lo + rows));
+    TESSEL_TRY(loss.backward());
+    TESSEL_TRY(shadow->parameters().zero_grad());
+  }
   if (rows > 0) {
     TESSEL_ASSIGN_OR_RETURN(Variable loss, run.loss_of_rows(lo, lo + rows));
     TESSEL_TRY(loss.backward());
@@ -201,19 +219,35 @@ Status run_worker(const Options& o) {
   // group exists: the core is pinned before any thread starts, so that they all inherit it.
   const char* rank_env = std::getenv("TESSEL_RANK");
   const int rank = rank_env ? std::atoi(rank_env) : 0;
-  TESSEL_TRY(pin_to_core(rank));
   std::unique_ptr<CompetingLoad> load;
-  if (rank == o.slow_rank) load = std::make_unique<CompetingLoad>();
+  if (o.slow_by == "load") {
+    TESSEL_TRY(pin_to_core(rank));
+    if (rank == o.slow_rank) load = std::make_unique<CompetingLoad>();
+  } else if (o.slow_by == "threads") {
+    ::setenv("TESSEL_THREADS", rank == o.slow_rank ? "1" : "2", 1);
+  }
+  const int threads = ThreadPool::global().num_threads();
   TESSEL_ASSIGN_OR_RETURN(auto group, dist::ProcessGroup::from_env());
   if (group->rank() != rank)
     return internal_error("TESSEL_RANK {} is rank {}", rank, group->rank());
   const int n = group->size();
+  std::vector<double> threads_per_rank(static_cast<size_t>(n));
+  {
+    const double mine = threads;
+    TESSEL_ASSIGN_OR_RETURN(dist::Work w, group->all_gather(&mine, threads_per_rank.data(), 1,
+                                                            dist::DataType::kFloat64));
+    TESSEL_TRY(w.wait());
+  }
   TESSEL_ASSIGN_OR_RETURN(auto run, train::WorkloadRun::create(o.workload, cpu_device(), 1));
   const int stage = o.mode == "ddp" ? 0 : o.mode[4] - '0';
   TESSEL_ASSIGN_OR_RETURN(
       auto dp,
       parallel::DataParallel::create(run->parameters(), *group, make_adamw, {.zero_stage = stage}));
   TESSEL_TRY(dp->broadcast_buffers(run->model()));
+  std::unique_ptr<train::WorkloadRun> shadow;
+  if (o.slow_by == "repeat" && rank == o.slow_rank) {
+    TESSEL_ASSIGN_OR_RETURN(shadow, train::WorkloadRun::create(o.workload, cpu_device(), 2));
+  }
   const int64_t global = run->batch_rows();
 
   // Losses against one process: the split a rank at exactly half the speed would get.
@@ -223,7 +257,8 @@ Status run_worker(const Options& o) {
                           parallel::proportional_shares(global, speeds));
   std::vector<double> job_losses, one_process_losses;
   for (int s = 0; s < o.check_steps; ++s) {
-    TESSEL_ASSIGN_OR_RETURN(StepResult step, train_step(*run, *dp, *group, check_shares));
+    TESSEL_ASSIGN_OR_RETURN(StepResult step,
+                            train_step(*run, *dp, *group, check_shares, shadow.get()));
     job_losses.push_back(step.loss);
   }
   if (rank == 0 && o.check_steps > 0) {  // the same initial weights (seed 1), the whole batch
@@ -245,9 +280,9 @@ Status run_worker(const Options& o) {
   const std::vector<int64_t> even = parallel::even_shares(global, n);
   struct Split {
     std::string name;
-    std::vector<double> throughput, step_ms;
+    std::vector<double> step_ms;
   };
-  std::vector<Split> splits = {{"even", {}, {}}, {"uneven", {}, {}}};
+  std::vector<Split> splits = {{"even", {}}, {"uneven", {}}};
   int uneven_steps = 0, moves = 0;
   std::vector<std::string> history = {shares_text(balance.shares())};
   for (int round = 0; round < o.warmup + o.rounds; ++round)
@@ -255,7 +290,8 @@ Status run_worker(const Options& o) {
       for (int s = 0; s < o.steps; ++s) {
         const bool uneven = split.name == "uneven";
         const std::vector<int64_t> shares = uneven ? balance.shares() : even;
-        TESSEL_ASSIGN_OR_RETURN(StepResult step, train_step(*run, *dp, *group, shares));
+        TESSEL_ASSIGN_OR_RETURN(StepResult step,
+                                train_step(*run, *dp, *group, shares, shadow.get()));
         if (uneven && ++uneven_steps % o.rebalance_every == 0) {
           TESSEL_ASSIGN_OR_RETURN(bool moved,
                                   balance.exchange(*group, shares[size_t(rank)], step.compute_s));
@@ -264,8 +300,10 @@ Status run_worker(const Options& o) {
             history.push_back(shares_text(balance.shares()));
           }
         }
+        if (std::getenv("TESSEL_HETERO_TRACE"))
+          std::fprintf(stderr, "rank %d %s rows %ld compute %.3f s step %.3f s\n", rank,
+                       split.name.c_str(), long(shares[size_t(rank)]), step.compute_s, step.step_s);
         if (round < o.warmup) continue;
-        split.throughput.push_back(double(global) / step.step_s);
         split.step_ms.push_back(1e3 * step.step_s);
       }
   if (rank != 0) return ok_status();
@@ -275,7 +313,7 @@ Status run_worker(const Options& o) {
     const bool uneven = split.name == "uneven";
     nlohmann::json row = {{"workload", o.workload},
                           {"split", split.name},
-                          {"throughput", median(split.throughput)},
+                          {"throughput", double(global) / (1e-3 * median(split.step_ms))},
                           {"unit", "samples/s"},
                           {"step_ms", median(split.step_ms)},
                           {"shares", uneven ? balance.shares() : even},
@@ -283,10 +321,12 @@ Status run_worker(const Options& o) {
                           {"mode", o.mode},
                           {"ranks", n},
                           {"slow_rank", o.slow_rank},
-                          {"slowdown", "competing spinning thread pinned to the slow rank's core"},
-                          {"timed_steps", split.throughput.size()},
+                          {"slow_by", o.slow_by},
+                          {"slowdown", slowdown(o.slow_by)},
+                          {"threads", threads_per_rank},
+                          {"timed_steps", split.step_ms.size()},
                           {"load_average", load_average()}};
-    if (spec.unit == "tokens/s") row["tokens_per_s"] = median(split.throughput) * tokens_per_row;
+    if (spec.unit == "tokens/s") row["tokens_per_s"] = double(row["throughput"]) * tokens_per_row;
     if (uneven) {
       row["measured_rows_per_s"] = balance.throughput();
       row["share_moves"] = moves;
@@ -305,12 +345,6 @@ Status run_worker(const Options& o) {
   }
   std::fflush(stdout);
   return ok_status();
-}
-
-std::string self_path() {
-  char self[4096] = {};
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
 }
 
 Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::string& workload) {
@@ -337,8 +371,10 @@ Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::strin
                     "--check-steps",
                     std::to_string(o.check_steps),
                     "--slow-rank",
-                    std::to_string(o.slow_rank)};
-  launch.env = {{"TESSEL_THREADS", "1"}};
+                    std::to_string(o.slow_rank),
+                    "--slow-by",
+                    o.slow_by};
+  launch.env = {{"TESSEL_THREADS", "1"}};  // "threads": each rank sets its own
   launch.capture = true;
   TESSEL_ASSIGN_OR_RETURN(dist::LaunchResult result, dist::launch(launch));
   std::string output;
@@ -346,13 +382,7 @@ Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::strin
     output += r.output;
   if (!result.first_failure.empty())
     return internal_error("{}: {}\n{}", workload, result.first_failure, output);
-  std::vector<nlohmann::json> rows;
-  std::istringstream lines(result.ranks.front().output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    const size_t brace = line.find('{');
-    if (brace != std::string::npos) rows.push_back(nlohmann::json::parse(line.substr(brace)));
-  }
+  std::vector<nlohmann::json> rows = json_rows(result.ranks.front().output);
   if (rows.size() == 2) return rows;
   return internal_error("{}: rank 0 printed no result\n{}", workload, output);
 }
@@ -368,13 +398,13 @@ int run(const Options& o) {
   }
   if (!o.json)
     fmt::print(
-        "tessel bench hetero: 2 ranks, rank {} slowed by a competing load on its core, {}, "
+        "tessel bench hetero: 2 ranks, rank {} slowed: {}; {}, "
         "{} rounds x {} step(s) per split after {} warm-up, rebalance every {} uneven "
         "step(s), hysteresis {}\nbefore: {}\n\n{:<9} {:<7} {:>11} {:>9} {:>8} {:>15} "
         "{:>14} {:>7}\n",
-        o.slow_rank, o.mode, o.rounds, o.steps, o.warmup, o.rebalance_every, o.hysteresis, uptime(),
-        "workload", "split", "samples/s", "step_ms", "shares", "rows/s r0:r1", "max_loss_diff",
-        "moves");
+        o.slow_rank, slowdown(o.slow_by), o.mode, o.rounds, o.steps, o.warmup, o.rebalance_every,
+        o.hysteresis, uptime(), "workload", "split", "samples/s", "step_ms", "shares",
+        "rows/s r0:r1", "max_loss_diff", "moves");
   std::vector<std::pair<std::string, double>> ratios;
   for (const std::string& workload : o.workloads) {
     Expected<std::vector<nlohmann::json>> rows = run_job(o, workload);
@@ -440,7 +470,11 @@ void add_bench_hetero_command(CLI::App& bench) {
   cmd->add_option("--check-steps", options->check_steps,
                   "steps compared with one process before timing (default 2; 0: none)")
       ->check(CLI::Range(0, 100));
-  cmd->add_option("--slow-rank", options->slow_rank, "the rank given a competing load (1)")
+  cmd->add_option("--slow-by", options->slow_by,
+                  "repeat (default: the slow rank computes each step twice), threads (2 kernel "
+                  "threads against 1) or load (a spinning thread on the slow rank's core)")
+      ->check(CLI::IsMember({"repeat", "threads", "load"}));
+  cmd->add_option("--slow-rank", options->slow_rank, "the rank made slow (1; -1: none)")
       ->check(CLI::Range(-1, 1));
   cmd->add_flag("--worker", options->worker)->group("");
   cmd->add_option("--workload", options->workload)->group("");

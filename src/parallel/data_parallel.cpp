@@ -334,9 +334,10 @@ Status DataParallel::check_mirror(const nn::FlatParameters& device_params) const
     same = theirs[g].values.defined() && theirs[g].grads.defined() &&
            theirs[g].values.numel() == lengths[g];
   if (!same)
-    return invalid_argument("the parameters on {} are not laid out as the data-parallel ones (the "
-                            "same model, FlatParameters::create on that device)",
-                            device_params.device()->id());
+    return invalid_argument(
+        "the parameters on {} are not laid out as the data-parallel ones (the "
+        "same model, FlatParameters::create on that device)",
+        device_params.device()->id());
   return ok_status();
 }
 
@@ -344,7 +345,8 @@ Status DataParallel::copy_values_to(nn::FlatParameters& device_params) {
   TESSEL_TRY(check_mirror(device_params));
   if (options_.zero_stage == 3) {
     return with_each_bucket_gathered([&](Bucket& b) -> Status {
-      TESSEL_ASSIGN_OR_RETURN(Tensor to, device_params.groups()[b.group].values.slice(0, b.begin, b.end));
+      TESSEL_ASSIGN_OR_RETURN(Tensor to,
+                              device_params.groups()[b.group].values.slice(0, b.begin, b.end));
       return to.copy_from(b.gathered);
     });
   }
@@ -364,8 +366,8 @@ Status DataParallel::finish_backward_from(nn::FlatParameters& device_params) {
                             device_params.groups()[b.group].grads.slice(0, b.begin, b.end));
     if (stage >= 2) {
       // A copy even when the device is the CPU too: the device gradients are zeroed below.
-      TESSEL_ASSIGN_OR_RETURN(b.grad_buffer, Tensor::empty({b.end - b.begin}, b.dtype,
-                                                           params_.device()));
+      TESSEL_ASSIGN_OR_RETURN(b.grad_buffer,
+                              Tensor::empty({b.end - b.begin}, b.dtype, params_.device()));
       TESSEL_TRY(b.grad_buffer.copy_from(from));
     } else if (sync_) {
       TESSEL_ASSIGN_OR_RETURN(Tensor to, params_.groups()[b.group].grads.slice(0, b.begin, b.end));
@@ -387,8 +389,7 @@ Status DataParallel::launch_reduction(Bucket& b) {
   const int64_t count = b.end - b.begin;
   Expected<dist::Work> work = internal_error("unreachable");
   if (options_.zero_stage < 2) {
-    TESSEL_ASSIGN_OR_RETURN(Tensor grads,
-                            params_.groups()[b.group].grads.slice(0, b.begin, b.end));
+    TESSEL_ASSIGN_OR_RETURN(Tensor grads, params_.groups()[b.group].grads.slice(0, b.begin, b.end));
     TESSEL_TRY(weigh(grads, b.dtype));
   }
   if (options_.zero_stage == 0) {

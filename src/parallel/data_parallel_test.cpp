@@ -14,9 +14,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <functional>
-#include <cmath>
 #include <map>
 #include <sstream>
 #include <thread>
@@ -514,9 +514,9 @@ std::vector<int64_t> two_rank_shares(int step) {
 TEST(DataParallel, UnevenSharesEqualOneProcessUnderDdpAndEveryZeroStage) {
   const auto want = reference_losses(6);
   for (int stage = 0; stage <= 3; ++stage)
-    expect_same_losses(
-        global_losses(run_ranks({.ranks = 2, .dp = small_buckets(stage), .shares = two_rank_shares})),
-        want, "uneven shares, ZeRO stage " + std::to_string(stage));
+    expect_same_losses(global_losses(run_ranks(
+                           {.ranks = 2, .dp = small_buckets(stage), .shares = two_rank_shares})),
+                       want, "uneven shares, ZeRO stage " + std::to_string(stage));
 }
 
 TEST(DataParallel, UnevenSharesOnFourRanksWithZeroThreeEqualOneProcess) {
@@ -538,7 +538,8 @@ TEST(DataParallel, UnevenSharesWithGradientAccumulationEqualOneProcess) {
                                                 .dp = small_buckets(stage),
                                                 .accumulation = 2,
                                                 .shares = two_rank_shares})),
-                       want, "uneven shares with accumulation, ZeRO stage " + std::to_string(stage));
+                       want,
+                       "uneven shares with accumulation, ZeRO stage " + std::to_string(stage));
 }
 
 TEST(DataParallel, AnExcludedRankJoinsTheCollectivesWithoutRows) {
@@ -561,8 +562,14 @@ TEST(DataParallel, RanksOfDifferentThreadCountsRebalanceAndStillEqualOneProcess)
   for (int stage : {0, 3}) {
     dist::LaunchOptions launch;
     launch.nranks = 2;
-    launch.command = {TESSEL_PARALLEL_RANK_HELPER, "--threads", "2,1", "--uneven-rows", "6",
-                      "--steps", std::to_string(kUnevenSteps), "--zero-stage",
+    launch.command = {TESSEL_PARALLEL_RANK_HELPER,
+                      "--threads",
+                      "2,1",
+                      "--uneven-rows",
+                      "6",
+                      "--steps",
+                      std::to_string(kUnevenSteps),
+                      "--zero-stage",
                       std::to_string(stage)};
     launch.capture = true;
     launch.deadline_s = 120;
@@ -593,8 +600,8 @@ TEST(DataParallel, RanksOfDifferentThreadCountsRebalanceAndStillEqualOneProcess)
         EXPECT_GE(std::min(a, b), 1) << line;
       }
     }
-    expect_same_losses(got, want,
-                       "threads 2,1, ZeRO stage " + std::to_string(stage) + ", shares " + shares_seen);
+    expect_same_losses(
+        got, want, "threads 2,1, ZeRO stage " + std::to_string(stage) + ", shares " + shares_seen);
     std::printf("ZeRO-%d shares per step (rank 0:rank 1): %s\n", stage, shares_seen.c_str());
   }
 }

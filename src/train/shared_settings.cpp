@@ -41,6 +41,7 @@ Settings shared_settings(const TrainConfig& c, const nn::FlatParameters& params,
       {"optimizer.name", c.optimizer.name},
       {"optimizer.lr", fmt::format("{}", c.optimizer.lr())},
       {"distributed.zero_stage", std::to_string(c.distributed.zero_stage)},
+      {"distributed.split", c.distributed.uneven ? "uneven" : "even"},
       {"seed", std::to_string(c.seed)},
   };
 }

@@ -74,7 +74,8 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   d.enabled = cfg.has("distributed");
   if (!d.enabled) return ok_status();
   TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("distributed"));
-  TESSEL_TRY(t.check_keys({"backend", "zero_stage", "bucket_cap_mb", "first_bucket_mb", "overlap"}));
+  TESSEL_TRY(t.check_keys({"backend", "zero_stage", "bucket_cap_mb", "first_bucket_mb", "overlap",
+                           "split", "rebalance_every", "rebalance_hysteresis"}));
   TESSEL_ASSIGN_OR_RETURN(d.backend, get_choice(t, "backend", {"shm", "mpi", "nccl"}, "shm"));
   TESSEL_ASSIGN_OR_RETURN(int64_t stage, get_at_least<int64_t>(t, "zero_stage", 0, 0));
   if (stage > 3)
@@ -85,6 +86,18 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   TESSEL_ASSIGN_OR_RETURN(d.first_bucket_mb,
                           get_at_least(t, "first_bucket_mb", d.first_bucket_mb, 0.001));
   TESSEL_ASSIGN_OR_RETURN(d.overlap, t.get_or<bool>("overlap", d.overlap));
+  TESSEL_ASSIGN_OR_RETURN(std::string split, get_choice(t, "split", {"even", "uneven"}, "even"));
+  d.uneven = split == "uneven";
+  for (const char* key : {"rebalance_every", "rebalance_hysteresis"})
+    if (!d.uneven && t.has(key))
+      return invalid_argument("{}: key 'distributed.{}' needs split = 'uneven'", t.source(), key);
+  TESSEL_ASSIGN_OR_RETURN(d.rebalance_every,
+                          get_at_least<int64_t>(t, "rebalance_every", d.rebalance_every, 1));
+  TESSEL_ASSIGN_OR_RETURN(d.rebalance_hysteresis,
+                          get_at_least(t, "rebalance_hysteresis", d.rebalance_hysteresis, 0.0));
+  if (d.rebalance_hysteresis >= 1.0)
+    return invalid_argument("{}: key 'distributed.rebalance_hysteresis': must be below 1, got {}",
+                            t.source(), d.rebalance_hysteresis);
   return ok_status();
 }
 

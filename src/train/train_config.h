@@ -25,6 +25,10 @@
 //   [distributed] backend = "shm"     # shm | mpi | nccl; ranks from `tessel launch` or mpirun
 //               zero_stage = 0  (0: DDP; 1, 2, 3: ZeRO)   bucket_cap_mb = 25.0
 //               first_bucket_mb = 1.0   overlap = true
+//               split = "even" | "uneven"   (uneven: each rank's rows of the global batch follow
+//               its measured throughput, parallel/rebalance.h)   rebalance_every = 10 (steps
+//               between measurements)   rebalance_hysteresis = 0.05 (a move must shorten the
+//               predicted step by more than this fraction)
 //               (batch_size is per rank: a step takes batch_size x ranks x grad_accum_steps;
 //               clip_grad_norm and checkpoints work in every mode: the norm is of the whole
 //               gradient, the checkpoint is the single-process file, gathered from the shards)
@@ -76,6 +80,9 @@ struct DistributedConfig {
   double bucket_cap_mb = 25.0;
   double first_bucket_mb = 1.0;
   bool overlap = true;
+  bool uneven = false;  // split = "uneven"
+  int64_t rebalance_every = 10;
+  double rebalance_hysteresis = 0.05;
 };
 
 // The [federated] table (train/federated.h); absent: not federated.

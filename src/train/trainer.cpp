@@ -139,8 +139,16 @@ Status Trainer::build() {
   ModelContext context{
       .input_shape = data_->example_shape(), .classes = data_->classes(), .seed = c.seed};
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<BatchSource> train, data_->train_batches());
-  if (shards > 1) train = std::make_unique<parallel::RankShard>(std::move(train), shard, shards);
-  train_batches_ = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
+  if (shards > 1 && c.distributed.uneven) {
+    // The cut moves with the shares, so it comes after the read-ahead, not before it.
+    auto prefetched = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
+    auto cut = std::make_unique<parallel::RankShard>(std::move(prefetched), shard, shards);
+    rank_shard_ = cut.get();
+    train_batches_ = std::move(cut);
+  } else {
+    if (shards > 1) train = std::make_unique<parallel::RankShard>(std::move(train), shard, shards);
+    train_batches_ = std::make_unique<Prefetcher>(std::move(train), /*depth=*/4);
+  }
   const int64_t per_epoch = data_->batches_per_epoch();
   if (c.epochs > 0 && per_epoch == 0)
     return invalid_argument("{}: key 'train.epochs': data '{}' has no epochs; use 'train.steps'",
@@ -176,6 +184,13 @@ Status Trainer::build() {
   if (group_)
     TESSEL_TRY(check_shared_settings(*group_, shared_settings(c, *params_, total_steps_), c.source));
   if (group_) TESSEL_TRY(build_data_parallel());
+  if (group_ && c.distributed.uneven) {
+    Expected<parallel::Rebalancer> balance =
+        parallel::Rebalancer::create(c.data.batch_size * world_size(), world_size(),
+                                     {.hysteresis = c.distributed.rebalance_hysteresis});
+    if (!balance.ok()) return balance.status().with_context("{}: [distributed]", c.source);
+    rebalancer_ = std::make_unique<parallel::Rebalancer>(std::move(*balance));
+  }
   if (c.privacy.enabled) {
     secure::DpSgdOptions dp;
     dp.max_grad_norm = c.privacy.max_grad_norm;
@@ -501,10 +516,20 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     }
     const double lr = c.schedule.lr_at(step_);
     double loss_value = 0.0;
+    // Uneven split: this step's rows per rank, and the time this rank computes them.
+    int64_t rows = 0;
+    double compute_s = 0.0;
+    if (rebalancer_) {
+      const std::vector<int64_t>& shares = rebalancer_->shares();
+      rows = shares[size_t(rank())];
+      TESSEL_TRY(rank_shard_->set_shares(shares));
+      TESSEL_TRY(data_parallel_->set_batch_share(rows, rebalancer_->global_rows()));
+    }
     for (int64_t micro = 0; micro < c.grad_accum_steps; ++micro) {
       // Inner micro-steps only accumulate gradients; the last one synchronises the ranks.
       if (data_parallel_) data_parallel_->set_sync(micro + 1 == c.grad_accum_steps);
       TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
+      const Clock::time_point compute_start = Clock::now();
       TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
       TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
       // Mixed precision: the gemm ops compute in 16 bits, the rest in f32 (autocast.h).
@@ -518,6 +543,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       TESSEL_ASSIGN_OR_RETURN(Tensor seed,
                               Tensor::full(loss.shape(), seed_value, DType::kF32, device_));
       TESSEL_TRY(loss.backward(seed));
+      compute_s += seconds_since(compute_start);
       if (data_parallel_) TESSEL_TRY(data_parallel_->finish_backward());
       TESSEL_ASSIGN_OR_RETURN(double micro_loss, scalar_of(loss.data()));
       loss_value += micro_loss / double(c.grad_accum_steps);
@@ -525,6 +551,8 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     // The loss of the whole global batch is the mean of the ranks'; queued behind the gradient
     // buckets, it is waited for after the optimizer step so that it delays nothing.
     std::optional<dist::Work> loss_reduction;
+    // Uneven shares: a rank's mean loss counts by its rows (gradient_weight is 1 when even).
+    if (data_parallel_) loss_value *= data_parallel_->gradient_weight();
     if (group_) {
       TESSEL_ASSIGN_OR_RETURN(loss_reduction, group_->all_reduce(&loss_value, 1, dist::DataType::kFloat64,
                                                                  dist::RedOp::kAvg));
@@ -566,6 +594,8 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     TESSEL_TRY(params_->zero_grad());
     ++step_;
     ++window_steps;
+    if (rebalancer_ && step_ % c.distributed.rebalance_every == 0)
+      TESSEL_TRY(rebalancer_->exchange(*group_, rows * c.grad_accum_steps, compute_s).status());
 
     if (step_ % c.log_interval == 0 || step_ == end) {
       const double seconds = seconds_since(window_start);

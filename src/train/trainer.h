@@ -34,6 +34,8 @@
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "parallel/data_parallel.h"
+#include "parallel/rank_shard.h"
+#include "parallel/rebalance.h"
 #include "secure/dp_sgd.h"
 #include "secure/rdp_accountant.h"
 #include "secure/secret_key.h"
@@ -113,6 +115,9 @@ class Trainer {
   // across ranks (a mixed-precision overflow flag), and the data-parallel machinery.
   dist::ProcessGroup* process_group() const { return group_; }
   parallel::DataParallel* data_parallel() const { return data_parallel_.get(); }
+  // [distributed] split = "uneven" only (null otherwise): the ranks' current shares of the
+  // global batch and their measured throughput.
+  const parallel::Rebalancer* rebalancer() const { return rebalancer_.get(); }
 
  private:
   explicit Trainer(TrainConfig config, TrainerOptions options)
@@ -152,6 +157,9 @@ class Trainer {
   dist::ProcessGroup* group_ = nullptr;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
   std::unique_ptr<nn::FlatParameters> gradient_shards_;  // ZeRO: local_gradients()' view
+  // split = "uneven": the cut of each global batch (inside train_batches_) and who moves it.
+  parallel::RankShard* rank_shard_ = nullptr;
+  std::unique_ptr<parallel::Rebalancer> rebalancer_;
   std::optional<secure::SecretKey> checkpoint_key_;      // [checkpoint] encrypt = true
   std::unique_ptr<secure::DpSgd> dp_sgd_;                // [privacy]
   secure::RdpAccountant accountant_;

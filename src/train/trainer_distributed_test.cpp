@@ -170,5 +170,69 @@ TEST(TrainerDistributed, ConfigRejectsAnUnknownBackend) {
       << bad.status().to_string();
 }
 
+// [distributed] split = "uneven": the ranks measure their compute every step and the rebalancer
+// moves their shares of the global batch (hysteresis 0: at any predicted gain, so the ranks'
+// noise moves them here); whatever the shares, each rank's gradient and loss count by its rows,
+// so the job still trains as one process with the whole batch.
+TEST(TrainerDistributed, AnUnevenSplitTrainsAsOneProcessWhileTheSharesMove) {
+  auto single = Trainer::create(config(16, "", ""), {.progress = nullptr}).value();
+  const std::vector<double> want = single->run().value().losses;
+  for (int stage : {0, 3}) {
+    const TrainConfig c = config(
+        8, "",
+        fmt::format("[distributed]\nzero_stage = {}\nbucket_cap_mb = 0.01\nsplit = \"uneven\"\n"
+                    "rebalance_every = 1\nrebalance_hysteresis = 0.0\n",
+                    stage));
+    auto groups = dist::ProcessGroup::in_process(2).value();
+    std::vector<std::vector<double>> losses(2);
+    std::vector<std::vector<int64_t>> shares(2);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        auto trainer =
+            Trainer::create(c, {.progress = nullptr, .process_group = groups[size_t(r)].get()});
+        ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
+        auto summary = (*trainer)->run();
+        ASSERT_TRUE(summary.ok()) << summary.status().to_string();
+        losses[size_t(r)] = summary->losses;
+        ASSERT_NE((*trainer)->rebalancer(), nullptr);
+        shares[size_t(r)] = (*trainer)->rebalancer()->shares();
+      });
+    for (auto& t : threads)
+      t.join();
+    const std::string what =
+        fmt::format("ZeRO-{}, shares at the end {}:{}", stage, shares[0].at(0), shares[0].at(1));
+    expect_same(losses[0], want, what + ", rank 0");
+    expect_same(losses[1], want, what + ", rank 1");
+    EXPECT_EQ(shares[0], shares[1]) << "the ranks disagree on the shares";
+    EXPECT_EQ(shares[0].at(0) + shares[0].at(1), 16);
+    EXPECT_GE(std::min(shares[0].at(0), shares[0].at(1)), 1);
+  }
+}
+
+TEST(TrainerDistributed, ConfigErrorsOfTheSplitNameTheKey) {
+  const std::string base =
+      "[model]\nname = \"mlp\"\n[data]\nname = \"fashion_mnist\"\n[train]\nsteps = 1\n"
+      "[distributed]\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"split = \"diagonal\"",
+       "key 'distributed.split': 'diagonal' is not allowed; allowed: even, uneven"},
+      {"rebalance_every = 5", "key 'distributed.rebalance_every' needs split = 'uneven'"},
+      {"split = \"uneven\"\nrebalance_every = 0", "distributed.rebalance_every"},
+      {"split = \"uneven\"\nrebalance_hysteresis = 1.5",
+       "key 'distributed.rebalance_hysteresis': must be below 1, got 1.5"}};
+  for (const auto& [extra, want] : cases) {
+    auto bad = parse_train_config(Config::parse(base + extra + "\n", "u.toml").value());
+    ASSERT_FALSE(bad.ok()) << extra;
+    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().to_string();
+  }
+  auto good = parse_train_config(
+      Config::parse(base + "split = \"uneven\"\nrebalance_every = 3\n", "u.toml").value());
+  ASSERT_TRUE(good.ok()) << good.status().to_string();
+  EXPECT_TRUE(good->distributed.uneven);
+  EXPECT_EQ(good->distributed.rebalance_every, 3);
+  EXPECT_DOUBLE_EQ(good->distributed.rebalance_hysteresis, 0.05);
+}
+
 }  // namespace
 }  // namespace tessel::train

@@ -1,0 +1,43 @@
+// What the benchmarks that start their own jobs of ranks (`tessel bench ddp`, `bench hetero`)
+// share: this program's path (the ranks are this program with --worker), the machine's load
+// (printed beside every figure: the machine is shared) and the JSON rows rank 0 prints.
+#pragma once
+
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tessel::cli {
+
+inline std::string self_path() {
+  char self[4096] = {};
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
+}
+
+// The 1-minute load average: the figures mean little when it is far above the number of cores.
+inline double load_average() {
+  std::ifstream loadavg("/proc/loadavg");
+  double one_minute = 0.0;
+  loadavg >> one_minute;
+  return one_minute;
+}
+
+// Every JSON object in a rank's output, one per line (a line may carry the launcher's prefix).
+inline std::vector<nlohmann::json> json_rows(const std::string& output) {
+  std::vector<nlohmann::json> rows;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    const size_t brace = line.find('{');
+    if (brace != std::string::npos) rows.push_back(nlohmann::json::parse(line.substr(brace)));
+  }
+  return rows;
+}
+
+}  // namespace tessel::cli
