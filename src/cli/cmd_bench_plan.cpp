@@ -4,8 +4,11 @@
 // count asked for.
 //
 // Each job's ranks (`tessel bench plan --worker`, started with mpirun through `tessel
-// netns-exec`) first measure the link: ping-pong between ranks 0 and 1 of 8 bytes (latency,
-// alpha) and of 512 KiB (bandwidth), the fastest of 3 round trips each, halved. Then they train
+// netns-exec`) first measure the link: ping-pong between ranks 0 and 1 of 8 bytes and 512 KiB
+// (reported), and streams of all-reduces (5 of 8 B, 4 of 256 KiB, back to back as a step's
+// buckets run), from which the link the model uses is fitted (plan::fit_link: latency and
+// bandwidth as the collective sees them; a stream of bidirectional TCP through a shaped queue is
+// slower than one-way ping-pong suggests). Then they train
 // CONFIG's model (examples/plan_calibration.toml by default) with DDP, steps taking turns with
 // overlap on and off. The model gets rank 0's compute from the steps without overlap (forward,
 // backward, optimizer, and each bucket's readiness in backward), the measured link, and the
@@ -82,12 +85,38 @@ Expected<double> one_way_seconds(dist::ProcessGroup& group, size_t bytes) {
   return best / 2;
 }
 
+// Seconds per all-reduce (f32 sum) of `bytes` when `calls` of them run back to back, as a step's
+// buckets do (TCP through a shaped queue is slower in a stream than in one call): the best of 3.
+Expected<double> all_reduce_seconds(dist::ProcessGroup& group, size_t bytes, int calls) {
+  std::vector<float> buffer(size_t(calls) * (bytes / sizeof(float)), 1.0f);
+  const size_t count = bytes / sizeof(float);
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    TESSEL_TRY(group.barrier());
+    const Clock::time_point start = Clock::now();
+    std::vector<dist::Work> works;
+    for (int c = 0; c < calls; ++c) {
+      TESSEL_ASSIGN_OR_RETURN(dist::Work w,
+                              group.all_reduce(buffer.data() + size_t(c) * count, count,
+                                               dist::DataType::kFloat32, dist::RedOp::kSum));
+      works.push_back(std::move(w));
+    }
+    for (dist::Work& w : works)
+      TESSEL_TRY(w.wait());
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - start).count() / calls);
+  }
+  return best;
+}
+
 Status run_worker(const Options& o) {
   TESSEL_ASSIGN_OR_RETURN(train::TrainConfig config, train::load_train_config(o.config));
   TESSEL_ASSIGN_OR_RETURN(auto group, dist::ProcessGroup::from_env());
   constexpr size_t kBig = 512 << 10;
   TESSEL_ASSIGN_OR_RETURN(double small, one_way_seconds(*group, 8));
   TESSEL_ASSIGN_OR_RETURN(double big, one_way_seconds(*group, kBig));
+  constexpr size_t kBucket = 256 << 10;
+  TESSEL_ASSIGN_OR_RETURN(double reduce_small, all_reduce_seconds(*group, 8, 5));
+  TESSEL_ASSIGN_OR_RETURN(double reduce_big, all_reduce_seconds(*group, kBucket, 4));
   TESSEL_ASSIGN_OR_RETURN(auto run, plan::ProfiledRun::create(config, *group));
   std::vector<plan::StepTimes> off, on;
   std::vector<double> exposed_on, exposed_off;
@@ -123,6 +152,9 @@ Status run_worker(const Options& o) {
       {"ranks", group->size()},
       {"latency_s", small},
       {"bytes_per_s", double(kBig) / std::max(1e-9, big - small)},
+      {"all_reduce_small_s", reduce_small},
+      {"all_reduce_big_s", reduce_big},
+      {"all_reduce_big_bytes", kBucket},
       {"forward_s", profile.forward_s},
       {"backward_s", profile.backward_s},
       {"optimizer_s", profile.optimizer_s},
@@ -225,8 +257,16 @@ int run(const Options& o) {
       profile.optimizer_s = r["optimizer_s"];
       for (const auto& b : r["buckets"])
         profile.buckets.push_back({b["bytes"], b["ready_s"]});
-      plan::Network network{.ranks = n,
-                            .link = {.bytes_per_s = r["bytes_per_s"], .latency_s = r["latency_s"]}};
+      // The link as the all-reduce sees it, fitted to the two all-reduces timed in the job.
+      plan::Network network;
+      network.ranks = n;
+      auto fitted = plan::fit_link(network, 8, r["all_reduce_small_s"], r["all_reduce_big_bytes"],
+                                   r["all_reduce_big_s"]);
+      if (!fitted.ok()) {
+        fmt::print(stderr, "tessel bench plan: {}\n", fitted.status().to_string());
+        return 1;
+      }
+      network.link = *fitted;
       double predicted_comm = 0;
       for (const plan::BucketProfile& b : profile.buckets)
         predicted_comm += plan::all_reduce_seconds(b.bytes, network);
@@ -238,8 +278,10 @@ int run(const Options& o) {
                               {"shaping", r["shaping"]},
                               {"ranks", n},
                               {"overlap", overlap},
-                              {"latency_us", double(r["latency_s"]) * 1e6},
-                              {"measured_mb_per_s", double(r["bytes_per_s"]) / 1e6},
+                              {"ping_pong_latency_us", double(r["latency_s"]) * 1e6},
+                              {"ping_pong_mb_per_s", double(r["bytes_per_s"]) / 1e6},
+                              {"fitted_latency_us", network.link.latency_s * 1e6},
+                              {"fitted_mb_per_s", network.link.bytes_per_s / 1e6},
                               {"step_ms", step * 1e3},
                               {"predicted_step_ms", p.step_s * 1e3},
                               {"exposed_ms", exposed * 1e3},

@@ -86,9 +86,13 @@ Expected<nlohmann::json> step_time_section(const train::TrainConfig& config, con
 }
 
 void print_step_time(const nlohmann::json& j) {
-  fmt::print("step time on {} ranks, links {}, all-reduce {} (hierarchical: {} per machine, {})\n",
-             int(j["ranks"]), std::string(j["link"]), std::string(j["algorithm"]),
-             int(j["ranks_per_machine"]), std::string(j["local_link"]));
+  const std::string algorithm = j["algorithm"];
+  fmt::print("step time on {} ranks, links {}, all-reduce {}{}\n", int(j["ranks"]),
+             std::string(j["link"]), algorithm,
+             algorithm == "hierarchical"
+                 ? fmt::format(" ({} ranks per machine, {} inside)", int(j["ranks_per_machine"]),
+                               std::string(j["local_link"]))
+                 : std::string());
   const auto& m = j["measured_here"];
   fmt::print(
       "  compute measured here: forward {:.1f} ms, backward {:.1f} ms, optimizer {:.1f} ms"

@@ -149,6 +149,28 @@ double all_reduce_seconds(double bytes, const Network& network) {
   return 0;
 }
 
+Expected<Link> fit_link(const Network& network, double small_bytes, double small_s,
+                        double big_bytes, double big_s) {
+  // all_reduce_seconds is linear in (latency, 1 / bandwidth): read its coefficients off.
+  auto coefficients = [&](double bytes) {
+    Network n = network;
+    n.link = {.bytes_per_s = 1e300, .latency_s = 1};
+    const double a = all_reduce_seconds(bytes, n);
+    n.link = {.bytes_per_s = 1, .latency_s = 0};
+    return std::pair{a, all_reduce_seconds(bytes, n)};  // seconds per (s of latency, B/s^-1)
+  };
+  const auto [a1, b1] = coefficients(small_bytes);
+  const auto [a2, b2] = coefficients(big_bytes);
+  const double det = a1 * b2 - a2 * b1;
+  const double latency = (small_s * b2 - big_s * b1) / det;
+  const double inverse_rate = (a1 * big_s - a2 * small_s) / det;
+  if (!(std::isfinite(latency) && std::isfinite(inverse_rate)) || inverse_rate <= 0)
+    return invalid_argument(
+        "cannot fit a link to all-reduces of {} B in {:.3g} s and {} B in {:.3g} s", small_bytes,
+        small_s, big_bytes, big_s);
+  return Link{.bytes_per_s = 1 / inverse_rate, .latency_s = std::max(0.0, latency)};
+}
+
 double ComputeProfile::gradient_bytes() const {
   double total = 0;
   for (const BucketProfile& b : buckets)

@@ -58,6 +58,12 @@ Algorithm algorithm_for(double bytes, const Network& network);
 // Seconds one all-reduce of `bytes` takes.
 double all_reduce_seconds(double bytes, const Network& network);
 
+// The link under which `network`'s all-reduce takes `small_s` for `small_bytes` and `big_s` for
+// `big_bytes` (both measured), solving T(S) = A(S) latency + B(S) S / bandwidth for the two
+// unknowns; an error if the measurements allow no positive solution.
+Expected<Link> fit_link(const Network& network, double small_bytes, double small_s,
+                        double big_bytes, double big_s);
+
 struct BucketProfile {
   double bytes = 0;
   double ready_s = 0;  // after backward started, when its last gradient is in

@@ -84,3 +84,23 @@ TEST(StepModel, OverlapHidesWhatBackwardCovers) {
 
 }  // namespace
 }  // namespace tessel::plan
+
+namespace tessel::plan {
+namespace {
+
+TEST(StepModel, FitsTheLinkThatExplainsTwoAllReduces) {
+  // Times made by the model from a known link come back to that link, for each algorithm the
+  // two sizes fall under (4 ranks: doubling below 64 KiB, ring above).
+  for (int ranks : {2, 4, 16}) {
+    Network n{.ranks = ranks, .link = {.bytes_per_s = 3e6, .latency_s = 700e-6}};
+    const double small = all_reduce_seconds(8, n), big = all_reduce_seconds(1 << 19, n);
+    Link fitted = fit_link(n, 8, small, 1 << 19, big).value();
+    EXPECT_NEAR(fitted.bytes_per_s, 3e6, 1e-3) << ranks;
+    EXPECT_NEAR(fitted.latency_s, 700e-6, 1e-12) << ranks;
+  }
+  Network n{.ranks = 2, .link = {}};
+  EXPECT_FALSE(fit_link(n, 8, 1.0, 1 << 19, 0.5).ok());  // more bytes in less time
+}
+
+}  // namespace
+}  // namespace tessel::plan
