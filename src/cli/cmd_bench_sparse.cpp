@@ -12,6 +12,7 @@
 // `--json` prints one object per (matrix, op, impl): matrix, kind, rows, cols, density, nnz, op,
 // n, impl, time_us, and for tessel-auto its choice; `--explain` prints each plan.
 // `--embedding` adds the training step of sparse/embedding_bench.h (sparse vs dense gradients).
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -88,7 +89,8 @@ std::vector<int64_t> pick_columns(int64_t count, int64_t cols, std::mt19937_64& 
   std::vector<int64_t> out;
   if (count * 3 > cols) {
     for (int64_t c = 0; c < cols; ++c)
-      if (static_cast<int64_t>(rng() % static_cast<uint64_t>(cols - c)) < count - static_cast<int64_t>(out.size()))
+      if (static_cast<int64_t>(rng() % static_cast<uint64_t>(cols - c)) <
+          count - static_cast<int64_t>(out.size()))
         out.push_back(c);
     return out;
   }
@@ -164,7 +166,7 @@ std::string load_text() {
 struct Contender {
   std::string impl;
   std::function<Expected<Tensor>()> run;
-  std::vector<double> us;
+  std::vector<double> us, cpu_us;  // wall, and the process's CPU time (all threads)
   Tensor out;
   std::string note;  // tessel-auto: its choice
 };
@@ -173,6 +175,14 @@ double median(std::vector<double> v) {
   if (v.empty()) return NAN;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
+}
+
+// The process's CPU time in us: on a machine shared with other work it moves far less than
+// wall time (a thread waiting for a core is not counted), so the JSON rows carry both.
+double cpu_now_us() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) * 1e-3;
 }
 
 // Untimed calls (compiles, caches), then `reps` rounds in which every contender runs once.
@@ -184,8 +194,10 @@ Status time_in_turns(std::vector<Contender>& cs, int reps) {
   for (int r = 0; r < reps; ++r)
     for (Contender& c : cs) {
       auto start = std::chrono::steady_clock::now();
+      const double cpu = cpu_now_us();
       TESSEL_ASSIGN_OR_RETURN(Tensor out, c.run());
       (void)out;
+      c.cpu_us.push_back(cpu_now_us() - cpu);
       c.us.push_back(
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
               .count());
@@ -248,6 +260,58 @@ std::vector<nlohmann::json> torch_rows(const Options& o, const std::string& pyth
   return rows;
 }
 
+// The fields of every result row (time_us, choice and error are added by the caller).
+nlohmann::json result_row(const MatrixSpec& spec, const SparseMatrix& a, const std::string& op,
+                          int64_t n, const std::string& impl) {
+  return {{"matrix", spec.name},
+          {"kind", spec.kind},
+          {"rows", a.rows()},
+          {"cols", a.cols()},
+          {"nnz", a.nnz()},
+          {"density", a.density()},
+          {"op", op},
+          {"n", op == "spmm" ? n : 1},
+          {"impl", impl},
+          {"load", load_text()}};
+}
+
+// The dense operands of one matrix's runs: B [K, n], x [K], D [M, K] and the densified matrix.
+struct Operands {
+  Tensor b, x, d_add, dense;
+};
+
+// One of tessel's implementations of `op`, made once as the planner's measurement makes it:
+// spmm through PreparedSpmm (dense keeping its densified matrix), spmv and add through the
+// autograd functions without gradients, dense on the densified matrix.
+Expected<std::function<Expected<Tensor>()>> tessel_run(const SparseMatrix& a, Choice c,
+                                                       sparse::SparseOp op, const Operands& v) {
+  if (op == sparse::SparseOp::kSpmm) {
+    TESSEL_ASSIGN_OR_RETURN(sparse::PreparedSpmm p, sparse::PreparedSpmm::fixed(a, c));
+    auto prepared = std::make_shared<sparse::PreparedSpmm>(std::move(p));
+    return std::function<Expected<Tensor>()>([prepared, b = v.b] { return prepared->run(b); });
+  }
+  if (c == Choice::kDense) {
+    return std::function<Expected<Tensor>()>([v, op]() -> Expected<Tensor> {
+      if (op == sparse::SparseOp::kAddDense) return ops::add(v.dense, v.d_add);
+      TESSEL_ASSIGN_OR_RETURN(Tensor x2, v.x.reshape({v.x.numel(), 1}));
+      TESSEL_ASSIGN_OR_RETURN(Tensor y, ops::matmul(v.dense, x2));
+      return y.reshape({y.numel()});
+    });
+  }
+  TESSEL_ASSIGN_OR_RETURN(SparseMatrix m, a.to(c == Choice::kCsr ? sparse::SparseFormat::kCsr
+                                                                 : sparse::SparseFormat::kCoo));
+  sparse::SparseVariable sv = sparse::SparseVariable::of(std::move(m));
+  return std::function<Expected<Tensor>()>([sv, v, op, c]() -> Expected<Tensor> {
+    autograd::NoGrad no_grad;
+    Expected<autograd::Variable> y =
+        op == sparse::SparseOp::kSpmv
+            ? sparse::spmv_as(sv, autograd::Variable(v.x), c)
+            : sparse::add_dense(sv, autograd::Variable(v.d_add), sparse::PlanOptions{.force = c});
+    if (!y.ok()) return y.status();
+    return y->data();
+  });
+}
+
 std::string fmt_us(double us) {
   if (std::isnan(us)) return "-";
   return us >= 1e4 ? fmt::format("{:.0f}", us) : fmt::format("{:.1f}", us);
@@ -260,7 +324,8 @@ int run(const Options& o) {
   if (!o.no_torch) {
     const char* env = std::getenv("TESSEL_PYTHON");
     python = !o.python.empty() ? o.python : (env && *env ? env : "python3");
-    std::string probe = fmt::format("'{}' -c 'import torch, numpy; print(torch.__version__)' 2>&1", python);
+    std::string probe =
+        fmt::format("'{}' -c 'import torch, numpy; print(torch.__version__)' 2>&1", python);
     std::string out;
     int rc = -1;
     if (FILE* f = ::popen(probe.c_str(), "r")) {
@@ -270,10 +335,13 @@ int run(const Options& o) {
       rc = ::pclose(f);
     }
     if (rc != 0) {
-      torch_note = fmt::format("PyTorch not measured: '{}' cannot import torch and numpy (--python or TESSEL_PYTHON)", python);
+      torch_note = fmt::format(
+          "PyTorch not measured: '{}' cannot import torch and numpy (--python or TESSEL_PYTHON)",
+          python);
       python.clear();
     } else {
-      torch_note = fmt::format("PyTorch {} from {}, {} threads", out.substr(0, out.find('\n')), python, threads);
+      torch_note = fmt::format("PyTorch {} from {}, {} threads", out.substr(0, out.find('\n')),
+                               python, threads);
     }
   } else {
     torch_note = "PyTorch not measured (--no-torch)";
@@ -283,15 +351,16 @@ int run(const Options& o) {
   GemmPeer* onednn = nullptr;
   for (auto& p : peers)
     if (std::string(p->name()) == "onednn") onednn = p.get();
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              fmt::format("tessel-bench-sparse-{}", ::getpid());
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / fmt::format("tessel-bench-sparse-{}", ::getpid());
   std::filesystem::create_directories(dir);
 
   if (!o.json) {
-    std::printf("# tessel bench sparse: f32 on cpu, %d threads, spmm with N = %lld, median of %d "
-                "calls per impl taking turns; load %s\n# %s; oneDNN %s\n",
-                threads, static_cast<long long>(o.n), o.reps, load_text().c_str(),
-                torch_note.c_str(), onednn ? onednn->describe().c_str() : "not found");
+    std::printf(
+        "# tessel bench sparse: f32 on cpu, %d threads, spmm with N = %lld, median of %d "
+        "calls per impl taking turns; load %s\n# %s; oneDNN %s\n",
+        threads, static_cast<long long>(o.n), o.reps, load_text().c_str(), torch_note.c_str(),
+        onednn ? onednn->describe().c_str() : "not found");
     std::printf("%-22s %-5s %9s %9s %9s %9s %9s %9s %9s %9s | %-6s %6s %6s %6s\n", "matrix", "op",
                 "csr", "coo", "bsr", "auto", "dense", "onednn", "torch-csr", "torch-coo", "choice",
                 "a/best", "d/auto", "t/best");
@@ -317,6 +386,7 @@ int run(const Options& o) {
     Tensor x = b.select(1, 0).value().contiguous().value();
     Tensor dense = a.to_dense().value();
     Tensor d_add = Tensor::full({a.rows(), a.cols()}, 1.0, DType::kF32).value();
+    const Operands operands{b, x, d_add, dense};
     std::map<std::pair<std::string, std::string>, nlohmann::json> rows;  // (op, impl)
     for (const char* op : {"spmm", "spmv", "add"}) {
       std::vector<Contender> cs;
@@ -336,70 +406,41 @@ int run(const Options& o) {
       if (o.explain && !o.json) std::printf("%s", plan->explain().c_str());
       std::vector<Choice> fixed = {Choice::kCsr, Choice::kCoo};
       if (sop == sparse::SparseOp::kSpmm) fixed.push_back(Choice::kBsr);
-      for (Choice c : fixed) {
-        std::string impl = std::string("tessel-") + sparse::choice_name(c);
-        if (sop == sparse::SparseOp::kSpmm) {
-          auto prepared = std::make_shared<sparse::PreparedSpmm>(sparse::PreparedSpmm::fixed(a, c).value());
-          cs.push_back({impl, [prepared, b] { return prepared->run(b); }, {}, {}, ""});
-        } else {
-          sparse::SparseVariable sv = sparse::SparseVariable::of(a.to(c == Choice::kCsr ? sparse::SparseFormat::kCsr : sparse::SparseFormat::kCoo).value());
-          cs.push_back({impl, [sv, x, d_add, sop, c]() -> Expected<Tensor> {
-                          autograd::NoGrad no_grad;
-                          Expected<autograd::Variable> y =
-                              sop == sparse::SparseOp::kSpmv
-                                  ? sparse::spmv_as(sv, autograd::Variable(x), c)
-                                  : sparse::add_dense(sv, autograd::Variable(d_add),
-                                                      sparse::PlanOptions{.force = c});
-                          if (!y.ok()) return y.status();
-                          return y->data();
-                        }, {}, {}, ""});
-        }
-      }
+      Status made = ok_status();
+      auto add_tessel = [&](const std::string& impl, Choice c, const std::string& note) {
+        Expected<std::function<Expected<Tensor>()>> fn = tessel_run(a, c, sop, operands);
+        if (!fn.ok())
+          made = fn.status();
+        else
+          cs.push_back({impl, *std::move(fn), {}, {}, {}, note});
+      };
+      for (Choice c : fixed)
+        add_tessel(std::string("tessel-") + sparse::choice_name(c), c, "");
       // The planner's choice, run as the fixed one it picked (made once, like the others).
-      {
-        Choice c = plan->choice;
-        std::string note = sparse::choice_name(c);
-        if (sop == sparse::SparseOp::kSpmm) {
-          auto prepared = std::make_shared<sparse::PreparedSpmm>(sparse::PreparedSpmm::fixed(a, c).value());
-          cs.push_back({"tessel-auto", [prepared, b] { return prepared->run(b); }, {}, {}, note});
-        } else if (c == Choice::kDense) {
-          cs.push_back({"tessel-auto", [dense, x, d_add, sop]() -> Expected<Tensor> {
-                          if (sop == sparse::SparseOp::kAddDense) return ops::add(dense, d_add);
-                          TESSEL_ASSIGN_OR_RETURN(Tensor y, ops::matmul(dense, x.reshape({x.numel(), 1}).value()));
-                          return y.reshape({y.numel()});
-                        }, {}, {}, note});
-        } else {
-          sparse::SparseVariable sv = sparse::SparseVariable::of(a.to(c == Choice::kCsr ? sparse::SparseFormat::kCsr : sparse::SparseFormat::kCoo).value());
-          cs.push_back({"tessel-auto", [sv, x, d_add, sop, c]() -> Expected<Tensor> {
-                          autograd::NoGrad no_grad;
-                          Expected<autograd::Variable> y =
-                              sop == sparse::SparseOp::kSpmv
-                                  ? sparse::spmv_as(sv, autograd::Variable(x), c)
-                                  : sparse::add_dense(sv, autograd::Variable(d_add),
-                                                      sparse::PlanOptions{.force = c});
-                          if (!y.ok()) return y.status();
-                          return y->data();
-                        }, {}, {}, note});
-        }
-      }
+      add_tessel("tessel-auto", plan->choice, sparse::choice_name(plan->choice));
       // Dense: tessel's kernels on the densified matrix, and oneDNN's sgemm.
-      if (sop == sparse::SparseOp::kAddDense) {
-        cs.push_back({"tessel-dense", [dense, d_add] { return ops::add(dense, d_add); }, {}, {}, ""});
-      } else {
+      add_tessel("tessel-dense", Choice::kDense, "");
+      if (!made.ok()) {
+        std::fprintf(stderr, "%s %s: %s\n", spec.name.c_str(), op, made.message().c_str());
+        return 1;
+      }
+      if (sop != sparse::SparseOp::kAddDense) {
         Tensor rhs = sop == sparse::SparseOp::kSpmm ? b : x.reshape({x.numel(), 1}).value();
-        cs.push_back({"tessel-dense", [dense, rhs, sop]() -> Expected<Tensor> {
-                        TESSEL_ASSIGN_OR_RETURN(Tensor y, ops::matmul(dense, rhs));
-                        if (sop == sparse::SparseOp::kSpmv) return y.reshape({y.numel()});
-                        return y;
-                      }, {}, {}, ""});
         if (onednn) {
-          cs.push_back({"onednn-dense", [onednn, dense, rhs, sop]() -> Expected<Tensor> {
-                          TESSEL_ASSIGN_OR_RETURN(Tensor c, Tensor::empty({dense.size(0), rhs.size(1)}, DType::kF32));
-                          TESSEL_TRY(onednn->run({dense.size(0), rhs.size(1), dense.size(1), tile::GemmInput::kF32,
-                                                  dense.data<float>(), rhs.data<float>(), c.data<float>()}));
+          cs.push_back({"onednn-dense",
+                        [onednn, dense, rhs, sop]() -> Expected<Tensor> {
+                          TESSEL_ASSIGN_OR_RETURN(
+                              Tensor c, Tensor::empty({dense.size(0), rhs.size(1)}, DType::kF32));
+                          TESSEL_TRY(onednn->run({dense.size(0), rhs.size(1), dense.size(1),
+                                                  tile::GemmInput::kF32, dense.data<float>(),
+                                                  rhs.data<float>(), c.data<float>()}));
                           if (sop == sparse::SparseOp::kSpmv) return c.reshape({c.numel()});
                           return c;
-                        }, {}, {}, ""});
+                        },
+                        {},
+                        {},
+                        {},
+                        ""});
         }
       }
       Status timed = time_in_turns(cs, o.reps);
@@ -409,11 +450,9 @@ int run(const Options& o) {
       }
       for (Contender& c : cs) {
         double diff = difference(c.out, cs[0].out);
-        nlohmann::json row = {{"matrix", spec.name}, {"kind", spec.kind}, {"rows", a.rows()},
-                              {"cols", a.cols()},    {"nnz", a.nnz()},    {"density", a.density()},
-                              {"op", op},            {"n", sop == sparse::SparseOp::kSpmm ? o.n : 1},
-                              {"impl", c.impl},      {"time_us", median(c.us)},
-                              {"load", load_text()}};
+        nlohmann::json row = result_row(spec, a, op, o.n, c.impl);
+        row["time_us"] = median(c.us);
+        row["cpu_us"] = median(c.cpu_us);
         if (!c.note.empty()) row["choice"] = c.note;
         if (!(diff <= 1e-3)) {
           row["error"] = fmt::format("differs from tessel-csr by {:.3g} (relative)", diff);
@@ -425,14 +464,13 @@ int run(const Options& o) {
     if (!python.empty()) {
       for (nlohmann::json t : torch_rows(o, python, dir, spec, a, b, threads)) {
         if (!t.contains("op")) {
-          std::fprintf(stderr, "%s: torch: %s\n", spec.name.c_str(), t.value("error", std::string()).c_str());
+          std::fprintf(stderr, "%s: torch: %s\n", spec.name.c_str(),
+                       t.value("error", std::string()).c_str());
           continue;
         }
-        nlohmann::json row = {{"matrix", spec.name}, {"kind", spec.kind}, {"rows", a.rows()},
-                              {"cols", a.cols()},    {"nnz", a.nnz()},    {"density", a.density()},
-                              {"op", t["op"]},       {"n", t["op"] == "spmm" ? o.n : 1},
-                              {"impl", t["impl"]},   {"load", load_text()}};
-        if (t.contains("time_us")) row["time_us"] = t["time_us"];
+        nlohmann::json row = result_row(spec, a, t["op"], o.n, t["impl"]);
+        for (const char* field : {"time_us", "cpu_us"})
+          if (t.contains(field)) row[field] = t[field];
         if (t.contains("error")) row["error"] = t["error"];
         rows[{t["op"].get<std::string>(), t["impl"].get<std::string>()}] = row;
       }
@@ -446,8 +484,9 @@ int run(const Options& o) {
       double best_fixed = INFINITY;
       for (const char* f : {"tessel-csr", "tessel-coo", "tessel-bsr", "tessel-dense"})
         if (!std::isnan(time_of(f))) best_fixed = std::min(best_fixed, time_of(f));
-      double torch_best = std::min(std::isnan(time_of("torch-csr")) ? INFINITY : time_of("torch-csr"),
-                                   std::isnan(time_of("torch-coo")) ? INFINITY : time_of("torch-coo"));
+      double torch_best =
+          std::min(std::isnan(time_of("torch-csr")) ? INFINITY : time_of("torch-csr"),
+                   std::isnan(time_of("torch-coo")) ? INFINITY : time_of("torch-coo"));
       double tessel_auto = time_of("tessel-auto");
       for (auto& [key, row] : rows)
         if (key.first == op) {
@@ -457,24 +496,26 @@ int run(const Options& o) {
       if (!o.json) {
         auto it = rows.find({op, "tessel-auto"});
         std::string choice = it != rows.end() ? it->second.value("choice", std::string("-")) : "-";
-        std::printf("%-22s %-5s %9s %9s %9s %9s %9s %9s %9s %9s | %-6s %6.2f %6.2f %6s\n",
-                    spec.name.c_str(), op, fmt_us(time_of("tessel-csr")).c_str(),
-                    fmt_us(time_of("tessel-coo")).c_str(), fmt_us(time_of("tessel-bsr")).c_str(),
-                    fmt_us(tessel_auto).c_str(), fmt_us(time_of("tessel-dense")).c_str(),
-                    fmt_us(time_of("onednn-dense")).c_str(), fmt_us(time_of("torch-csr")).c_str(),
-                    fmt_us(time_of("torch-coo")).c_str(), choice.c_str(), best_fixed / tessel_auto,
-                    time_of("tessel-dense") / tessel_auto,
-                    std::isinf(torch_best) ? "-" : fmt::format("{:.2f}", torch_best / tessel_auto).c_str());
+        std::printf(
+            "%-22s %-5s %9s %9s %9s %9s %9s %9s %9s %9s | %-6s %6.2f %6.2f %6s\n",
+            spec.name.c_str(), op, fmt_us(time_of("tessel-csr")).c_str(),
+            fmt_us(time_of("tessel-coo")).c_str(), fmt_us(time_of("tessel-bsr")).c_str(),
+            fmt_us(tessel_auto).c_str(), fmt_us(time_of("tessel-dense")).c_str(),
+            fmt_us(time_of("onednn-dense")).c_str(), fmt_us(time_of("torch-csr")).c_str(),
+            fmt_us(time_of("torch-coo")).c_str(), choice.c_str(), best_fixed / tessel_auto,
+            time_of("tessel-dense") / tessel_auto,
+            std::isinf(torch_best) ? "-" : fmt::format("{:.2f}", torch_best / tessel_auto).c_str());
         std::fflush(stdout);
       }
     }
   }
   std::filesystem::remove_all(dir);
   if (!o.json) {
-    std::printf("# times in us (median). a/best: best fixed tessel format (csr, coo, bsr, dense) / "
-                "auto; d/auto: tessel-dense / auto; t/best: best torch.sparse / auto (> 1: tessel "
-                "faster). load at the end: %s\n",
-                load_text().c_str());
+    std::printf(
+        "# times in us (median). a/best: best fixed tessel format (csr, coo, bsr, dense) / "
+        "auto; d/auto: tessel-dense / auto; t/best: best torch.sparse / auto (> 1: tessel "
+        "faster). load at the end: %s\n",
+        load_text().c_str());
   }
   if (o.embedding) {
     sparse::EmbeddingStepOptions eo;
@@ -484,8 +525,10 @@ int run(const Options& o) {
       std::fprintf(stderr, "embedding step: %s\n", r.status().message().c_str());
       return 1;
     }
-    if (o.json) std::printf("%s\n", r->to_json().c_str());
-    else std::printf("%s", r->to_text().c_str());
+    if (o.json)
+      std::printf("%s\n", r->to_json().c_str());
+    else
+      std::printf("%s", r->to_text().c_str());
   }
   return failures == 0 ? 0 : 1;
 }
@@ -504,7 +547,8 @@ void add_bench_sparse_command(CLI::App& bench) {
                 "also time a V = 50,000 embedding training step with sparse and dense gradients");
   cmd->add_flag("--no-torch", options->no_torch, "do not run PyTorch");
   cmd->add_flag("--quick", options->quick, "four matrices (and V = 5,000 for --embedding)");
-  cmd->add_option("--n", options->n, "dense columns of spmm (default 256)")->check(CLI::PositiveNumber);
+  cmd->add_option("--n", options->n, "dense columns of spmm (default 256)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--reps", options->reps, "timed calls per implementation (default 7)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--matrix", options->only, "only these matrices (by name)");

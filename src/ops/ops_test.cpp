@@ -219,8 +219,9 @@ std::vector<Case> all_cases() {
   // The CPU's implicit gemm (ops/conv_ops.cpp; 16 channels or more per group, else im2col as
   // above): a 1x1 read in place over more positions than a tile; a 1x1 / stride 2 downsample; a
   // 3x3 / stride 2 layer (two stride phases; taps that skip output phases in the input
-  // gradient); a 1x3 whose position grid spans tiles and images; a dilated window; two groups.
-  // And an RGB-like 7x7 / stride 2 stem, which stays on im2col.
+  // gradient); a 1x3 whose position grid spans tiles and images; a dilated window; two groups
+  // (16 output channels per group: small images stay on the implicit grid, see below). And an
+  // RGB-like 7x7 / stride 2 stem, which stays on im2col.
   c.push_back({"conv2d", {real({1, 16, 16, 17}), real({16, 16, 1, 1}), real({16})}, {}});
   c.push_back({"conv2d",
                {real({2, 16, 7, 6}), real({16, 16, 1, 1}), real({16})},
@@ -239,6 +240,20 @@ std::vector<Case> all_cases() {
                Attrs().set("padding", {1, 1}).set("groups", 2)});
   c.push_back({"conv2d",
                {real({1, 2, 11, 10}), real({3, 2, 7, 7}), real({3})},
+               Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
+  // Small images under 32 or more output channels: columns over every image's positions and a
+  // 1x1 conv_implicit over them (forward and input gradient; a strided layer's input gradient
+  // stays on the implicit grid's phases).
+  c.push_back({"conv2d",
+               {real({2, 16, 4, 5}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("padding", {1, 1})});
+  c.push_back({"conv2d",
+               {real({1, 16, 5, 6}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("stride", {2, 2}).set("padding", {1, 1})});
+  // An RGB 7x7 / stride 2 stem with C kw >= 16: unfolded into a 7x1 convolution over 21
+  // channels (forward and weight gradient; the input gradient stays on im2col).
+  c.push_back({"conv2d",
+               {real({2, 3, 11, 10}), real({4, 3, 7, 7}), real({4})},
                Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
   c.push_back({"conv2d",  // the implicit gemm computing in bf16, and on bf16 operands
                {real({1, 16, 5, 6}), real({16, 16, 3, 3}), real({16})},

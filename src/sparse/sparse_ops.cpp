@@ -18,14 +18,19 @@ using ops::RefTensor;
 using ops::TensorMeta;
 using ops::View;
 
-bool is_index(const TensorMeta& m) { return m.dtype == DType::kI64 && m.shape.size() == 1; }
-bool is_values(const TensorMeta& m) { return m.dtype == DType::kF32 && m.shape.size() == 1; }
+bool is_index(const TensorMeta& m) {
+  return m.dtype == DType::kI64 && m.shape.size() == 1;
+}
+bool is_values(const TensorMeta& m) {
+  return m.dtype == DType::kF32 && m.shape.size() == 1;
+}
 
 Status check_indices(const std::string& op, const std::vector<TensorMeta>& in,
                      std::initializer_list<size_t> which) {
   for (size_t i : which)
     if (!is_index(in[i]))
-      return invalid_argument("{}: input {} must be i64 [n], got {}", op, i, ops::shapes_string(in));
+      return invalid_argument("{}: input {} must be i64 [n], got {}", op, i,
+                              ops::shapes_string(in));
   return ok_status();
 }
 
@@ -37,12 +42,11 @@ Expected<TensorMeta> infer_csr_product(const std::string& op, const std::vector<
   const int64_t nnz = in[1].shape[0], m = in[0].shape[0] - 1, k = in[5].shape[0] - 1;
   const TensorMeta& b = in[3];
   if (!is_values(in[2]) || in[2].shape[0] != nnz || in[4].shape[0] != nnz ||
-      in[6].shape[0] != nnz || in[7].shape[0] != nnz || m < 0 || k < 0 ||
-      b.dtype != DType::kF32 || static_cast<int>(b.shape.size()) != dense_rank ||
-      b.shape[0] != k)
-    return invalid_argument("{}: needs a CSR matrix of {} x {} with {} values and an f32 {} of {} rows, got {}",
-                            op, m, k, nnz, dense_rank == 2 ? "[K, N]" : "[K]", k,
-                            ops::shapes_string(in));
+      in[6].shape[0] != nnz || in[7].shape[0] != nnz || m < 0 || k < 0 || b.dtype != DType::kF32 ||
+      static_cast<int>(b.shape.size()) != dense_rank || b.shape[0] != k)
+    return invalid_argument(
+        "{}: needs a CSR matrix of {} x {} with {} values and an f32 {} of {} rows, got {}", op, m,
+        k, nnz, dense_rank == 2 ? "[K, N]" : "[K]", k, ops::shapes_string(in));
   Shape out{m};
   if (dense_rank == 2) out.push_back(b.shape[1]);
   return TensorMeta{out, DType::kF32};
@@ -55,15 +59,19 @@ Expected<TensorMeta> infer_coo_product(const std::string& op, const std::vector<
   const TensorMeta& b = in[3];
   if (m < 0 || !is_values(in[2]) || in[1].shape[0] != nnz || in[2].shape[0] != nnz ||
       b.dtype != DType::kF32 || static_cast<int>(b.shape.size()) != dense_rank)
-    return invalid_argument("{}: needs rows, cols, f32 values of one length, an f32 {} and attr rows >= 0, got {} (rows={})",
-                            op, dense_rank == 2 ? "[K, N]" : "[K]", ops::shapes_string(in), m);
+    return invalid_argument(
+        "{}: needs rows, cols, f32 values of one length, an f32 {} and attr rows >= 0, got {} "
+        "(rows={})",
+        op, dense_rank == 2 ? "[K, N]" : "[K]", ops::shapes_string(in), m);
   Shape out{m};
   if (dense_rank == 2) out.push_back(b.shape[1]);
   return TensorMeta{out, DType::kF32};
 }
 
 // A vector [n] as the [n, 1] matrix the row kernels take.
-View column(const Tensor& v) { return View{v, {v.numel(), 1}, {v.strides()[0], 0}}; }
+View column(const Tensor& v) {
+  return View{v, {v.numel(), 1}, {v.strides()[0], 0}};
+}
 
 // out[k] = dot(G[rows[k], :], B[cols[k], :]).
 Expected<Tensor> sddmm(const Tensor& rows, const Tensor& cols, const KernelArg& g,
@@ -89,15 +97,23 @@ Expected<Tensor> gather_pairs(const Tensor& rows, const Tensor& cols, const Tens
   return out;
 }
 
-// C = S B for CSR S given as (indptr, cols, values); B a [K, N] tensor or a [K, 1] view.
+// C = S B for CSR S given as (indptr, cols, values); B a [K, N] tensor or a [K, 1] view. N
+// that splits into tiles goes to spmm_csr_tiled, other N to spmm_csr.
 Expected<Tensor> run_spmm_csr(const Tensor& indptr, const Tensor& cols, const Tensor& values,
                               const Tensor& b) {
-  const int64_t m = indptr.numel() - 1;
+  const int64_t m = indptr.numel() - 1, k = b.size(0), n = b.size(1);
   TESSEL_ASSIGN_OR_RETURN(Tensor bc, ops::contiguous_on_device(b));
-  TESSEL_ASSIGN_OR_RETURN(Tensor c, ops::empty_like_device({m, b.size(1)}, DType::kF32, b));
+  TESSEL_ASSIGN_OR_RETURN(Tensor c, ops::empty_like_device({m, n}, DType::kF32, b));
   if (c.numel() == 0) return c;
-  TESSEL_TRY(ops::launch_kernel("spmm_csr", spmm_params(b.device(), b.size(1)),
-                                {indptr, cols, values, bc, c}));
+  if (const int64_t bn = csr_tile(b.device(), n); bn > 0) {
+    const int64_t nt = n / bn;
+    TESSEL_TRY(ops::launch_kernel("spmm_csr_tiled", {{"T", "f32"}, {"BN", std::to_string(bn)}},
+                                  {indptr, cols, values, View{bc, {k, nt, bn}, {n, bn, 1}},
+                                   View{c, {m, nt, bn}, {n, bn, 1}}, kCsrBlockRows}));
+    return c;
+  }
+  TESSEL_TRY(
+      ops::launch_kernel("spmm_csr", spmm_params(b.device(), n), {indptr, cols, values, bc, c}));
   return c;
 }
 
@@ -269,9 +285,12 @@ OpDef spmm_bsr_op() {
     const TensorMeta &v = in[2], &b = in[3];
     if (m < 0 || v.dtype != DType::kF32 || v.shape.size() != 3 || v.shape[0] != in[1].shape[0] ||
         b.dtype != DType::kF32 || b.shape.size() != 2 ||
-        in[0].shape[0] - 1 != (m + std::max<int64_t>(v.shape[1], 1) - 1) / std::max<int64_t>(v.shape[1], 1))
-      return invalid_argument("spmm_bsr: needs indptr, block cols, f32 blocks [NB, BR, BC] and f32 [K, N] for attr rows, got {} (rows={})",
-                              ops::shapes_string(in), m);
+        in[0].shape[0] - 1 !=
+            (m + std::max<int64_t>(v.shape[1], 1) - 1) / std::max<int64_t>(v.shape[1], 1))
+      return invalid_argument(
+          "spmm_bsr: needs indptr, block cols, f32 blocks [NB, BR, BC] and f32 [K, N] for attr "
+          "rows, got {} (rows={})",
+          ops::shapes_string(in), m);
     return TensorMeta{{m, b.shape[1]}, DType::kF32};
   };
   op.forward = [](const std::vector<Tensor>& in, const Attrs& attrs,
@@ -312,11 +331,13 @@ OpDef sparse_add_dense_op() {
     TESSEL_TRY(check_indices("sparse_add_dense", in, {0, 1}));
     if (!is_values(in[2]) || in[2].shape[0] != in[0].shape[0] || in[1].shape[0] != in[0].shape[0] ||
         in[3].dtype != DType::kF32 || in[3].shape.size() != 2)
-      return invalid_argument("sparse_add_dense: needs rows, cols, f32 values of one length and an f32 [M, K], got {}",
-                              ops::shapes_string(in));
+      return invalid_argument(
+          "sparse_add_dense: needs rows, cols, f32 values of one length and an f32 [M, K], got {}",
+          ops::shapes_string(in));
     return in[3];
   };
-  op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta&) -> Expected<Tensor> {
+  op.forward = [](const std::vector<Tensor>& in, const Attrs&,
+                  const TensorMeta&) -> Expected<Tensor> {
     TESSEL_ASSIGN_OR_RETURN(Tensor out, ops::empty_like_device(in[3].shape(), DType::kF32, in[3]));
     if (out.numel() > 0) TESSEL_TRY(ops::launch_kernel("copy_rows", {}, {in[3], out}));
     if (in[0].numel() > 0)
@@ -337,8 +358,8 @@ OpDef sparse_add_dense_op() {
     RefTensor out = in[3];
     const int64_t k = in[3].shape[1];
     for (size_t i = 0; i < in[2].values.size(); ++i)
-      out.values[static_cast<int64_t>(in[0].values[i]) * k + static_cast<int64_t>(in[1].values[i])] +=
-          in[2].values[i];
+      out.values[static_cast<int64_t>(in[0].values[i]) * k +
+                 static_cast<int64_t>(in[1].values[i])] += in[2].values[i];
     return out;
   };
   return op;
@@ -354,8 +375,10 @@ OpDef sparse_to_dense_op() {
     const int64_t m = attrs.get_int("rows", -1), k = attrs.get_int("cols", -1);
     if (m < 0 || k < 0 || !is_values(in[2]) || in[2].shape[0] != in[0].shape[0] ||
         in[1].shape[0] != in[0].shape[0])
-      return invalid_argument("sparse_to_dense: needs rows, cols, f32 values of one length and attrs rows, cols >= 0, got {}",
-                              ops::shapes_string(in));
+      return invalid_argument(
+          "sparse_to_dense: needs rows, cols, f32 values of one length and attrs rows, cols >= 0, "
+          "got {}",
+          ops::shapes_string(in));
     return TensorMeta{{m, k}, DType::kF32};
   };
   op.forward = [](const std::vector<Tensor>& in, const Attrs&,
@@ -386,8 +409,9 @@ OpDef gather_values_op() {
   op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) -> Expected<TensorMeta> {
     TESSEL_TRY(check_indices("gather_values", in, {1, 2}));
     if (!is_values(in[0]) || in[1].shape != in[0].shape || in[2].shape != in[0].shape)
-      return invalid_argument("gather_values: needs f32 values and two permutations of their length, got {}",
-                              ops::shapes_string(in));
+      return invalid_argument(
+          "gather_values: needs f32 values and two permutations of their length, got {}",
+          ops::shapes_string(in));
     return in[0];
   };
   op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta&) {
@@ -421,20 +445,24 @@ OpDef embedding_rows_op() {
   op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) -> Expected<TensorMeta> {
     const TensorMeta &table = in[0], &rows = in[1];
     if (table.dtype != DType::kF32 || table.shape.size() != 2 || rows.dtype != DType::kF32 ||
-        rows.shape.size() != 2 || rows.shape[1] != table.shape[1] ||
-        in[2].dtype != DType::kI64 || in[3].dtype != DType::kI64 || in[2].shape != in[3].shape)
-      return invalid_argument("embedding_rows: needs f32 table [V, C], rows [U, C] and two i64 id tensors of one shape, got {}",
-                              ops::shapes_string(in));
+        rows.shape.size() != 2 || rows.shape[1] != table.shape[1] || in[2].dtype != DType::kI64 ||
+        in[3].dtype != DType::kI64 || in[2].shape != in[3].shape)
+      return invalid_argument(
+          "embedding_rows: needs f32 table [V, C], rows [U, C] and two i64 id tensors of one "
+          "shape, got {}",
+          ops::shapes_string(in));
     Shape out = in[2].shape;
     out.push_back(table.shape[1]);
     return TensorMeta{out, DType::kF32};
   };
-  op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) -> Expected<Tensor> {
+  op.forward = [](const std::vector<Tensor>& in, const Attrs&,
+                  const TensorMeta& out) -> Expected<Tensor> {
     TESSEL_ASSIGN_OR_RETURN(Tensor y, ops::empty_like_device(out.shape, DType::kF32, in[0]));
     if (y.numel() == 0) return y;
     TESSEL_ASSIGN_OR_RETURN(Tensor ids, ops::contiguous_on_device(in[2]));
     const int64_t r = ids.numel(), c = in[0].size(1);
-    TESSEL_TRY(ops::launch_kernel("embedding", {}, {in[0], View{ids, {r}, {1}}, View{y, {r, c}, {c, 1}}}));
+    TESSEL_TRY(
+        ops::launch_kernel("embedding", {}, {in[0], View{ids, {r}, {1}}, View{y, {r, c}, {c, 1}}}));
     return y;
   };
   op.backward = [](const BackwardArgs& a) -> Expected<std::vector<Tensor>> {
@@ -481,15 +509,26 @@ ops::KernelParams spmm_params(Device* device, int64_t n) {
   // Narrower tiles for narrow operands; whole tiles where they fit (384 = 3 x 128). Tiles of B
   // that fit L2 (BN = 32 or 64 at K = 4096, rows fastest) measured slower than 256 on Zen 5:
   // the per-block work shrinks while the rows of B still come from L3 at this density.
-  const int64_t bn = n <= 64 ? 64 : (n <= 128 || (n % 256 != 0 && n % 128 == 0 && n < 1024)) ? 128 : 256;
+  const int64_t bn = n <= 64                                                    ? 64
+                     : (n <= 128 || (n % 256 != 0 && n % 128 == 0 && n < 1024)) ? 128
+                                                                                : 256;
   params["BN"] = std::to_string(bn);
   return params;
 }
 
+int64_t csr_tile(Device* device, int64_t n) {
+  if (n <= 0) return 0;
+  if (device->kind() != DeviceKind::kCpu) return n % 64 == 0 ? 64 : 0;
+  for (int64_t bn : {256, 128, 64})
+    if (n % bn == 0) return bn;
+  // A narrow operand is one tile of its own width (one specialisation per width).
+  return n <= 256 ? n : 0;
+}
+
 const std::vector<OpDef>& sparse_ops() {
   static const std::vector<OpDef> ops = [] {
-    std::vector<OpDef> list{spmm_csr_op(false), spmm_coo_op(false), spmm_bsr_op(),
-                            spmm_csr_op(true),  spmm_coo_op(true),  sparse_add_dense_op(),
+    std::vector<OpDef> list{spmm_csr_op(false),   spmm_coo_op(false), spmm_bsr_op(),
+                            spmm_csr_op(true),    spmm_coo_op(true),  sparse_add_dense_op(),
                             sparse_to_dense_op(), gather_values_op(), embedding_rows_op()};
     for (OpDef& op : list) {
       op.save_inputs.resize(op.arity, false);

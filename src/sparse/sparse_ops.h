@@ -34,6 +34,14 @@ namespace tessel::sparse {
 const std::vector<ops::OpDef>& sparse_ops();
 Expected<const ops::OpDef*> find_sparse_op(std::string_view name);
 
+// The column tile of spmm_csr_tiled for n dense columns on `device` (a divisor of n: 256, 128
+// or 64, or n itself up to 256 on the CPU), or 0 where it does not apply (spmm_csr then).
+int64_t csr_tile(Device* device, int64_t n);
+
+// Rows per block of spmm_csr_tiled: enough to amortise a block's set-up, few enough that the
+// thread pool's chunks balance rows of unequal length.
+constexpr int64_t kCsrBlockRows = 8;
+
 // Column tile of spmm_csr for n dense columns on the CPU (64, 128 or 256): a narrower operand
 // does not pay for a 256-wide accumulator.
 ops::KernelParams spmm_params(Device* device, int64_t n);

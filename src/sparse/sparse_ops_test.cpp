@@ -99,7 +99,7 @@ void check_op(const std::string& name, const std::vector<Tensor>& inputs, const 
 std::vector<Tensor> csr_inputs(const SparseMatrix& m, const Tensor& dense) {
   SparseMatrix::Transposed t = m.transposed().value();
   SparseMatrix csr = m.to(SparseFormat::kCsr).value();
-  return {csr.indptr(), m.col_indices(), m.values(), dense, m.expanded_rows().value(),
+  return {csr.indptr(), m.col_indices(), m.values(),   dense, m.expanded_rows().value(),
           t.indptr,     t.col_indices,   t.permutation};
 }
 
@@ -155,6 +155,33 @@ TEST(SparseOps, EveryOpForwardAndGradientOnEveryDevice) {
       check_op("spmm_bsr", {bsr.indptr(), bsr.col_indices(), bsr.values(), b}, rows, true);
     }
   }
+}
+
+// spmm_csr's column tiles (spmm_csr_tiled): several tiles per row (N = 384: 3 x 128 on the CPU,
+// 6 x 64 on a GPU), one tile of 256, and a last block of rows shorter than kCsrBlockRows (37 rows);
+// row lengths from 0 to past a multiple of four. Forward only: the gradients run the same kernel.
+TEST(SparseOps, SpmmCsrColumnTilesMatchTheReference) {
+  for (Device* device : testing::devices())
+    for (int64_t n : {384, 256, 128}) {
+      SCOPED_TRACE("n = " + std::to_string(n));
+      EXPECT_GT(csr_tile(device, n), 0);
+      // Every tenth row empty, the others about 7 nonzeros.
+      std::mt19937 rng(21);
+      std::vector<int64_t> rows, cols;
+      for (int64_t r = 0; r < 37; ++r)
+        for (int64_t c = 0; c < 23; ++c)
+          if (r % 10 != 5 && rng() % 10 < 3) {
+            rows.push_back(r);
+            cols.push_back(c);
+          }
+      std::vector<float> values(rows.size());
+      for (float& v : values)
+        v = std::uniform_real_distribution<float>(-1, 1)(rng);
+      SparseMatrix a = SparseMatrix::coo(37, 23, rows, cols, values, device).value();
+      check_op("spmm_csr", csr_inputs(a, testing::random_dense({23, n}, 22, device)), {}, true);
+    }
+  EXPECT_EQ(csr_tile(cpu_device(), 300), 0);  // ragged: spmm_csr, tested above
+  EXPECT_EQ(csr_tile(cpu_device(), 70), 70);  // narrow: one tile of its own width
 }
 
 TEST(SparseOps, ShapeErrorsNameTheOp) {

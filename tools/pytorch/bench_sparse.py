@@ -4,9 +4,9 @@ tessel writes the matrix (CSR: <name>.indptr and <name>.cols as int64, <name>.va
 <name>.json with rows, cols, nnz, n) and the dense operand (<name>.b: float32 [cols, n]) to a
 folder; this script times spmm (A @ B), spmv (A @ x) and add (D + A) for torch's CSR and COO
 layouts and prints one JSON object per (op, impl) on stdout:
-  {"op": "spmm", "impl": "torch-csr", "time_us": ..., "checksum": sum of the result}
+  {"op": "spmm", "impl": "torch-csr", "time_us": ..., "cpu_us": ..., "checksum": sum of the result}
 Timing: 2 untimed calls, then calls until both `--reps` calls and `--min-seconds` have passed;
-the median. torch.set_num_threads(--threads), as tessel's pool.
+the median of wall time (time_us) and of the process's CPU time, all threads (cpu_us). torch.set_num_threads(--threads), as tessel's pool.
 """
 import argparse
 import json
@@ -20,17 +20,19 @@ import torch
 
 
 def median_us(fn, reps, min_seconds):
+    """Medians of wall and process CPU time per call, in microseconds."""
     fn()
     fn()
-    times = []
+    times, cpu = [], []
     start = time.perf_counter()
     while len(times) < reps or time.perf_counter() - start < min_seconds:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
+        cpu.append((time.process_time() - c0) * 1e6)
         times.append((time.perf_counter() - t0) * 1e6)
         if len(times) >= 200:
             break
-    return statistics.median(times)
+    return statistics.median(times), statistics.median(cpu)
 
 
 def main():
@@ -68,7 +70,8 @@ def main():
                 if out.layout != torch.strided:
                     out = out.to_dense()
                 row["checksum"] = float(out.double().sum())
-                row["time_us"] = median_us(lambda: ops[op](m), a.reps, a.min_seconds)
+                row["time_us"], row["cpu_us"] = median_us(lambda: ops[op](m), a.reps,
+                                                          a.min_seconds)
             except Exception as e:  # an op torch does not have for this layout
                 row["error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}"
             print(json.dumps(row), flush=True)
