@@ -212,7 +212,12 @@ Attrs two_d_attrs(const Attrs& a) {
       const int64_t unit = name == "padding" || name == "output_padding" ? 0 : 1;
       out.set(name, v->size() == 1 ? std::vector<int64_t>{unit, (*v)[0]} : *v);
     } else if (const auto* i = std::get_if<int64_t>(&value)) {
-      out.set(name, *i);
+      const bool pair = name == "stride" || name == "padding" || name == "output_padding" ||
+                        name == "dilation";  // set("stride", {3}) stores one integer
+      if (pair)
+        out.set(name, std::vector<int64_t>{name == "stride" || name == "dilation" ? 1 : 0, *i});
+      else
+        out.set(name, *i);
     }
   }
   return out;

@@ -334,19 +334,22 @@ Expected<std::pair<Tensor, Tensor>> max_pool_with_indices(const Tensor& x,
 }
 
 // The 2-d forms keep their names whatever the window's length (one integer repeats).
-Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
-                            std::vector<int64_t> stride, std::vector<int64_t> padding) {
+namespace {
+Expected<Tensor> pool2d(const char* name, const Tensor& x, std::vector<int64_t> window,
+                        std::vector<int64_t> stride, std::vector<int64_t> padding) {
   PoolOptions o;
   o.stride = std::move(stride);
   o.padding = std::move(padding);
-  return run("max_pool2d", {x}, pool_attrs(std::move(window), o));
+  return run(name, {x}, pool_attrs(std::move(window), o));
+}
+}  // namespace
+Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
+                            std::vector<int64_t> stride, std::vector<int64_t> padding) {
+  return pool2d("max_pool2d", x, std::move(window), std::move(stride), std::move(padding));
 }
 Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
                             std::vector<int64_t> stride, std::vector<int64_t> padding) {
-  PoolOptions o;
-  o.stride = std::move(stride);
-  o.padding = std::move(padding);
-  return run("avg_pool2d", {x}, pool_attrs(std::move(window), o));
+  return pool2d("avg_pool2d", x, std::move(window), std::move(stride), std::move(padding));
 }
 
 }  // namespace tessel::ops
