@@ -128,6 +128,57 @@ Expected<Variable> avg_pool2d(const Variable& x, std::vector<int64_t> window,
   return apply("avg_pool2d", {x},
                pool_attrs(std::move(window), std::move(stride), std::move(padding)));
 }
+Expected<Variable> max_pool(const Variable& x, std::vector<int64_t> window,
+                            const ops::PoolOptions& options) {
+  const std::string name = "max_pool" + std::to_string(window.size()) + "d";
+  return apply(name, {x}, ops::pool_attrs(std::move(window), options));
+}
+Expected<Variable> avg_pool(const Variable& x, std::vector<int64_t> window,
+                            const ops::PoolOptions& options) {
+  const std::string name = "avg_pool" + std::to_string(window.size()) + "d";
+  return apply(name, {x}, ops::pool_attrs(std::move(window), options));
+}
+Expected<Variable> conv_transpose2d(const Variable& x, const Variable& weight, const Variable& bias,
+                                    std::vector<int64_t> stride, std::vector<int64_t> padding,
+                                    std::vector<int64_t> output_padding,
+                                    std::vector<int64_t> dilation, int64_t groups) {
+  return apply("conv_transpose2d", {x, weight, bias},
+               Attrs()
+                   .set("stride", std::move(stride))
+                   .set("padding", std::move(padding))
+                   .set("output_padding", std::move(output_padding))
+                   .set("dilation", std::move(dilation))
+                   .set("groups", groups));
+}
+Expected<Variable> conv1d(const Variable& x, const Variable& weight, const Variable& bias,
+                          int64_t stride, int64_t padding, int64_t dilation, int64_t groups) {
+  return apply("conv1d", {x, weight, bias},
+               autocast_attrs(Attrs()
+                                  .set("stride", std::vector<int64_t>{stride})
+                                  .set("padding", std::vector<int64_t>{padding})
+                                  .set("dilation", std::vector<int64_t>{dilation})
+                                  .set("groups", groups)));
+}
+Expected<Variable> scaled_dot_product_attention(const Variable& q, const Variable& k,
+                                                const Variable& v,
+                                                const std::optional<Variable>& attn_mask,
+                                                int64_t causal, std::optional<double> scale,
+                                                bool enable_gqa) {
+  ops::AttentionOptions o;
+  o.causal = causal;
+  o.scale = scale;
+  o.enable_gqa = enable_gqa;
+  Variable mask;
+  if (attn_mask) {
+    o.attn_mask = attn_mask->data();
+    mask = *attn_mask;
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(Tensor zero, Tensor::zeros({1}, DType::kF32, q.data().device()));
+    mask = Variable(zero);
+  }
+  TESSEL_ASSIGN_OR_RETURN(Attrs a, ops::attention_attrs(o));
+  return apply("scaled_dot_product_attention", {q, k, v, mask}, a);
+}
 Expected<Variable> reshape(const Variable& x, const Shape& shape) {
   return apply("reshape", {x}, Attrs().set("shape", shape));
 }

@@ -8,7 +8,10 @@
 // those ops' rules.
 #pragma once
 
+#include <optional>
+
 #include "autograd/variable.h"
+#include "ops/ops.h"
 
 namespace tessel::autograd {
 
@@ -50,6 +53,26 @@ Expected<Variable> max_pool2d(const Variable& x, std::vector<int64_t> window,
 Expected<Variable> avg_pool2d(const Variable& x, std::vector<int64_t> window,
                               std::vector<int64_t> stride = {},
                               std::vector<int64_t> padding = {0, 0});
+// Pooling with every option of ops::PoolOptions (1-, 2- or 3-d by the window's length).
+Expected<Variable> max_pool(const Variable& x, std::vector<int64_t> window,
+                            const ops::PoolOptions& options = {});
+Expected<Variable> avg_pool(const Variable& x, std::vector<int64_t> window,
+                            const ops::PoolOptions& options = {});
+Expected<Variable> conv_transpose2d(const Variable& x, const Variable& weight, const Variable& bias,
+                                    std::vector<int64_t> stride = {1, 1},
+                                    std::vector<int64_t> padding = {0, 0},
+                                    std::vector<int64_t> output_padding = {0, 0},
+                                    std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+Expected<Variable> conv1d(const Variable& x, const Variable& weight, const Variable& bias,
+                          int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1,
+                          int64_t groups = 1);
+// ops::scaled_dot_product_attention with an optional mask (bool or f32; it gets no gradient).
+Expected<Variable> scaled_dot_product_attention(const Variable& q, const Variable& k,
+                                                const Variable& v,
+                                                const std::optional<Variable>& attn_mask = {},
+                                                int64_t causal = 0,
+                                                std::optional<double> scale = {},
+                                                bool enable_gqa = false);
 Expected<Variable> reshape(const Variable& x, const Shape& shape);
 Expected<Variable> permute(const Variable& x, const std::vector<int64_t>& order);
 Expected<Variable> slice(const Variable& x, int64_t dim, int64_t start, int64_t end,

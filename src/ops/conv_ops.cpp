@@ -1,15 +1,13 @@
-// NCHW convolution and pooling (kernels/conv.tile). On the CPU conv2d is an implicit gemm
-// (conv_implicit): the input is written once, padded and split into stride phases, channel-major,
-// and every tap of the window is a strided view of that buffer, so no columns are materialised;
-// the input gradient is the same kernel run transposed over the output gradient (one output
-// phase per grid plane for strided layers), and the weight gradient one gemm per tap over the
-// same views. Other devices run im2col + one gemm launch over every (image, group) pair with the
-// bias in its epilogue; their gradient recomputes the columns from the saved input rather than
-// keeping them (they are kh kw times the input's size), the weight and bias gradients come from
-// one kernel that sums over the batch, and the input gradient is a gemm folded back onto the
-// input by col2im. Pooling is pool2d; its gradient writes each window directly where windows
-// tile the input (the usual 2x2 / stride 2), and otherwise gathers, per input element, from the
-// windows that contain it.
+// NCHW convolution (kernels/conv.tile; pooling is in ops/pool_ops.cpp). On the CPU conv2d is an
+// implicit gemm (conv_implicit): the input is written once, padded and split into stride phases,
+// channel-major, and every tap of the window is a strided view of that buffer, so no columns are
+// materialised; the input gradient is the same kernel run transposed over the output gradient (one
+// output phase per grid plane for strided layers), and the weight gradient one gemm per tap over
+// the same views. Other devices run im2col + one gemm launch over every (image, group) pair with
+// the bias in its epilogue; their gradient recomputes the columns from the saved input rather than
+// keeping them (they are kh kw times the input's size), the weight and bias gradients come from one
+// kernel that sums over the batch, and the input gradient is a gemm folded back onto the input by
+// col2im.
 // Precision (ops/gemm_precision.h): x and weight are f32, f16 or bf16; in a 16-bit compute dtype
 // x, weight and the output gradient are cast to it around the gemms (the relaid inputs or the
 // columns are then 16-bit too, half the bytes), which accumulate in f32; results and gradients
@@ -778,138 +776,10 @@ OpDef conv2d_op() {
   return op;
 }
 
-// ---- pooling ----
-
-Expected<Window> pool_window(const std::string& op, const Attrs& a) {
-  TESSEL_ASSIGN_OR_RETURN(auto k, pair_attr(op, a, "window", {}, 1));
-  TESSEL_ASSIGN_OR_RETURN(Window w, window_of(op, a, k.first, k.second));
-  if (w.ph * 2 > w.kh || w.pw * 2 > w.kw)
-    return invalid_argument("{}: padding {}x{} is more than half the window {}x{}", op, w.ph, w.pw,
-                            w.kh, w.kw);
-  return w;
-}
-
-// x [N, C, H, W] as the planes [N C, H, W] the pooling kernels take (copied when N and C do not
-// merge).
-Expected<View> planes(const Tensor& x) {
-  Tensor t = x;
-  if (t.strides()[0] != t.size(1) * t.strides()[1]) {
-    TESSEL_ASSIGN_OR_RETURN(t, contiguous_on_device(t));
-  }
-  const Strides& st = t.strides();
-  return View{t, {t.size(0) * t.size(1), t.size(2), t.size(3)}, {st[1], st[2], st[3]}};
-}
-
-// Windows that tile the input (stride = window, no padding): each element in at most one.
-bool windows_tile(const Window& w) {
-  return w.sh == w.kh && w.sw == w.kw && w.ph == 0 && w.pw == 0;
-}
-
-OpDef pool_op(const std::string& name, bool is_max) {
-  OpDef op;
-  op.name = name;
-  op.attrs = {"window", "stride", "padding"};
-  op.infer = [name](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
-    const Shape& x = in[0].shape;
-    if (x.size() != 4 || in[0].dtype != DType::kF32)
-      return invalid_argument("{}: needs an f32 input [N, C, H, W], got {}", name,
-                              shapes_string(in));
-    TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, a));
-    int64_t oh = w.out_h(x[2]), ow = w.out_w(x[3]);
-    if (!w.fits(x[2], x[3]) || oh < 1 || ow < 1)
-      return invalid_argument("{}: a {}x{} window does not fit input {} with padding {}x{}", name,
-                              w.kh, w.kw, shape_string(x), w.ph, w.pw);
-    return TensorMeta{{x[0], x[1], oh, ow}, DType::kF32};
-  };
-  op.forward = [name, is_max](const std::vector<Tensor>& in, const Attrs& a,
-                              const TensorMeta& out) -> Expected<Tensor> {
-    TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, a));
-    TESSEL_ASSIGN_OR_RETURN(View x, planes(in[0]));
-    TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, in[0]));
-    TESSEL_ASSIGN_OR_RETURN(View yp, planes(y));
-    std::vector<KernelArg> args{x, yp};
-    for (KernelArg& s : window_args(w, false))
-      args.push_back(s);
-    TESSEL_TRY(launch_kernel("pool2d", {{"MAX", is_max ? "1" : "0"}}, args));
-    return y;
-  };
-  op.reference = [name, is_max](const std::vector<RefTensor>& in, const Attrs& a) {
-    Window w = pool_window(name, a).value();
-    const Shape& xs = in[0].shape;
-    const int64_t h = xs[2], wd = xs[3], oh = w.out_h(h), ow = w.out_w(wd);
-    RefTensor out{{xs[0], xs[1], oh, ow}, {}};
-    for (int64_t p = 0; p < xs[0] * xs[1]; ++p)
-      for (int64_t y = 0; y < oh; ++y)
-        for (int64_t x = 0; x < ow; ++x) {
-          double acc = is_max ? -INFINITY : 0.0;
-          for (int64_t i = 0; i < w.kh; ++i)
-            for (int64_t j = 0; j < w.kw; ++j) {
-              int64_t iy = y * w.sh - w.ph + i, ix = x * w.sw - w.pw + j;
-              bool inside = iy >= 0 && iy < h && ix >= 0 && ix < wd;
-              double v = inside ? in[0].values[(p * h + iy) * wd + ix] : (is_max ? -INFINITY : 0.0);
-              acc = is_max ? std::max(acc, v) : acc + v;
-            }
-          out.values.push_back(is_max ? acc : acc / static_cast<double>(w.kh * w.kw));
-        }
-    return out;
-  };
-  // Max pooling's backward finds each window's first maximum again from x (cheaper than keeping
-  // an index tensor alive from forward to backward); average pooling needs nothing.
-  op.save_inputs = {is_max};
-  op.backward = [name, is_max](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
-    TESSEL_ASSIGN_OR_RETURN(Window w, pool_window(name, b.attrs));
-    const Shape& xs = b.input_meta[0].shape;
-    TESSEL_ASSIGN_OR_RETURN(View g, planes(b.grad_output));
-    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(xs, DType::kF32, b.grad_output));
-    TESSEL_ASSIGN_OR_RETURN(View dxp, planes(dx));
-    // Average pooling reads no x: dx stands in for it.
-    View x = dxp;
-    if (is_max) {
-      TESSEL_ASSIGN_OR_RETURN(x, planes(b.inputs[0]));
-    }
-    const KernelParams params{{"MAX", is_max ? "1" : "0"}, {"T", "f32"}};
-    if (is_max && windows_tile(w) && w.kh == 2 && w.kw == 2) {
-      // [P, H, W] as [P, OH, 2, OW, 2]: whole windows only; an odd last row or column gets 0.
-      const int64_t oh = g.shape[1], ow = g.shape[2];
-      if (xs[2] % 2 != 0 || xs[3] % 2 != 0) {
-        TESSEL_ASSIGN_OR_RETURN(dx, Tensor::zeros(xs, DType::kF32, dx.device()));
-        TESSEL_ASSIGN_OR_RETURN(dxp, planes(dx));
-      }
-      auto windows = [&](const View& v) {
-        return View{v.tensor,
-                    {v.shape[0], oh, 2, ow, 2},
-                    {v.strides[0], 2 * v.strides[1], v.strides[1], 2 * v.strides[2], v.strides[2]}};
-      };
-      TESSEL_TRY(launch_kernel("max_pool2x2_grad", {{"T", "f32"}}, {windows(x), g, windows(dxp)}));
-      return std::vector<Tensor>{dx};
-    }
-    if (windows_tile(w)) {
-      TESSEL_TRY(launch_kernel("pool2d_grad_tiled", params, {x, g, dxp, w.kh, w.kw}));
-      return std::vector<Tensor>{dx};
-    }
-    const int64_t p = xs[0] * xs[1], oh = g.shape[1], ow = g.shape[2];
-    TESSEL_ASSIGN_OR_RETURN(Tensor first, empty_like_device({p, oh, ow}, DType::kI32, dx));
-    if (is_max) {
-      std::vector<KernelArg> args{x, first};
-      for (KernelArg& s : window_args(w, false))
-        args.push_back(s);
-      TESSEL_TRY(launch_kernel("pool2d_argmax", {{"T", "f32"}}, args));
-    }
-    std::vector<KernelArg> args{first, g, dxp};
-    for (KernelArg& s : window_args(w, false))
-      args.push_back(s);
-    TESSEL_TRY(launch_kernel("pool2d_grad", params, args));
-    return std::vector<Tensor>{dx};
-  };
-  return op;
-}
-
 }  // namespace
 
 void add_conv_ops(std::vector<OpDef>& ops) {
   ops.push_back(conv2d_op());
-  ops.push_back(pool_op("max_pool2d", true));
-  ops.push_back(pool_op("avg_pool2d", false));
 }
 
 Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
@@ -922,17 +792,4 @@ Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                  .set("dilation", std::move(dilation))
                  .set("groups", groups));
 }
-Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
-                            std::vector<int64_t> stride, std::vector<int64_t> padding) {
-  Attrs a = Attrs().set("window", std::move(window)).set("padding", std::move(padding));
-  if (!stride.empty()) a.set("stride", std::move(stride));
-  return run("max_pool2d", {x}, a);
-}
-Expected<Tensor> avg_pool2d(const Tensor& x, std::vector<int64_t> window,
-                            std::vector<int64_t> stride, std::vector<int64_t> padding) {
-  Attrs a = Attrs().set("window", std::move(window)).set("padding", std::move(padding));
-  if (!stride.empty()) a.set("stride", std::move(stride));
-  return run("avg_pool2d", {x}, a);
-}
-
 }  // namespace tessel::ops

@@ -59,6 +59,17 @@ TEST(OpCrossEntropyEdgeCases, ProbabilityTargets) {
                 {0.020487, -0.117543, -0.043783, 0.140839, -0.089188, 0.077406, 0.010098, 0.001684,
                  0.067665, -0.008383, 0.145820, -0.205102},
                 "gradient");
+    // The targets' gradient (PyTorch gives probabilities one): -(1 - eps) w_c log_softmax.
+    expect_near(host(g[1]),
+                {0.303788, 0.993152, 0.385576, 0.823728, 0.171731, 0.464924, 0.721462, 1.831386,
+                 0.240039, 0.738157, 0.258078, 2.241235},
+                "target gradient");
+    std::vector<Tensor> gn = backward_of("cross_entropy", {x, p}, floats(d, {1, -2, 0.5f}, {3}),
+                                         Attrs().set("reduction", 2));
+    expect_near(host(gn[1]),
+                {2.025253, 1.655253, 1.285253, 0.915253, -2.289747, -1.549747, -4.809747, -4.069747,
+                 0.800131, 0.615131, 0.430131, 1.245131},
+                "target gradient, reduction none");
     expect_error(cross_entropy(x, floats(d, iota(3), {3}), -100, 0.0), Code::kInvalidArgument,
                  {"f32 class probabilities [..., C]"});
   });

@@ -105,20 +105,47 @@ OpDef index_select_op() {
 
 // ---- gather and scatter_add ----
 
-// index (and src) match x's shape except along dim.
+// As PyTorch: index has x's rank and no larger a size than x's except along dim (and than src's
+// in every dimension, for scatter_add; src of index's rank and x's dtype).
 Status check_elements_shapes(const std::string& op, const std::vector<TensorMeta>& in,
                              int64_t dim) {
   const Shape &x = in[0].shape, &index = in[1].shape;
   bool ok = index.size() == x.size();
   for (size_t d = 0; ok && d < x.size(); ++d)
-    ok = static_cast<int64_t>(d) == dim || index[d] == x[d];
-  if (in.size() == 3) ok = ok && in[2].shape == index && in[2].dtype == in[0].dtype;
+    ok = static_cast<int64_t>(d) == dim || index[d] <= x[d];
+  if (in.size() == 3) {
+    ok = ok && in[2].shape.size() == index.size() && in[2].dtype == in[0].dtype;
+    for (size_t d = 0; ok && d < index.size(); ++d)
+      ok = index[d] <= in[2].shape[d];
+  }
   if (!ok)
     return invalid_argument(
-        "{}: index{} must have x's shape except along dim {} (a smaller index is not supported "
-        "yet), got {}",
-        op, in.size() == 3 ? " and src" : "", dim, shapes_string(in));
+        "{}: index must have x's rank and sizes no larger than x's except along dim {}{}, got {}",
+        op, dim, in.size() == 3 ? " (and than src's in every dimension)" : "", shapes_string(in));
   return ok_status();
+}
+
+// The part of t [..] that index covers: sizes of `like` in every dimension (but `keep`).
+Expected<Tensor> covered(const Tensor& t, const Shape& like, int64_t keep) {
+  Tensor v = t;
+  for (size_t d = 0; d < like.size(); ++d)
+    if (static_cast<int64_t>(d) != keep && like[d] < t.size(d)) {
+      TESSEL_ASSIGN_OR_RETURN(v, slice(v, static_cast<int64_t>(d), 0, like[d]));
+    }
+  return v;
+}
+
+// `full` with its leading corner (the covered part, from dimension `from` on) replaced by `part`.
+Expected<Tensor> embed(const Tensor& full, const Tensor& part, size_t from = 0) {
+  for (size_t d = from; d < static_cast<size_t>(full.rank()); ++d) {
+    const int64_t k = part.size(d);
+    if (k == full.size(d)) continue;
+    TESSEL_ASSIGN_OR_RETURN(Tensor head, slice(full, static_cast<int64_t>(d), 0, k));
+    TESSEL_ASSIGN_OR_RETURN(Tensor tail, slice(full, static_cast<int64_t>(d), k, full.size(d)));
+    TESSEL_ASSIGN_OR_RETURN(Tensor inner, embed(head, part, d + 1));
+    return concat(inner, tail, static_cast<int64_t>(d));
+  }
+  return part;
 }
 
 Expected<TensorMeta> infer_elements(const std::string& op, const std::vector<TensorMeta>& in,
@@ -158,19 +185,23 @@ Expected<Tensor> gather_launch(const Tensor& x, const Tensor& index, int64_t dim
   return y;
 }
 
-// The reference of both: walks index's elements and the x element each one names.
+// The reference of both: walks index's elements, calling f(position in index, position of the
+// x element it names, position in `src` of index's element).
 template <typename F>
-void for_each_element(const RefTensor& x, const RefTensor& index, int64_t dim, F f) {
-  const Split p = split_at(x.shape, dim);
-  const int64_t m = index.shape[dim];
-  for (int64_t o = 0; o < p.outer; ++o)
-    for (int64_t r = 0; r < m; ++r)
-      for (int64_t i = 0; i < p.inner; ++i) {
-        const int64_t e = (o * m + r) * p.inner + i;
-        int64_t id = static_cast<int64_t>(index.values[e]);
-        if (id < 0) id += p.n;
-        f(e, (o * p.n + id) * p.inner + i);
-      }
+void for_each_element(const RefTensor& x, const RefTensor& index, const Shape& src, int64_t dim,
+                      F f) {
+  for (size_t e = 0; e < index.values.size(); ++e) {
+    std::vector<int64_t> at = reference::unravel(static_cast<int64_t>(e), index.shape);
+    int64_t s = 0;
+    for (size_t d = 0; d < at.size(); ++d)
+      s = s * src[d] + at[d];
+    int64_t id = static_cast<int64_t>(index.values[e]);
+    at[dim] = id < 0 ? id + x.shape[dim] : id;
+    int64_t target = 0;
+    for (size_t d = 0; d < at.size(); ++d)
+      target = target * x.shape[d] + at[d];
+    f(static_cast<int64_t>(e), target, s);
+  }
 }
 
 OpDef gather_op() {
@@ -186,13 +217,15 @@ OpDef gather_op() {
     const int64_t dim = dim_of("gather", a, in[0].rank()).value();
     const int64_t n = in[0].size(dim);
     TESSEL_TRY(check_indices("gather", "index", in[1], -n, n));
-    return gather_launch(in[0], in[1], dim);
+    TESSEL_ASSIGN_OR_RETURN(Tensor x, covered(in[0], in[1].shape(), dim));
+    return gather_launch(x, in[1], dim);
   };
   op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
     const int64_t dim = dim_of("gather", a, in[0].shape.size()).value();
     RefTensor out{in[1].shape, std::vector<double>(in[1].values.size())};
-    for_each_element(in[0], in[1], dim,
-                     [&](int64_t e, int64_t source) { out.values[e] = in[0].values[source]; });
+    for_each_element(in[0], in[1], in[1].shape, dim, [&](int64_t e, int64_t source, int64_t) {
+      out.values[e] = in[0].values[source];
+    });
     return out;
   };
   op.save_inputs = {false, true};
@@ -202,7 +235,10 @@ OpDef gather_op() {
     const int64_t dim = dim_of("gather", b.attrs, xm.shape.size()).value();
     TESSEL_ASSIGN_OR_RETURN(Tensor zeros,
                             Tensor::zeros(xm.shape, b.grad_output.dtype(), b.grad_output.device()));
-    TESSEL_ASSIGN_OR_RETURN(Tensor dx, scatter_add_launch(zeros, b.inputs[1], b.grad_output, dim));
+    TESSEL_ASSIGN_OR_RETURN(Tensor part, covered(zeros, b.inputs[1].shape(), dim));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dpart,
+                            scatter_add_launch(part, b.inputs[1], b.grad_output, dim));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, embed(zeros, dpart));
     return std::vector<Tensor>{dx, Tensor()};
   };
   return op;
@@ -221,13 +257,17 @@ OpDef scatter_add_op() {
     const int64_t dim = dim_of("scatter_add", a, in[0].rank()).value();
     const int64_t n = in[0].size(dim);
     TESSEL_TRY(check_indices("scatter_add", "index", in[1], -n, n));
-    return scatter_add_launch(in[0], in[1], in[2], dim);
+    TESSEL_ASSIGN_OR_RETURN(Tensor x, covered(in[0], in[1].shape(), dim));
+    TESSEL_ASSIGN_OR_RETURN(Tensor src, covered(in[2], in[1].shape(), -1));
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, scatter_add_launch(x, in[1], src, dim));
+    return embed(in[0], y);
   };
   op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
     const int64_t dim = dim_of("scatter_add", a, in[0].shape.size()).value();
     RefTensor out = in[0];
-    for_each_element(in[0], in[1], dim,
-                     [&](int64_t e, int64_t target) { out.values[target] += in[2].values[e]; });
+    for_each_element(in[0], in[1], in[2].shape, dim, [&](int64_t, int64_t target, int64_t s) {
+      out.values[target] += in[2].values[s];
+    });
     return out;
   };
   op.save_inputs = {false, true, false};
@@ -237,8 +277,13 @@ OpDef scatter_add_op() {
     const int64_t dim = dim_of("scatter_add", b.attrs, b.input_meta[0].shape.size()).value();
     std::vector<Tensor> grads(3);
     if (b.needs_grad[0]) grads[0] = b.grad_output;
-    if (b.needs_grad[2]) {
-      TESSEL_ASSIGN_OR_RETURN(grads[2], gather_launch(b.grad_output, b.inputs[1], dim));
+    if (b.needs_grad[2]) {  // 0 where src is past the index
+      TESSEL_ASSIGN_OR_RETURN(Tensor g, covered(b.grad_output, b.inputs[1].shape(), dim));
+      TESSEL_ASSIGN_OR_RETURN(Tensor part, gather_launch(g, b.inputs[1], dim));
+      TESSEL_ASSIGN_OR_RETURN(
+          Tensor zeros,
+          Tensor::zeros(b.input_meta[2].shape, b.grad_output.dtype(), b.grad_output.device()));
+      TESSEL_ASSIGN_OR_RETURN(grads[2], embed(zeros, part));
     }
     return grads;
   };

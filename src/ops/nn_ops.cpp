@@ -91,7 +91,7 @@ OpDef softmax_op(const std::string& name, bool log) {
 // (ignore_index, label smoothing, class weights) or class probabilities [..., C] of the logits'
 // dtype (soft labels: label smoothing and weights, no ignore_index); reduction 0 mean (over the
 // kept targets' weights, or the rows for probabilities), 1 sum, 2 none (a loss per target).
-// Probability targets get no gradient (PyTorch gives them one).
+// Probability targets get their gradient, as PyTorch gives them one.
 
 struct CrossEntropyAttrs {
   int64_t ignore_index;
@@ -214,6 +214,27 @@ Expected<Tensor> cross_entropy_forward(const std::vector<Tensor>& in, const Attr
   return div(sum, divisor);
 }
 
+// The gradient of the loss with respect to probability targets t [..., C], as PyTorch gives it:
+// the loss of a row is sum_c w_c ((1 - eps) t_c + eps / C) (-log_softmax(x)_c), so
+// dt[r, c] = -(1 - eps) w_c log_softmax(x)[r, c] scale[r] (scale: the upstream gradient per row,
+// divided for the mean).
+Expected<Tensor> probability_target_grad(const Tensor& logits, const View& scale,
+                                         const CrossEntropyAttrs& a) {
+  const int64_t n = logits.shape().back(), m = scale.shape[0];
+  TESSEL_ASSIGN_OR_RETURN(Tensor ls, log_softmax(logits));
+  TESSEL_ASSIGN_OR_RETURN(Tensor rows, reshape(ls, {m, n}));
+  Tensor per_row = scale.tensor;  // [m] (none) or one value for all rows
+  TESSEL_ASSIGN_OR_RETURN(per_row, reshape(per_row, {scale.strides[0] == 0 ? 1 : m, 1}));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dt, mul(rows, per_row));
+  if (!a.weight.empty()) {
+    std::vector<float> w(a.weight.begin(), a.weight.end());
+    TESSEL_ASSIGN_OR_RETURN(Tensor wt, Tensor::from_vector(w, {n}, logits.device()));
+    TESSEL_ASSIGN_OR_RETURN(dt, mul(dt, wt));
+  }
+  TESSEL_ASSIGN_OR_RETURN(dt, ops::scale(dt, -(1 - a.smoothing)));
+  return reshape(dt, logits.shape());
+}
+
 Expected<std::vector<Tensor>> cross_entropy_backward(const BackwardArgs& b) {
   CrossEntropyAttrs a = ce_attrs(b.attrs);
   const Tensor &logits = b.inputs[0], &target = b.inputs[1];
@@ -243,6 +264,11 @@ Expected<std::vector<Tensor>> cross_entropy_backward(const BackwardArgs& b) {
     TESSEL_ASSIGN_OR_RETURN(View p, rows_view(target));
     TESSEL_TRY(
         launch_kernel("cross_entropy_prob_grad", params, {x, p, w.view, scale, dxv, a.smoothing}));
+    std::vector<Tensor> grads{dx, Tensor()};
+    if (b.needs_grad[1]) {
+      TESSEL_ASSIGN_OR_RETURN(grads[1], probability_target_grad(logits, scale, a));
+    }
+    return grads;
   } else {
     TESSEL_ASSIGN_OR_RETURN(Tensor t, contiguous_on_device(target));
     TESSEL_TRY(launch_kernel(
@@ -301,7 +327,7 @@ OpDef cross_entropy_op() {
   };
   op.reference = cross_entropy_reference;
   op.save_inputs = {true, true};
-  op.differentiable = {true, false};
+  op.differentiable = {true, true};  // class ids never ask; probabilities get a gradient
   op.backward = cross_entropy_backward;
   return op;
 }

@@ -113,6 +113,10 @@ const std::vector<OpDef>& all_ops() {
     add_math_ops(list);
     add_index_ops(list);
     add_norm_ops(list);
+    add_pool_ops(list);
+    add_attention_ops(list);
+    add_conv_transpose_ops(list);
+    add_conv1d_ops(list);
     for (OpDef& op : list) {
       TESSEL_CHECK(op.infer && op.forward && op.reference, "op '{}' is missing a part", op.name);
       op.save_inputs.resize(op.arity, false);

@@ -129,6 +129,10 @@ void add_batch_norm_ops(std::vector<OpDef>& ops);
 void add_math_ops(std::vector<OpDef>& ops);
 void add_index_ops(std::vector<OpDef>& ops);
 void add_norm_ops(std::vector<OpDef>& ops);
+void add_pool_ops(std::vector<OpDef>& ops);
+void add_attention_ops(std::vector<OpDef>& ops);
+void add_conv_transpose_ops(std::vector<OpDef>& ops);
+void add_conv1d_ops(std::vector<OpDef>& ops);
 
 std::string shapes_string(const std::vector<TensorMeta>& inputs);
 

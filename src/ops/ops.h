@@ -6,6 +6,7 @@
 #pragma once
 
 #include <optional>
+#include <utility>
 
 #include "ops/op.h"
 
@@ -56,8 +57,7 @@ Expected<Tensor> matmul(const Tensor& a, const Tensor& b);
 Expected<Tensor> matmul(const Tensor& a, const Tensor& b, DType compute);
 // x [..., K], weight [N, K], bias [N] -> x @ weight^T + bias, as torch.nn.functional.linear.
 Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
-Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        DType compute);
+Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType compute);
 
 // Over `axes` (empty: all), keeping them as size 1 when keepdim.
 Expected<Tensor> sum(const Tensor& x, std::vector<int64_t> axes = {}, bool keepdim = false);
@@ -107,10 +107,70 @@ Expected<Tensor> causal_mask(const Tensor& scores);
 Expected<Tensor> dropout(const Tensor& x, double p, int64_t seed);
 
 // NCHW. conv2d: x [N, C, H, W], weight [O, C / groups, KH, KW], bias [O]; stride, padding,
-// dilation are {h, w} pairs. Pooling windows are {h, w}; stride defaults to the window.
+// dilation are {h, w} pairs.
 Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
                         std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+
+// conv_transpose2d (ops/conv_transpose_ops.cpp) as torch.nn.functional.conv_transpose2d:
+// x [N, Cin, H, W], weight [Cin, Cout / groups, KH, KW], bias [Cout]; output_padding below the
+// stride or the dilation. conv1d and conv_transpose1d: x [N, C, L], weight [*, *, K], exactly
+// their 2-d forms over [N, C, 1, L].
+Expected<Tensor> conv_transpose2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  std::vector<int64_t> stride = {1, 1},
+                                  std::vector<int64_t> padding = {0, 0},
+                                  std::vector<int64_t> output_padding = {0, 0},
+                                  std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+Expected<Tensor> conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        int64_t stride = 1, int64_t padding = 0, int64_t dilation = 1,
+                        int64_t groups = 1);
+Expected<Tensor> conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  int64_t stride = 1, int64_t padding = 0,
+                                  int64_t output_padding = 0, int64_t dilation = 1,
+                                  int64_t groups = 1);
+
+// torch.nn.functional.scaled_dot_product_attention (ops/attention_ops.cpp): q [..., Hq, L, E],
+// k [..., Hkv, S, E], v [..., Hkv, S, Ev] -> [..., Hq, L, Ev]. A query with every key hidden
+// gets zeros (PyTorch 2), not NaN.
+struct AttentionOptions {
+  Tensor attn_mask;    // bool (true keeps) or f32 (added), broadcast to [..., Hq, L, S]; or none
+  int64_t causal = 0;  // 1: is_causal (top-left aligned), 2: bottom-right aligned
+  std::optional<double> scale;  // default 1 / sqrt(E)
+  bool enable_gqa = false;      // Hq a multiple of Hkv: q head h reads k/v head h / (Hq / Hkv)
+  double dropout_p = 0;         // must be 0: attention weights are not dropped
+};
+Expected<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const AttentionOptions& options = {});
+// The op's attributes for `options` (autograd/ records the op through apply); its fourth input
+// is the mask, or any f32 tensor (unread) without one.
+Expected<Attrs> attention_attrs(const AttentionOptions& options);
+
+// Pooling (ops/pool_ops.cpp) over x [N, C, *spatial] with a window of 1, 2 or 3 sizes (the op
+// max_pool{1,2,3}d / avg_pool{1,2,3}d by its length), as PyTorch's, with ONNX's asymmetric
+// pads. Each list holds one size per spatial dimension, or one for all.
+struct PoolOptions {
+  std::vector<int64_t> stride;    // default: the window
+  std::vector<int64_t> padding;   // both sides, at most half the window (PyTorch)
+  std::vector<int64_t> pads;      // or ONNX's: the begins, then the ends, any size
+  std::vector<int64_t> dilation;  // max pooling only; default 1
+  bool ceil_mode = false;         // PyTorch's: a last window starts inside input or left padding
+  bool count_include_pad = true;  // average pooling: padding counts in the divisor
+  std::optional<int64_t> divisor_override;  // average pooling: the divisor of every window
+};
+// Max pooling propagates NaN (the last NaN of a window wins, as in PyTorch); a window that covers
+// only padding gives -inf (index -1). Average pooling of such a window gives 0.
+Expected<Tensor> max_pool(const Tensor& x, std::vector<int64_t> window,
+                          const PoolOptions& options = {});
+Expected<Tensor> avg_pool(const Tensor& x, std::vector<int64_t> window,
+                          const PoolOptions& options = {});
+// The values and, as torch's max_pool2d_with_indices, i64 indices of each window's element,
+// flat in its input plane ((d H + h) W + w); not differentiable.
+Expected<std::pair<Tensor, Tensor>> max_pool_with_indices(const Tensor& x,
+                                                          std::vector<int64_t> window,
+                                                          const PoolOptions& options = {});
+// The attributes of a pooling op call (autograd/ records them through apply).
+Attrs pool_attrs(std::vector<int64_t> window, const PoolOptions& options);
+// The 2-d pooling of the first version: windows {h, w}, stride defaulting to the window.
 Expected<Tensor> max_pool2d(const Tensor& x, std::vector<int64_t> window,
                             std::vector<int64_t> stride = {},
                             std::vector<int64_t> padding = {0, 0});

@@ -279,6 +279,113 @@ std::vector<Case> all_cases() {
                {real({1, 1, 5, 7})},
                Attrs().set("window", {3, 2}).set("stride", {1, 2}).set("padding", {1, 1})});
   c.push_back({"avg_pool2d", {real({2, 3, 1, 1})}, Attrs().set("window", {1})});
+  // Pooling's options (ops/pool_ops.cpp; PyTorch's values in coverage_pool_test.cpp).
+  c.push_back({"max_pool2d",
+               {real({1, 2, 5, 7})},
+               Attrs().set("window", {3, 3}).set("stride", {2, 2}).set("ceil_mode", 1)});
+  c.push_back({"max_pool2d",
+               {transposed({2, 1, 6, 7})},
+               Attrs()
+                   .set("window", {3, 2})
+                   .set("stride", {1, 2})
+                   .set("padding", {1, 1})
+                   .set("dilation", {2, 3})});
+  c.push_back({"max_pool2d",
+               {real({1, 2, 5, 6})},
+               Attrs().set("window", {2, 3}).set("stride", {2, 1}).set("pads", {1, 0, 0, 2})});
+  c.push_back({"avg_pool2d",
+               {real({1, 2, 6, 5})},
+               Attrs()
+                   .set("window", {3, 3})
+                   .set("stride", {2, 2})
+                   .set("padding", {1, 1})
+                   .set("ceil_mode", 1)
+                   .set("count_include_pad", 0)});
+  c.push_back({"avg_pool2d",
+               {real({2, 1, 5, 6})},
+               Attrs().set("window", {2, 3}).set("pads", {2, 0, 1, 3}).set("divisor_override", 4)});
+  c.push_back({"avg_pool2d",
+               {real({1, 1, 5, 5})},
+               Attrs().set("window", {2, 2}).set("ceil_mode", 1).set("count_include_pad", 0)});
+  c.push_back({"max_pool1d",
+               {real({2, 3, 9})},
+               Attrs()
+                   .set("window", {3})
+                   .set("stride", {2})
+                   .set("padding", {1})
+                   .set("dilation", {2})
+                   .set("ceil_mode", 1)});
+  c.push_back({"avg_pool1d",
+               {real({2, 3, 40})},
+               Attrs()
+                   .set("window", {3})
+                   .set("stride", {2})
+                   .set("padding", {1})
+                   .set("count_include_pad", 0)});
+  c.push_back(
+      {"max_pool3d",
+       {real({1, 2, 4, 5, 6})},
+       Attrs().set("window", {2, 3, 2}).set("stride", {2, 2, 1}).set("padding", {1, 1, 0})});
+  c.push_back({"avg_pool3d",
+               {real({1, 2, 5, 4, 5})},
+               Attrs()
+                   .set("window", {3, 2, 2})
+                   .set("stride", {2, 2, 2})
+                   .set("padding", {1, 1, 0})
+                   .set("ceil_mode", 1)
+                   .set("count_include_pad", 0)});
+  c.push_back({"max_pool1d_indices",
+               {real({2, 3, 9})},
+               Attrs().set("window", {3}).set("stride", {2}).set("ceil_mode", 1)});
+  c.push_back({"max_pool2d_indices",
+               {real({1, 2, 5, 6})},
+               Attrs().set("window", {2, 3}).set("stride", {2, 1}).set("pads", {1, 0, 0, 2})});
+  c.push_back({"max_pool3d_indices",
+               {real({1, 2, 4, 5, 6})},
+               Attrs().set("window", {2, 3, 2}).set("dilation", {1, 2, 1})});
+  // conv_transpose2d and the 1-d convolutions (ops/conv_transpose_ops.cpp; PyTorch's values in
+  // coverage_conv_test.cpp).
+  c.push_back({"conv_transpose2d",
+               {real({2, 3, 4, 5}), real({3, 2, 3, 3}), real({2})},
+               Attrs().set("stride", {2, 2}).set("padding", {1, 1}).set("output_padding", {1, 0})});
+  c.push_back({"conv_transpose2d",
+               {real({1, 4, 3, 3}), real({4, 3, 2, 3}), real({6})},
+               Attrs()
+                   .set("stride", {1, 2})
+                   .set("dilation", {2, 1})
+                   .set("groups", 2)
+                   .set("output_padding", {1, 1})});
+  c.push_back({"conv_transpose2d",
+               {real({1, 16, 3, 4}), real({16, 4, 3, 3}), real({4})},
+               Attrs().set("stride", {2, 2}).set("padding", {1, 0})});
+  c.push_back({"conv1d",
+               {real({2, 3, 11}), real({4, 3, 3}), real({4})},
+               Attrs().set("stride", {2}).set("padding", {1}).set("dilation", {2})});
+  c.push_back(
+      {"conv_transpose1d",
+       {real({2, 4, 6}), real({4, 1, 3}), real({2})},
+       Attrs().set("stride", {3}).set("padding", {1}).set("output_padding", {2}).set("groups", 2)});
+  // scaled_dot_product_attention (ops/attention_ops.cpp; PyTorch's values in
+  // coverage_attention_test.cpp): no mask (an unread 4th input), f32 and bool masks, causal
+  // top-left and bottom-right, grouped-query heads, a scale.
+  c.push_back({"scaled_dot_product_attention",
+               {real({2, 3, 5, 4}), real({2, 3, 7, 4}), real({2, 3, 7, 6}), real({1})},
+               Attrs().set("mask", 0)});
+  c.push_back({"scaled_dot_product_attention",
+               {real({2, 5, 4}), real({2, 7, 4}), real({2, 7, 3}), real({5, 7})},
+               Attrs().set("mask", 2).set("scale", 0.3)});
+  c.push_back({"scaled_dot_product_attention",
+               {real({1, 2, 6, 4}), real({1, 2, 6, 4}), real({1, 2, 6, 4}), flags({2, 1, 6})},
+               Attrs().set("mask", 1)});
+  c.push_back({"scaled_dot_product_attention",
+               {real({1, 2, 5, 3}), real({1, 2, 7, 3}), real({1, 2, 7, 3}), real({1})},
+               Attrs().set("mask", 0).set("causal", 1)});
+  c.push_back({"scaled_dot_product_attention",
+               {real({1, 4, 5, 3}), real({1, 2, 7, 3}), real({1, 2, 7, 2}), real({1})},
+               Attrs().set("mask", 0).set("causal", 2).set("enable_gqa", 1)});
+  c.push_back({"scaled_dot_product_attention",
+               {real({6, 4}), real({300, 4}), real({300, 5}), real({6, 300})},
+               Attrs().set("mask", 2)});
   // batch_norm: x, weight, bias, running_mean, running_var (no gradients for the last two).
   c.push_back({"batch_norm",  // L = 70 spans two 64-wide lanes, N = 17 two 16-row ones
                {real({17, 3, 7, 10}), real({3}), real({3}), real({3}), positive({3})},
@@ -326,6 +433,11 @@ std::vector<Case> all_cases() {
   c.push_back({"scatter_add",
                {real({2, 3, 5}), ids({2, 3, 7}, 5), real({2, 3, 7})},
                Attrs().set("dim", -1)});
+  // An index smaller than x (and src) in the other dimensions.
+  c.push_back({"gather", {real({4, 5}), ids({3, 2}, 4, -2)}, Attrs().set("dim", 0)});
+  c.push_back({"scatter_add",
+               {real({4, 5, 3}), ids({2, 3, 2}, 5, -1), real({3, 4, 2})},
+               Attrs().set("dim", 1)});
   // cross_entropy's class weights, reduction "none" and probability targets (coverage_ce_test.cpp
   // has PyTorch's values).
   const std::vector<double> w7{0.5, 2.0, 1.0, 0.25, 3.0, 1.5, 0.75}, w5{1.0, 0.5, 2.0, 3.0, 0.2};
@@ -411,6 +523,10 @@ Expected<Tensor> from_floats(const std::vector<float>& v, const Shape& shape, DT
 Expected<std::vector<float>> to_floats(const Tensor& t) {
   if (t.dtype() == DType::kBool) {
     TESSEL_ASSIGN_OR_RETURN(std::vector<bool> v, t.to_vector<bool>());
+    return std::vector<float>(v.begin(), v.end());
+  }
+  if (t.dtype() == DType::kI64) {  // indices (max_pool*d_indices), exact below 2^24
+    TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> v, t.to_vector<int64_t>());
     return std::vector<float>(v.begin(), v.end());
   }
   if (t.dtype() == DType::kBF16) {
@@ -530,14 +646,14 @@ void check_case(const Case& c, Device* device, int index) {
   for (size_t i = 0; i < in.size(); ++i) {
     args.inputs.push_back(op.save_inputs[i] ? in[i] : Tensor());
     args.input_meta.push_back({in[i].shape(), in[i].dtype()});
-    args.needs_grad.push_back(op.differentiable[i]);
+    args.needs_grad.push_back(op.differentiable[i] && c.inputs[i].kind != Input::kIds);
   }
   if (op.save_output) args.output = *out;
   auto grads = op.backward(args);
   ASSERT_TRUE(grads.ok()) << grads.status().to_string();
   ASSERT_EQ(grads->size(), in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    if (!op.differentiable[i]) continue;
+    if (!op.differentiable[i] || c.inputs[i].kind == Input::kIds) continue;  // ids: none
     const Tensor& g = (*grads)[i];
     ASSERT_TRUE(g.defined()) << "no gradient for input " << i;
     ASSERT_EQ(g.shape(), in[i].shape()) << "gradient shape of input " << i;

@@ -125,6 +125,17 @@ def index_cases():
     y = xs.index_select(0, torch.tensor([1, 1, 3]))
     y.backward(torch.tensor([[1.0], [2.0], [4.0]]).expand(3, 3))
     print(f"index_select(0, [1, 1, 3]) gradient -> {xs.grad.tolist()}")
+    xs.grad = None
+    y = torch.gather(xs, 0, torch.tensor([[3, 0], [2, 3]]))  # an index narrower than x
+    y.backward(torch.tensor([[1.0, 2.0], [3.0, 4.0]]))
+    print(f"gather(0, [[3, 0], [2, 3]]) -> {y.tolist()}, gradient {xs.grad.tolist()}")
+    show("zeros(4, 3).scatter_add(1, [[2, 2], [0, 1]], arange(12).view(3, 4)) (src past index)",
+         lambda: torch.zeros(4, 3).scatter_add(1, torch.tensor([[2, 2], [0, 1]]),
+                                               torch.arange(12.0).view(3, 4)))
+    src = torch.arange(12.0).view(3, 4).requires_grad_()
+    show("... its src gradient (PyTorch 2.15 fails: a gradient of index's shape)",
+         lambda: torch.autograd.grad(torch.zeros(4, 3).scatter_add(
+             1, torch.tensor([[2, 2], [0, 1]]), src).sum(), src)[0])
     print("scatter_add(1, [[0, 0, 2], [1, 1, 1]], arange) and its gradients",
           grads(lambda z, s: z.scatter_add(1, torch.tensor([[0, 0, 2], [1, 1, 1]]), s),
                 [[0.0] * 3] * 2, [[0.0, 1, 2], [3, 4, 5]]))
@@ -145,10 +156,17 @@ def cross_entropy_cases():
     p = torch.tensor([[0.2, 0.3, 0.5, 0.0], [1.0, 0, 0, 0], [0.25, 0.25, 0.25, 0.25]],
                      dtype=torch.float64)
     x.grad = None
+    p.requires_grad_()
     loss = F.cross_entropy(x, p, weight=w, label_smoothing=0.1)
     loss.backward()
     print(f"cross_entropy probabilities mean: {loss.item():.6f}")
     print("  gradient:", [f"{v:.6f}" for v in x.grad.flatten().tolist()])
+    print("  target gradient:", [f"{v:.6f}" for v in p.grad.flatten().tolist()])
+    p.grad = None
+    g = torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    (F.cross_entropy(x, p, reduction="none") * g).sum().backward()
+    print("  target gradient, none, upstream [1, -2, 0.5]:",
+          [f"{v:.6f}" for v in p.grad.flatten().tolist()])
     print("cross_entropy probabilities none:",
           [f"{v:.6f}" for v in F.cross_entropy(x, p, reduction="none").tolist()])
 

@@ -1,0 +1,111 @@
+// Pooling's options (ops/pool_ops.cpp) against PyTorch on every device the op library launches
+// on: src/ops/testdata/pool_cases.txt (tools/pytorch/coverage_fixtures.py) holds ceil_mode,
+// dilation, padding, count_include_pad, divisor_override, ONNX's asymmetric pads (also beyond half
+// the window), NaN and -inf inputs, 1-d and 3-d windows, each with PyTorch's output, indices and
+// input gradient. Random shapes against the C++ reference and finite differences are in
+// ops_test.cpp; here also the errors PyTorch raises and the typed functions of ops.h.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "ops/op.h"
+#include "ops/ops.h"
+#include "ops/testing/edge_check.h"
+#include "ops/testing/fixture.h"
+
+namespace tessel::ops {
+namespace {
+
+using namespace testing;  // NOLINT: the helpers of ops/testing/
+
+TEST(OpPoolEdgeCases, MatchPyTorchOnEveryDevice) {
+  const std::vector<FixtureCase> cases = read_fixture("pool");
+  EXPECT_GE(cases.size(), 19u);
+  for (const FixtureCase& c : cases) {
+    for_each_device(c.op, {DType::kF32}, [&](Device* d) {
+      SCOPED_TRACE(c.label);
+      const RefTensor& xr = c.tensor("x");
+      Tensor x = floats(d, c.floats("x"), xr.shape);
+      Expected<Tensor> y = run(c.op, {x}, c.attrs);
+      ASSERT_TRUE(y.ok()) << y.status().to_string();
+      EXPECT_EQ(y->shape(), c.tensor("y").shape);
+      expect_matches(host(y), c.tensor("y").values, 1e-6, 1e-5, "output");
+      if (c.has("indices")) {
+        Expected<Tensor> idx = run(c.op + "_indices", {x}, c.attrs);
+        ASSERT_TRUE(idx.ok()) << idx.status().to_string();
+        std::vector<int64_t> got = idx->to_vector<int64_t>().value();
+        const std::vector<double>& want = c.tensor("indices").values;
+        ASSERT_EQ(got.size(), want.size());
+        for (size_t i = 0; i < got.size(); ++i)
+          EXPECT_EQ(got[i], static_cast<int64_t>(want[i])) << "index " << i;
+      }
+      const RefTensor& gy = c.tensor("gy");
+      std::vector<Tensor> g = backward_of(c.op, {x}, floats(d, c.floats("gy"), gy.shape), c.attrs);
+      expect_matches(host(g[0]), c.tensor("gx").values, 1e-6, 1e-5, "input gradient");
+    });
+  }
+}
+
+// The errors PyTorch raises (tools/pytorch/coverage_fixtures.py prints them), and option checks.
+TEST(OpPoolEdgeCases, InvalidOptionsAreErrors) {
+  for_each_device("max_pool2d", {DType::kF32}, [&](Device* d) {
+    Tensor x = floats(d, iota(16), {1, 1, 4, 4});
+    PoolOptions pad2;
+    pad2.stride = {1};
+    pad2.padding = {2};
+    expect_error(max_pool(x, {3, 3}, pad2), Code::kInvalidArgument,
+                 {"max_pool2d: padding 2 is more than half the window 3"});
+    PoolOptions zero;
+    zero.divisor_override = 0;
+    expect_error(avg_pool(x, {2, 2}, zero), Code::kInvalidArgument,
+                 {"avg_pool2d: divisor_override must not be 0"});
+    expect_error(max_pool(x, {5, 5}), Code::kInvalidArgument,
+                 {"max_pool2d: output size is too small"});
+    PoolOptions both;
+    both.padding = {1};
+    both.pads = {1, 1, 0, 0};
+    expect_error(max_pool(x, {2, 2}, both), Code::kInvalidArgument, {"not both"});
+    PoolOptions short_pads;
+    short_pads.pads = {1, 1};
+    expect_error(max_pool(x, {2, 2}, short_pads), Code::kInvalidArgument,
+                 {"pads must be 4 integers"});
+    PoolOptions dilated;
+    dilated.dilation = {2};
+    expect_error(avg_pool(x, {2, 2}, dilated), Code::kInvalidArgument,
+                 {"avg_pool2d: unknown attribute 'dilation'"});
+    expect_error(max_pool(x, {2, 2, 2}), Code::kInvalidArgument,
+                 {"max_pool3d: needs an f32 input [N, C, 3 spatial]"});
+  });
+}
+
+// A window of padding only (dilation 3, padding 1 over 2 x 2): PyTorch gives -inf (and an index
+// outside the plane); here -inf and index -1, and no gradient from it.
+TEST(OpPoolEdgeCases, WindowOfPaddingOnly) {
+  for_each_device("max_pool2d", {DType::kF32}, [&](Device* d) {
+    Tensor x = floats(d, {1, 2, 3, 4}, {1, 1, 2, 2});
+    PoolOptions o;
+    o.stride = {1};
+    o.padding = {1};
+    o.dilation = {3};
+    Expected<std::pair<Tensor, Tensor>> r = max_pool_with_indices(x, {2, 2}, o);
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(host(r->first), std::vector<float>{-INFINITY});
+    EXPECT_EQ(r->second.to_vector<int64_t>().value(), std::vector<int64_t>{-1});
+    std::vector<Tensor> g =
+        backward_of("max_pool2d", {x}, floats(d, {1}, {1, 1, 1, 1}), pool_attrs({2, 2}, o));
+    EXPECT_EQ(host(g[0]), (std::vector<float>{0, 0, 0, 0}));
+  });
+}
+
+// The 2-d functions of the first version still take windows of one integer.
+TEST(OpPoolEdgeCases, TwoDimensionalFormsKeepTheirNames) {
+  for_each_device("avg_pool2d", {DType::kF32}, [&](Device* d) {
+    Tensor x = floats(d, iota(16), {1, 1, 4, 4});
+    EXPECT_EQ(host(avg_pool2d(x, {2})), (std::vector<float>{2.5f, 4.5f, 10.5f, 12.5f}));
+    EXPECT_EQ(host(max_pool2d(x, {2}, {2}, {1})),
+              (std::vector<float>{0, 2, 3, 8, 10, 11, 12, 14, 15}));
+  });
+}
+
+}  // namespace
+}  // namespace tessel::ops
