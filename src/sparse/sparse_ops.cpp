@@ -521,7 +521,8 @@ int64_t csr_tile(Device* device, int64_t n) {
   if (device->kind() != DeviceKind::kCpu) return n % 64 == 0 ? 64 : 0;
   for (int64_t bn : {256, 128, 64})
     if (n % bn == 0) return bn;
-  // A narrow operand is one tile of its own width (one specialisation per width).
+  // A narrow operand is one tile of its own width (one specialisation per width). (One tile of
+  // 384 for the embedding gradient measured no fewer instructions than three of 128.)
   return n <= 256 ? n : 0;
 }
 
