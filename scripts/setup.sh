@@ -13,12 +13,17 @@ packages=(
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libfmt-dev libgtest-dev zlib1g-dev
   # cryptography: libsodium (encrypted files, keyed hashes), GMP (Paillier's big numbers)
   libsodium-dev libgmp-dev
+  # the auto-tuner's database (tune/tune_db.h)
+  libsqlite3-dev
   # OpenCL: headers, the ICD loader, and PoCL as the CPU OpenCL device
   opencl-headers ocl-icd-opencl-dev pocl-opencl-icd clinfo
   # MPI backend for collectives across machines
   openmpi-bin libopenmpi-dev
-  # benchmark peers (linked only into benchmarks)
-  libdnnl-dev libopenblas-dev
+  # machines simulated on this one for the multi-machine tests (ip netns, veth, tc)
+  iproute2
+  # benchmark peers (linked only into benchmarks): oneDNN and OpenBLAS for the CPU, CLBlast (the
+  # tuned OpenCL BLAS) for OpenCL, which the `tessel` command links for `tessel bench gemm`
+  libdnnl-dev libopenblas-dev libclblast-dev
   # independent peer for the measured bandwidth and peak rates (tessel_hw_bench)
   likwid
   # data

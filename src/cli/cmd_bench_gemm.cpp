@@ -2,8 +2,10 @@
 // ("tessel-cpu") and for the OpenCL device ("tessel-opencl", PoCL here), next to oneDNN and
 // OpenBLAS (loaded at run time, bench_gemm_peers.h), on the gemm workloads of WORKLOADS.md, f32
 // and bf16 (bf16 inputs, f32 output and accumulation), with each tessel figure's ratio to the best
-// peer, all in one run. Kernels are compiled (or loaded from the JIT's cache) before any timing;
-// OpenCL buffers are written before timing and read back after it, so its figure is the kernel.
+// peer, all in one run; tessel-opencl is compared with CLBlast (bench_gemm_clblast.h), the tuned
+// OpenCL BLAS, on the same device and queue (f32: CLBlast has no bf16). Kernels are compiled (or
+// loaded from the JIT's cache) before any timing; OpenCL buffers are written before timing and read
+// back after it, so its figure is the kernel.
 //
 // The implementations take turns inside every repetition, so a slowdown from a neighbour on a
 // shared machine hits all of them alike. A turn is: untimed calls for 10 ms for short problems
@@ -29,7 +31,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_gemm_clblast.h"
 #include "cli/bench_gemm_peers.h"
+#include "cli/bench_gemm_tuned.h"
 #include "cli/commands.h"
 #include "hw/cpu_info.h"
 #include "ops/device_kernel.h"
@@ -38,6 +42,7 @@
 #include "tile/codegen/cpu/templates/reference_gemm.h"
 #include "tile/parse/parser.h"
 #include "tile/run/cpu_jit.h"
+#include "tune/tune_db.h"
 
 namespace tessel::cli {
 namespace {
@@ -115,6 +120,8 @@ struct Contender {
   double settle_seconds;
   std::function<Status(float* c)> fetch;
   bool is_tessel = false;
+  std::string tiles;  // tessel-cpu's tuned block sizes, when the tuning database chose them
+  bool opencl_peer = false;  // CLBlast: tessel-opencl's peer, not tessel-cpu's
   std::vector<float> c;
   std::vector<double> seconds;
   double gflops = 0;
@@ -228,6 +235,14 @@ Status run_bench(const Options& options) {
     else
       notes.push_back("tessel-opencl: " + dev.status().to_string());
   }
+  std::optional<ClBlastGemm> clblast;
+  if (opencl) {
+    Expected<ClBlastGemm> peer = ClBlastGemm::create(opencl);
+    if (peer.ok())
+      clblast.emplace(*peer);
+    else
+      notes.push_back("clblast: " + peer.status().to_string());
+  }
   for (GemmInput dtype : dtypes) {
     TESSEL_ASSIGN_OR_RETURN(
         ops::DeviceKernel k,
@@ -238,6 +253,18 @@ Status run_bench(const Options& options) {
                                                         gemm_tile, opencl, gemm_params(dtype, "")));
       opencl_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k2));
     }
+  }
+  // With a tuning database (tessel tune gemm), tessel-cpu takes its block sizes for each shape
+  // and tessel-cpu-default keeps gemm.tile's beside it.
+  TunedGemms tuned;
+  if (options.tiles.empty()) {
+    std::vector<std::tuple<int64_t, int64_t, int64_t>> shapes;
+    std::map<GemmInput, std::map<std::string, std::string>> base;
+    for (const Workload& w : workloads)
+      shapes.emplace_back(w.m, w.n, w.k);
+    for (GemmInput dtype : dtypes)
+      base[dtype] = gemm_params(dtype, "");
+    TESSEL_ASSIGN_OR_RETURN(tuned, tuned_cpu_gemms(gemm_tile, dtypes, shapes, base));
   }
 
   if (!options.json) {
@@ -258,15 +285,21 @@ Status run_bench(const Options& options) {
           reference_loop->isa());
     for (const auto& peer : peers)
       std::printf("  %s: %s\n", peer->name(), peer->describe().c_str());
+    if (clblast) std::printf("  clblast: %s\n", clblast->describe().c_str());
     for (const std::string& note : notes)
       std::printf("  %s\n", note.c_str());
     std::printf("  results checked against %s\n", peers.empty() ? "tessel-cpu" : peers[0]->name());
+    if (!tuned.empty())
+      std::printf("  tessel-cpu: block sizes from the tuning database %s where it has them\n",
+                  tune::default_tune_db_path().c_str());
     std::printf("\n%-5s %5s %5s %5s  %10s", "dtype", "m", "n", "k", "tessel-cpu");
+    if (!tuned.empty()) std::printf(" %18s", "tessel-cpu-default");
     if (opencl) std::printf(" %13s", "tessel-opencl");
+    if (clblast) std::printf(" %9s", "clblast");
     if (reference_loop) std::printf(" %15s", "tessel-ref-loop");
     for (const auto& peer : peers)
       std::printf(" %9s", peer->name());
-    std::printf("  %s\n", "tessel/best peer (cpu, opencl)");
+    std::printf("  %s\n", "tessel-cpu/best cpu peer, tessel-opencl/clblast");
   }
 
   // Inputs: uniform in [-1, 1], the largest workload's worth, shared by all workloads.
@@ -308,11 +341,22 @@ Status run_bench(const Options& options) {
       }
       const size_t peer_count = contenders.size();
       ops::DeviceKernel* cpu = cpu_kernels.at(dtype).get();
+      auto tuned_here = tuned.find({dtype, w.m, w.n, w.k});
+      ops::DeviceKernel* tuned_cpu =
+          tuned_here == tuned.end() ? cpu : tuned_here->second.kernel.get();
       contenders.emplace_back(
-          "tessel-cpu", [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); },
+          "tessel-cpu",
+          [=, &w](float* c) { return tuned_cpu->launch(gemm_args(w, dtype, a, b, c)); },
           /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
       contenders.back().is_tessel = true;
-      std::unique_ptr<DeviceMemory> a_cl, b_cl, c_cl;
+      if (tuned_here != tuned.end()) contenders.back().tiles = tuned_here->second.params;
+      if (!tuned.empty()) {
+        contenders.emplace_back(
+            "tessel-cpu-default",
+            [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); }, 0.001);
+        contenders.back().is_tessel = true;
+      }
+      std::unique_ptr<DeviceMemory> a_cl, b_cl, c_cl, c_clblast;
       const bool run_opencl = opencl && std::max({w.m, w.n, w.k}) <= options.opencl_max;
       if (run_opencl) {
         TESSEL_ASSIGN_OR_RETURN(a_cl, device_memory(opencl, size_t(w.m * w.k) * in_bytes, a));
@@ -336,6 +380,23 @@ Status run_bench(const Options& options) {
         contenders.back().fetch = [=, &w](float* c) {
           return dev->copy_to_host(c, c_buffer, 0, size_t(w.m * w.n) * 4);
         };
+        if (clblast && dtype == GemmInput::kF32) {
+          TESSEL_ASSIGN_OR_RETURN(c_clblast, device_memory(opencl, size_t(w.m * w.n) * 4, nullptr));
+          const ClBlastGemm* peer = &*clblast;
+          DeviceBuffer a_buffer = a_cl->buffer, b_buffer = b_cl->buffer;
+          DeviceBuffer out = c_clblast->buffer;
+          contenders.emplace_back(
+              "clblast",
+              [=, &w](float*) {
+                TESSEL_TRY(peer->sgemm(w.m, w.n, w.k, a_buffer, b_buffer, out));
+                return dev->synchronize();
+              },
+              /*settle=*/0.001);
+          contenders.back().opencl_peer = true;
+          contenders.back().fetch = [=, &w](float* c) {
+            return dev->copy_to_host(c, out, 0, size_t(w.m * w.n) * 4);
+          };
+        }
       }
       if (reference_loop) {
         contenders.emplace_back(
@@ -392,10 +453,13 @@ Status run_bench(const Options& options) {
       for (Contender& x : contenders)
         if (x.fetch) TESSEL_TRY(x.fetch(x.c.data()));
       const double flop = 2.0 * double(w.m) * double(w.n) * double(w.k);
-      double best_peer = 0;
+      double best_peer = 0, opencl_peer = 0;
       for (Contender& x : contenders) {
         x.gflops = flop / median(x.seconds) / 1e9;
-        if (!x.is_tessel) best_peer = std::max(best_peer, x.gflops);
+        if (x.opencl_peer)
+          opencl_peer = std::max(opencl_peer, x.gflops);
+        else if (!x.is_tessel)
+          best_peer = std::max(best_peer, x.gflops);
       }
       // Same inputs, f32 sums in another order: |difference| <= 2 * 2 K u sum|a||b| <= 4 K^2 u.
       const double tolerance = 4.0 * double(w.k) * double(w.k) * std::ldexp(1.0, -24);
@@ -408,7 +472,11 @@ Status run_bench(const Options& options) {
             ++disagreements;
             break;
           }
-      auto ratio = [&](const Contender& x) { return best_peer > 0 ? x.gflops / best_peer : 0.0; };
+      // tessel-opencl against CLBlast where it ran, everything else against the best CPU peer.
+      auto peer_of = [&](const Contender& x) {
+        return x.impl == "tessel-opencl" && opencl_peer > 0 ? opencl_peer : best_peer;
+      };
+      auto ratio = [&](const Contender& x) { return peer_of(x) > 0 ? x.gflops / peer_of(x) : 0.0; };
 
       if (options.json) {
         for (size_t x = 0; x < contenders.size(); ++x) {
@@ -422,8 +490,9 @@ Status run_bench(const Options& options) {
                                 {"threads", threads},
                                 {"reps", reps},
                                 {"agrees", bool(agrees[x])}};
-          if (c.is_tessel && best_peer > 0) row["ratio"] = std::round(ratio(c) * 1000) / 1000;
+          if (c.is_tessel && peer_of(c) > 0) row["ratio"] = std::round(ratio(c) * 1000) / 1000;
           if (c.impl == "tessel-cpu") row["isa"] = isa.name;
+          if (!c.tiles.empty()) row["tuned"] = c.tiles;
           std::printf("%s\n", row.dump().c_str());
         }
       } else {
@@ -434,6 +503,7 @@ Status run_bench(const Options& options) {
         };
         std::printf("%-5s %5lld %5lld %5lld  %10.1f", tile::gemm_input_name(dtype), (long long)w.m,
                     (long long)w.n, (long long)w.k, find("tessel-cpu")->gflops);
+        if (const Contender* d = find("tessel-cpu-default")) std::printf(" %18.1f", d->gflops);
         const Contender* cl = find("tessel-opencl");
         if (opencl) {
           if (cl)
@@ -441,18 +511,22 @@ Status run_bench(const Options& options) {
           else
             std::printf(" %13s", "-");
         }
+        if (clblast) {
+          if (const Contender* peer = find("clblast"))
+            std::printf(" %9.1f", peer->gflops);
+          else
+            std::printf(" %9s", "-");
+        }
         if (const Contender* r = find("tessel-ref-loop")) std::printf(" %15.1f", r->gflops);
-        size_t next = 0;
+        size_t next = 0;  // the CPU peers come first among the contenders
         for (size_t p = 0; p < peers.size(); ++p) {
           if (peer_present[p])
             std::printf(" %9.1f", contenders[next++].gflops);
           else
             std::printf(" %9s", "n/a");
         }
-        if (best_peer > 0) {
-          std::printf("  %.2fx", ratio(*find("tessel-cpu")));
-          if (cl) std::printf(", %.2fx", ratio(*cl));
-        }
+        if (best_peer > 0) std::printf("  %.2fx", ratio(*find("tessel-cpu")));
+        if (cl && peer_of(*cl) > 0) std::printf(", %.2fx", ratio(*cl));
         bool all_agree = std::all_of(agrees.begin(), agrees.end(), [](bool v) { return v; });
         std::printf("%s\n", all_agree ? "" : "  RESULTS DIFFER");
       }
@@ -469,7 +543,8 @@ Status run_bench(const Options& options) {
 void add_bench_gemm_command(CLI::App& bench) {
   auto options = std::make_shared<Options>();
   CLI::App* gemm = bench.add_subcommand(
-      "gemm", "GFLOP/s of tessel's gemm (cpu, opencl) next to oneDNN and OpenBLAS, f32 and bf16");
+      "gemm",
+      "GFLOP/s of tessel's gemm (cpu, opencl) next to oneDNN, OpenBLAS and CLBlast, f32 and bf16");
   gemm->add_flag("--json", options->json, "One JSON object per implementation and workload");
   gemm->add_option("--sizes", options->sizes,
                    "Workloads: N for N^3 or MxNxK, comma-separated (default: all of "

@@ -15,16 +15,20 @@ int main(int argc, char** argv) {
   tessel::cli::add_train_command(app);
   tessel::cli::add_checkpoint_command(app);
   tessel::cli::add_anonymise_command(app);
+  tessel::cli::add_tune_command(app);
+  tessel::cli::add_plan_command(app);
   CLI::App& bench = tessel::cli::add_bench_command(app);
   tessel::cli::add_bench_gemm_command(bench);
   tessel::cli::add_bench_conv_command(bench);
   tessel::cli::add_bench_comm_command(bench);
   tessel::cli::add_bench_ddp_command(bench);
+  tessel::cli::add_bench_hetero_command(bench);
   tessel::cli::add_bench_train_command(bench);
   tessel::cli::add_bench_precision_command(bench);
   tessel::cli::add_bench_cuda_gemm_command(bench);
   tessel::cli::add_bench_secure_agg_command(bench);
   tessel::cli::add_bench_sparse_command(bench);
+  tessel::cli::add_bench_plan_command(bench);
 
   CLI11_PARSE(app, argc, argv);
   return tessel::cli::exit_code;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <random>
 
+#include "dist/hier_transport.h"
 #include "dist/host_comm.h"
 #include "dist/mpi_loader.h"
 #include "dist/nccl/nccl_comm.h"
@@ -197,7 +198,10 @@ Expected<std::unique_ptr<Comm>> init_comm(StoreClient* store, const std::string&
       comm = init_shm_comm(*store, key, nranks, rank, options);
       break;
     case Backend::kMpi: {
-      auto transport = make_mpi_transport(nranks, rank, options);
+      auto world = make_mpi_transport(nranks, rank, options);
+      if (!world.ok()) return world.status();
+      // Ranks that share a machine reduce through shared memory first (hier_transport.h).
+      auto transport = maybe_hierarchical(std::move(*world), rank, nranks, options, segment_name());
       if (!transport.ok()) return transport.status();
       comm = std::unique_ptr<Comm>(new HostComm(rank, nranks, std::move(*transport)));
       break;

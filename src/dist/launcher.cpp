@@ -124,6 +124,22 @@ Expected<LaunchResult> launch(const LaunchOptions& options) {
     std::vector<std::string> argv = {mpirun, "-n", std::to_string(options.nranks),
                                      "--oversubscribe", "--tag-output"};
     if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
+    if (!options.hosts.empty()) {
+      // host:slots with the ranks spread evenly, filled in order (mpirun maps by slot).
+      const size_t n = options.hosts.size();
+      const size_t slots = (size_t(options.nranks) + n - 1) / n;
+      std::string list;
+      for (const std::string& host : options.hosts)
+        list += fmt::format("{}{}:{}", list.empty() ? "" : ",", host, slots);
+      argv.insert(argv.end(), {"--host", list, "--map-by", "slot"});
+    }
+    if (!options.rsh_agent.empty()) {
+      std::string agent;
+      for (const std::string& word : options.rsh_agent)
+        agent += (agent.empty() ? "" : " ") + word;
+      argv.insert(argv.end(), {"--mca", "plm_rsh_agent", agent});
+    }
+    argv.insert(argv.end(), options.mpirun_args.begin(), options.mpirun_args.end());
     for (const char* name : {"TESSEL_BACKEND", "TESSEL_JOB_ID"}) {
       argv.push_back("-x");
       argv.push_back(name);
@@ -211,8 +227,14 @@ Expected<LaunchResult> launch(const LaunchOptions& options) {
   // mpirun --tag-output prefixes lines with "[jobid,rank]<stdout>:" or "<stderr>:"; rewrite it
   // to tessel's "[rank N] " and file the line under that rank.
   std::map<int, std::string> captured;
+  std::string mpirun_noticed;  // mpirun's sentence about the rank that failed first
   auto emit = [&](Output& out, std::string line) {
     int rank = out.rank;
+    if (under_mpirun && mpirun_noticed.empty()) {
+      constexpr std::string_view kNoticed = "noticed that ";
+      size_t at = line.find("noticed that process rank");
+      if (at != std::string::npos) mpirun_noticed = line.substr(at + kNoticed.size());
+    }
     if (under_mpirun && line.size() > 2 && line[0] == '[') {
       size_t comma = line.find(','), close = line.find(']'), colon = line.find(">:");
       if (comma != std::string::npos && close != std::string::npos && colon != std::string::npos &&
@@ -334,6 +356,12 @@ Expected<LaunchResult> launch(const LaunchOptions& options) {
     signal_pipe[0] = signal_pipe[1] = -1;
   }
   result.leaked_segments_removed = remove_job_segments(job);
+  if (!mpirun_noticed.empty() && !result.first_failure.empty()) {
+    // "process rank 1 with PID 42 on node b exited on signal 9 (Killed)."
+    while (!mpirun_noticed.empty() && mpirun_noticed.back() == '.')
+      mpirun_noticed.pop_back();
+    result.first_failure = fmt::format("{} ({})", mpirun_noticed, result.first_failure);
+  }
   for (Child& c : children) {
     c.outcome.output = captured[c.rank];
     result.ranks.push_back(c.outcome);

@@ -6,6 +6,12 @@
 // TESSEL_BACKEND=mpi. Each line a rank prints is prefixed with "[rank N] ". When a rank fails
 // (non-zero exit or a signal) the others get SIGTERM, then SIGKILL after a grace period, unless
 // `kill_on_failure` is off. Shared memory a crashed job left in /dev/shm is removed at the end.
+//
+// Across machines (mpi only): `hosts` go to mpirun as --host, ranks filling one host before the
+// next (consecutive ranks share a machine, which hierarchical collectives rely on); mpirun starts
+// its daemons there with ssh, or with `rsh_agent` (simulated machines: `tessel netns-exec`,
+// dist/netns_cluster.h). When a rank dies, mpirun's report of it ("process rank 1 ... on node
+// X exited on signal 9") becomes the first failure.
 #pragma once
 
 #include <string>
@@ -31,6 +37,11 @@ struct LaunchOptions {
   bool forward_signals = false;
   // Kill every rank (SIGKILL) once this many seconds have passed; 0: no limit.
   double deadline_s = 0;
+  // mpi only: the machines to run on (empty: this one), the program (and its first arguments)
+  // that mpirun starts its daemons with instead of ssh, and more mpirun arguments ("--mca" ...).
+  std::vector<std::string> hosts;
+  std::vector<std::string> rsh_agent;
+  std::vector<std::string> mpirun_args;
 };
 
 struct RankOutcome {

@@ -85,8 +85,12 @@ struct ConvShape {
 };
 
 ConvShape conv_shape(const Tensor& x, const Tensor& weight, int64_t groups, const Window& w) {
-  return ConvShape{x.size(0), x.size(1),          weight.size(0),
-                   groups,    w.out_h(x.size(2)), w.out_w(x.size(3)),
+  return ConvShape{x.size(0),
+                   x.size(1),
+                   weight.size(0),
+                   groups,
+                   w.out_h(x.size(2)),
+                   w.out_w(x.size(3)),
                    weight.size(1) * w.kh * w.kw};
 }
 
@@ -114,7 +118,6 @@ Expected<TensorMeta> infer_conv(const std::vector<TensorMeta>& in, const Attrs& 
         w[3], win.dh, win.dw, shape_string(x), win.ph, win.pw);
   return TensorMeta{{x[0], w[0], oh, ow}, DType::kF32};
 }
-
 
 bool unit_strides(const Window& w) {
   return w.sh == 1 && w.sw == 1;
@@ -186,8 +189,7 @@ struct TapGrid {
 // they follow each other along the positions, which costs a pass over the input but fills the
 // tiles (49 positions would use 49 of 64 micro-tile columns, per image).
 bool reads_in_place(const Window& w, int64_t positions) {
-  return w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0 &&
-         positions >= 256;
+  return w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0 && positions >= 256;
 }
 
 // The grid of the forward pass (and of the weight gradient, which reads the same views).
@@ -247,17 +249,31 @@ int64_t relaid_channel_stride(const TapGrid& g, int64_t n) {
 
 // x [N, C, H, W] relaid for the grid g by conv_relayout, as `to`, with an image of zeros after
 // the last in every channel and phase (conv_relayout reads image N as zeros: it is outside x).
+//
+// `unfold` > 1 (a stem, below; g then has one column phase): each input channel becomes
+// `unfold` channels, channel c unfold + j holding the input shifted by j columns, as
+// P[c unfold + j, py, b, hh, ww] = X[b, c, hh sh + py - ph, ww sw + j - pw]: conv_relayout's
+// column phases with the phase index j and the channel strides that make c unfold + j one index.
 Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t sh, int64_t sw,
-                          int64_t ph, int64_t pw) {
-  const int64_t n = x.size(0) + 1, c = x.size(1);
+                          int64_t ph, int64_t pw, int64_t unfold = 1) {
+  const int64_t n = x.size(0) + 1, c = x.size(1) * unfold;
   const int64_t per_channel = relaid_channel_stride(g, x.size(0));
-  // Zeroed: the 16 elements that pad a channel's stride are never written by conv_relayout, and
-  // the kernels multiply what they read past an image by zeros; 0 x a stale NaN left in a
-  // reused buffer is NaN (seen as NaN weight gradients in ResNet parity runs).
-  TESSEL_ASSIGN_OR_RETURN(Tensor buf, Tensor::zeros({c * per_channel}, to, x.device()));
+  // conv_relayout writes every element of every image, the zero image and the padding
+  // included; only the elements that pad a channel's stride are left, and those are zeroed
+  // here: the kernels multiply what they read past an image by zeros, and 0 x a stale NaN left
+  // in a reused buffer is NaN (seen as NaN weight gradients in ResNet parity runs).
+  TESSEL_ASSIGN_OR_RETURN(Tensor buf, empty_like_device({c * per_channel}, to, x));
+  const int64_t written = g.phases_y * g.phases_x * n * g.plane();
+  if (written < per_channel) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor rows, buf.reshape({c, per_channel}));
+    TESSEL_ASSIGN_OR_RETURN(Tensor tail, rows.slice(1, written, per_channel));
+    TESSEL_TRY(tail.fill(0.0));
+  }
+  const int64_t px = g.phases_x * unfold, plane_stride = n * g.plane();
   View p{buf,
-         {c, g.phases_y, g.phases_x, n, g.hh, g.ww},
-         {per_channel, g.phases_x * n * g.plane(), n * g.plane(), g.plane(), g.ww, 1}};
+         {x.size(1), g.phases_y, px, n, g.hh, g.ww},
+         {unfold * per_channel, g.phases_x * plane_stride, unfold > 1 ? per_channel : plane_stride,
+          g.plane(), g.ww, 1}};
   TESSEL_TRY(launch_kernel("conv_relayout", {{"U", dtype_name(to)}}, {x, p, sh, sw, ph, pw}));
   return buf;
 }
@@ -278,8 +294,9 @@ View tap_view(const Tensor& buf, const TapGrid& g, int64_t n, int64_t channels, 
     const int64_t plane_stride = (n + 1) * g.plane();
     const int64_t channel_stride = relaid_channel_stride(g, n);
     shape = {1, groups, g.phases_y, g.phases_x, g.taps_y, g.taps_x, cg, n * g.plane()};
-    strides = {0, cg * channel_stride, g.phases_x * plane_stride, plane_stride, g.ww, 1,
-               channel_stride, 1};
+    strides = {
+        0, cg * channel_stride, g.phases_x * plane_stride, plane_stride, g.ww, 1, channel_stride,
+        1};
   }
   if (qk) {
     std::swap(shape[6], shape[7]);
@@ -288,37 +305,53 @@ View tap_view(const Tensor& buf, const TapGrid& g, int64_t n, int64_t channels, 
   return View{buf, shape, strides};
 }
 
-// The weights tap by tap, [G, R, M, K], as `to`: M = O / G, K = C / G (or, `transposed`, for the
-// input gradient, M = C / G and K = O / G).
-Expected<Tensor> weight_taps(const Tensor& weight, DType to, int64_t groups, bool transposed) {
-  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+// The weights tap by tap, [G, R, M, K]: M = O / G, K = C / G (or, `transposed`, for the input
+// gradient, M = C / G and K = O / G), as a view of the contiguous weight [O, C / G, kh, kw]
+// itself. conv_implicit packs each weight tile once per launch, so reading it strided costs one
+// gather per element; a transposed copy first (the old conv_weight_taps) cost a pass with a
+// large stride on one side, up to half the time of a 1x1 layer's input gradient.
+View weight_taps(const Tensor& wc, int64_t groups, bool transposed) {
   const int64_t o = wc.size(0), cg = wc.size(1), r = wc.size(2) * wc.size(3), og = o / groups;
   const int64_t m = transposed ? cg : og, k = transposed ? og : cg;
-  View src{wc, {groups, m, k, r}, {og * cg * r, transposed ? r : cg * r, transposed ? cg * r : r, 1}};
-  TESSEL_ASSIGN_OR_RETURN(Tensor taps, empty_like_device({groups, r, m, k}, to, wc));
-  TESSEL_TRY(launch_kernel("conv_weight_taps", {{"U", dtype_name(to)}}, {src, taps}));
-  return taps;
+  return View{
+      wc, {groups, r, m, k}, {og * cg * r, 1, transposed ? r : cg * r, transposed ? cg * r : r}};
 }
 
-// Y [N, M G, yh, yw] as conv_implicit's [Z, G, M, E] store target for grid g over n images.
-View store_view(const Tensor& y, const TapGrid& g, int64_t groups) {
-  const int64_t n = y.size(0), m = y.size(1) / groups, l = y.size(2) * y.size(3);
-  if (g.direct) return View{y, {n, groups, m, l}, {y.size(1) * l, m * l, l, 1}};
-  return View{y, {1, groups, m, n * y.size(1) * l}, {0, m * l, l, 1}};
+// Where conv_implicit stores: `view` is its [Z, G, M, E]; `dense` says E is the grid's own
+// positions (DENSE = 1), else position q of the grid goes to image q / plane, row and column
+// (q % plane / wq, q % wq) of a yh x yw image, images `ostride` elements apart.
+struct StoreTarget {
+  View view;
+  bool dense = false;
+  int64_t yh = 1, yw = 1, ostride = 1;
+};
+
+// The output phases an input-gradient launch runs (one grid plane each), `every_tap` when each
+// tap contributes to every one of them (conv_implicit's UNIT_STRIDE).
+struct Phases {
+  int64_t y = 1, x = 1;
+  bool every_tap = false;
+};
+
+// Y [N, M G, yh, yw] as the store target of grid g over its n images.
+StoreTarget store_target(const Tensor& y, const TapGrid& g, int64_t groups) {
+  const int64_t n = y.size(0), m = y.size(1) / groups, yh = y.size(2), yw = y.size(3), l = yh * yw;
+  if (g.direct) return {View{y, {n, groups, m, l}, {y.size(1) * l, m * l, l, 1}}, true};
+  return {View{y, {1, groups, m, n * y.size(1) * l}, {0, m * l, l, 1}}, false, yh, yw,
+          y.size(1) * l};
 }
 
-// One conv_implicit launch: y = the convolution of `input` (already viewed) by `taps`.
-Status launch_implicit(const Tensor& taps, const View& input, const Tensor& y, const View& bias,
-                       bool has_bias, bool transposed, const Window& w, const TapGrid& g,
-                       int64_t groups, int64_t ty0, int64_t tx0) {
-  const int64_t yh = y.size(2), yw = y.size(3);
+// One conv_implicit launch: the convolution of `input` (already viewed) by `taps` into `out`.
+Status launch_implicit(const View& taps, const View& input, const StoreTarget& out,
+                       const View& bias, bool has_bias, bool transposed, const Window& w,
+                       const TapGrid& g, int64_t ty0, int64_t tx0, Phases phases = {}) {
   KernelParams params{{"BIAS", has_bias ? "1" : "0"},
                       {"TRANSPOSED", transposed ? "1" : "0"},
-                      {"UNIT_STRIDE", transposed && unit_strides(w) ? "1" : "0"},
-                      {"DENSE", g.direct ? "1" : "0"}};
+                      {"UNIT_STRIDE", transposed && phases.every_tap ? "1" : "0"},
+                      {"DENSE", out.dense ? "1" : "0"}};
   std::vector<KernelArg> args{taps,
                               input,
-                              store_view(y, g, groups),
+                              out.view,
                               bias,
                               w.kw,
                               w.dh,
@@ -329,19 +362,100 @@ Status launch_implicit(const Tensor& taps, const View& input, const Tensor& y, c
                               w.pw,
                               ty0,
                               tx0,
+                              phases.y,
+                              phases.x,
                               transposed ? w.sh : int64_t{1},
                               transposed ? w.sw : int64_t{1},
                               g.ww,
                               g.plane(),
-                              yh,
-                              yw,
-                              y.size(1) * yh * yw};
+                              out.yh,
+                              out.yw,
+                              out.ostride};
   return launch_kernel("conv_implicit", params, args);
+}
+
+// ---- columns over every image's positions (the CPU, small images) ----
+//
+// Over small images the implicit grid computes, per image, rows and columns of padding that
+// it then drops: a 3x3 over 7 x 7 images runs 81 positions for 49 outputs, over 14 x 14 256 for
+// 196. There the columns are cheaper: im2col writes [G K, N L] (row (c kh + i) kw + j of a
+// group, column b L + l: every image's positions in one row, so the gemm runs over N L of them
+// at once, not L per image) and conv_implicit runs it as a 1x1 convolution over them; the
+// columns cost a pass over kh kw times the input, small next to a gemm of 64 or more rows. The
+// input gradient of a strided layer keeps the implicit grid: its phase planes waste less, and
+// col2im's stride tests cost more.
+
+// Whether the implicit grid of a layer computes over a quarter more positions than it has
+// outputs (a window over images of 14 x 14 and less) and the layer has 32 or more output
+// channels per group (the forward's gemm rows and the input gradient's depth, over which the
+// columns' pass is spread).
+bool columns_pay(const Window& w, const ConvShape& s) {
+  return w.kh * w.kw > 1 && s.o / s.groups >= 32 && forward_grid(w, s).plane() * 4 > s.l() * 5;
+}
+
+// The window of a gemm over columns, which hold every tap already.
+constexpr Window kPointwise{1, 1, 1, 1, 0, 0, 1, 1};
+
+// A grid of one image of oh x ow positions per plane, no taps: the columns' (and a relaid
+// output gradient's) positions.
+TapGrid column_grid(const ConvShape& s) {
+  TapGrid g;
+  g.hh = s.oh;
+  g.ww = s.ow;
+  return g;
+}
+
+// The weights [O, C / G, kh, kw] as the taps of a 1x1 convolution over the columns.
+Expected<View> column_taps(const Tensor& weight, const ConvShape& s, bool transposed) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+  TESSEL_ASSIGN_OR_RETURN(Tensor flat, wc.reshape({s.o, s.k, 1, 1}));
+  return weight_taps(flat, s.groups, transposed);
+}
+
+Expected<Tensor> conv_forward_columns(const Tensor& x, const Tensor& weight, const View& bias,
+                                      const Window& w, const ConvShape& s, const TensorMeta& out) {
+  const int64_t q = s.n * s.l();
+  TESSEL_ASSIGN_OR_RETURN(Tensor cols, empty_like_device({s.groups * s.k, q}, x.dtype(), x));
+  std::vector<KernelArg> args{x,
+                              View{cols, {s.n, s.groups * s.k, s.oh, s.ow}, {s.l(), q, s.ow, 1}}};
+  for (KernelArg& a : window_args(w, true))
+    args.push_back(a);
+  TESSEL_TRY(launch_kernel("im2col", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
+  TESSEL_ASSIGN_OR_RETURN(View taps, column_taps(weight, s, false));
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  const TapGrid g = column_grid(s);
+  View input{cols, {1, s.groups, 1, 1, 1, 1, s.k, q}, {0, s.k * q, 0, 0, 0, 0, q, 1}};
+  TESSEL_TRY(launch_implicit(taps, input, store_target(y, g, s.groups), bias, true, false,
+                             kPointwise, g, 0, 0));
+  return y;
+}
+
+// The input gradient over columns: dcols [G K, N L] = W^T dY (dY relaid channel-major, images
+// along the positions), folded back onto the input by col2im.
+Expected<Tensor> input_grad_columns(const Tensor& g, const Tensor& weight, const Window& w,
+                                    const ConvShape& s, const Shape& x_shape, DType compute) {
+  const TapGrid grid = column_grid(s);
+  const int64_t q = s.n * s.l();
+  TESSEL_ASSIGN_OR_RETURN(Tensor dy, relayout(g, compute, grid, 1, 1, 0, 0));
+  TESSEL_ASSIGN_OR_RETURN(View taps, column_taps(weight, s, true));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dcols, empty_like_device({s.groups * s.k, q}, DType::kF32, g));
+  const StoreTarget out{View{dcols, {1, s.groups, s.k, q}, {0, s.k * q, q, 1}}, true};
+  View no_bias{dcols, {s.groups, s.k}, {0, 0}};  // unread with BIAS = 0
+  TESSEL_TRY(launch_implicit(taps, tap_view(dy, grid, s.n, s.o, s.groups, false), out, no_bias,
+                             false, false, kPointwise, grid, 0, 0));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
+  std::vector<KernelArg> args{View{dcols, {s.n, s.groups * s.k, s.oh, s.ow}, {s.l(), q, s.ow, 1}},
+                              dx};
+  for (KernelArg& a : window_args(w, true))
+    args.push_back(a);
+  TESSEL_TRY(launch_kernel("col2im", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
+  return dx;
 }
 
 Expected<Tensor> conv_forward_implicit(const Tensor& x, const Tensor& weight, const View& bias,
                                        const Window& w, const ConvShape& s, DType compute,
                                        const TensorMeta& out) {
+  if (columns_pay(w, s)) return conv_forward_columns(x, weight, bias, w, s, out);
   const TapGrid g = forward_grid(w, s);
   Tensor input = x;
   if (!g.direct) {
@@ -349,32 +463,11 @@ Expected<Tensor> conv_forward_implicit(const Tensor& x, const Tensor& weight, co
   } else {
     TESSEL_ASSIGN_OR_RETURN(input, contiguous_on_device(x));
   }
-  TESSEL_ASSIGN_OR_RETURN(Tensor taps, weight_taps(weight, compute, s.groups, false));
-  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
-  TESSEL_TRY(launch_implicit(taps, tap_view(input, g, s.n, s.c, s.groups, false), y, bias, true,
-                             false, w, g, s.groups, 0, 0));
-  return y;
-}
-
-Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
-                              const TensorMeta& out) {
-  TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(in[0], in[1], a));
-  TESSEL_ASSIGN_OR_RETURN(Tensor x, cast(in[0], compute));
-  TESSEL_ASSIGN_OR_RETURN(Tensor weight, cast(in[1], compute));
-  TESSEL_ASSIGN_OR_RETURN(Tensor bias_f32, cast(in[2], DType::kF32));
-  TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
-  const ConvShape s = conv_shape(x, weight, groups_of(a), w);
-  const int64_t og = s.o / s.groups;
-  View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
-  if (implicit_gemm(x, s.c / s.groups)) return conv_forward_implicit(x, weight, bias, w, s, compute, out);
-  TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
-  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
-  View a_view{wc, {s.groups, og, s.k}, {og * s.k, s.k, 1}};
-  View b_view{cols, {s.n, s.groups, s.k, s.l()}, {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
-  KernelParams params = conv_gemm_params(y);
-  params["BIAS"] = "1";
-  TESSEL_TRY(launch_kernel("conv_gemm", params, {a_view, b_view, grouped(y, s), bias}));
+  const View taps = weight_taps(wc, s.groups, false);
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  TESSEL_TRY(launch_implicit(taps, tap_view(input, g, s.n, s.c, s.groups, false),
+                             store_target(y, g, s.groups), bias, true, false, w, g, 0, 0));
   return y;
 }
 
@@ -396,61 +489,129 @@ int64_t weight_grad_splits(const ConvShape& s, const Tensor& like, bool swapped)
   // A divisor of the batch: the kernel's copies bound only the tile dimensions, so a last split
   // running past the batch would read images that do not exist.
   int64_t splits = std::clamp<int64_t>(ceil_div(want, blocks), 1, s.n);
-  while (s.n % splits != 0) --splits;
+  while (s.n % splits != 0)
+    --splits;
   return splits;
 }
 
-// The weight gradient [O, C / G, kh, kw] (f32) of an implicit-gemm convolution: one gemm per
-// tap over the forward's views of x and the output gradient g on the same position grid, split
-// along the positions only as far as needed to keep every thread busy.
-Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Window& w,
-                                      const ConvShape& s, DType compute) {
-  const TapGrid grid = forward_grid(w, s);
-  const int64_t og = s.o / s.groups, cg = s.c / s.groups, taps = w.kh * w.kw;
-  Tensor input = x, dy = g;
-  View a;
-  int64_t positions = 0;
-  if (grid.direct) {
-    TESSEL_ASSIGN_OR_RETURN(input, contiguous_on_device(x));
-    TESSEL_ASSIGN_OR_RETURN(dy, contiguous_on_device(g));
-    positions = s.l();
-    a = View{dy, {s.n, s.groups, og, positions}, {s.o * positions, og * positions, positions, 1}};
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(input, relayout(x, compute, grid, w.sh, w.sw, w.ph, w.pw));
-    TapGrid on_grid;  // g at the forward's positions, zeros at those it computes and drops
-    on_grid.hh = grid.hh;
-    on_grid.ww = grid.ww;
-    TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, on_grid, 1, 1, 0, 0));
-    positions = s.n * grid.plane();
-    const int64_t stride = relaid_channel_stride(on_grid, s.n);
-    a = View{dy, {1, s.groups, og, positions}, {0, og * stride, stride, 1}};
-  }
-  const bool cpu = x.device()->kind() == DeviceKind::kCpu;
+// The output gradient g at the positions of the forward's grid, zeros at those it computes and
+// drops: the [1, G, O / G, N plane] operand of the weight gradient's gemms.
+struct GradOnGrid {
+  Tensor buf;
+  View view;
+};
+Expected<GradOnGrid> grad_on_grid(const Tensor& g, const TapGrid& grid, const ConvShape& s,
+                                  DType compute) {
+  TapGrid on_grid;
+  on_grid.hh = grid.hh;
+  on_grid.ww = grid.ww;
+  TESSEL_ASSIGN_OR_RETURN(Tensor dy, relayout(g, compute, on_grid, 1, 1, 0, 0));
+  const int64_t og = s.o / s.groups, stride = relaid_channel_stride(on_grid, s.n);
+  return GradOnGrid{dy,
+                    View{dy, {1, s.groups, og, s.n * grid.plane()}, {0, og * stride, stride, 1}}};
+}
+
+// conv_implicit_weight_grad: dW(t) = sum over positions of a [Z, G, og, positions] times the
+// input's transposed tap views x_qk, split along the positions only as far as needed to keep
+// every thread busy. The result is flat, [O, cg, taps].
+Expected<Tensor> weight_grad_gemms(const View& a, const View& x_qk, int64_t positions,
+                                   const Window& w, int64_t groups, int64_t og, int64_t cg,
+                                   const Tensor& like) {
+  const int64_t taps = w.kh * w.kw, o = og * groups;
+  const bool cpu = like.device()->kind() == DeviceKind::kCpu;
   const int64_t bm = cpu ? 192 : 64, bn = cpu ? 256 : 64, bk = cpu ? 256 : 16;
-  const int64_t blocks = ceil_div(og, bm) * ceil_div(cg, bn) * s.groups * taps;
+  const int64_t blocks = ceil_div(og, bm) * ceil_div(cg, bn) * groups * taps;
   const int64_t k_tiles = ceil_div(positions, bk);
   const int64_t want = cpu ? 4 * ThreadPool::global().num_threads() : 64;
   const int64_t per = ceil_div(k_tiles, std::clamp<int64_t>(ceil_div(want, blocks), 1, k_tiles));
   const int64_t splits = ceil_div(k_tiles, per);
-  TESSEL_ASSIGN_OR_RETURN(Tensor parts,
-                          empty_like_device({splits, s.o, cg, taps}, DType::kF32, x));
-  View out{parts,
-           {splits, s.groups, taps, og, cg},
-           {s.o * cg * taps, og * cg * taps, 1, cg * taps, taps}};
+  const int64_t m = o * cg * taps;
+  TESSEL_ASSIGN_OR_RETURN(Tensor parts, empty_like_device({splits, m}, DType::kF32, like));
+  View out{parts, {splits, groups, taps, og, cg}, {m, og * cg * taps, 1, cg * taps, taps}};
   TESSEL_TRY(launch_kernel("conv_implicit_weight_grad", {},
-                           {a, tap_view(input, grid, s.n, s.c, s.groups, true), out, w.kw, w.dh,
-                            w.dw, w.sh, w.sw, per}));
+                           {a, x_qk, out, w.kw, w.dh, w.dw, w.sh, w.sw, per}));
   if (splits == 1) return parts;
-  const int64_t m = s.o * cg * taps;
-  TESSEL_ASSIGN_OR_RETURN(Tensor dw, empty_like_device({m}, DType::kF32, x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dw, empty_like_device({m}, DType::kF32, like));
   TESSEL_TRY(launch_kernel("sum_splits", {}, {View{parts, {splits, m}, {m, 1}}, dw}));
   return dw;
+}
+
+// The weight gradient [O, C / G, kh, kw] (f32, flat) of an implicit-gemm convolution: one gemm
+// per tap over the forward's views of x and the output gradient g on the same position grid.
+Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Window& w,
+                                      const ConvShape& s, DType compute) {
+  const TapGrid grid = forward_grid(w, s);
+  const int64_t og = s.o / s.groups, cg = s.c / s.groups;
+  if (grid.direct) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor input, contiguous_on_device(x));
+    TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
+    const int64_t positions = s.l();
+    View a{dy, {s.n, s.groups, og, positions}, {s.o * positions, og * positions, positions, 1}};
+    return weight_grad_gemms(a, tap_view(input, grid, s.n, s.c, s.groups, true), positions, w,
+                             s.groups, og, cg, x);
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor input, relayout(x, compute, grid, w.sh, w.sw, w.ph, w.pw));
+  TESSEL_ASSIGN_OR_RETURN(GradOnGrid dy, grad_on_grid(g, grid, s, compute));
+  return weight_grad_gemms(dy.view, tap_view(input, grid, s.n, s.c, s.groups, true),
+                           s.n * grid.plane(), w, s.groups, og, cg, x);
+}
+
+// ---- stems: few input channels, a wide window (the CPU) ----
+//
+// With fewer than 16 input channels (an RGB stem: 3) each tap's gemm is too shallow for the
+// micro-kernel. Unfolding the window's columns into channels (relayout's `unfold`) makes the
+// layer a kh x 1 convolution over C kw channels (21 for a 7x7 RGB stem), deep enough, without
+// writing im2col's kh kw shifted copies of the input: the relaid buffer holds kw of them. The
+// weights go as [O, kh, C, kw] (a small permuted copy), so that tap i's [O, C kw] matrix has
+// unit stride. The forward only: the gradients stay on im2col (the weight gradient's gemm per tap
+// would be 21 wide, a third of each micro-tile idle; a stem needs no input gradient).
+
+// Whether a layer runs unfolded on this device.
+bool runs_unfolded(const Tensor& like, const Window& w, const ConvShape& s) {
+  return s.groups == 1 && w.kw > 1 && w.dw == 1 && s.c < 16 && implicit_gemm(like, s.c * w.kw);
+}
+
+// The unfolded layer: its kh x 1 window, shape, grid and relaid input.
+struct Unfolded {
+  Window w;
+  ConvShape s;
+  TapGrid grid;
+  Tensor input;
+};
+Expected<Unfolded> unfold(const Tensor& x, const Window& w, const ConvShape& s, DType compute) {
+  Unfolded u{Window{w.kh, 1, w.sh, 1, w.ph, 0, w.dh, 1}, s, {}, {}};
+  u.s.c = s.c * w.kw;
+  u.grid = forward_grid(u.w, u.s);
+  TESSEL_ASSIGN_OR_RETURN(u.input, relayout(x, compute, u.grid, w.sh, w.sw, w.ph, w.pw, w.kw));
+  return u;
+}
+
+Expected<Tensor> conv_forward_unfolded(const Tensor& x, const Tensor& weight, const View& bias,
+                                       const Window& w, const ConvShape& s, DType compute,
+                                       const TensorMeta& out) {
+  TESSEL_ASSIGN_OR_RETURN(Unfolded u, unfold(x, w, s, compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor permuted, weight.permute({0, 2, 1, 3}));
+  TESSEL_ASSIGN_OR_RETURN(Tensor wp, contiguous_on_device(permuted));  // [O, kh, C, kw]
+  View taps{wp, {1, w.kh, s.o, u.s.c}, {0, u.s.c, w.kh * u.s.c, 1}};
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  // The grid is as wide as the output (no column taps), so one image's outputs are the first L
+  // positions of its plane: the launch runs per image over those alone (one grid plane each, the
+  // last rows of the plane only read) and stores them densely, not element by element.
+  View input = tap_view(u.input, u.grid, s.n, u.s.c, 1, false);
+  input.shape[0] = s.n;
+  input.strides[0] = u.grid.plane();
+  input.shape[7] = s.l();
+  const StoreTarget dense{View{y, {s.n, 1, s.o, s.l()}, {s.o * s.l(), 0, s.l(), 1}}, true};
+  TESSEL_TRY(launch_implicit(taps, input, dense, bias, true, false, u.w, u.grid, 0, 0));
+  return y;
 }
 
 // The input gradient [N, C, H, W] (f32) of an implicit-gemm convolution: conv_implicit run
 // transposed over the output gradient g, padded so that every tap reads inside it.
 Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
                                      const ConvShape& s, const Shape& x_shape, DType compute) {
+  if (columns_pay(w, s) && unit_strides(w))
+    return input_grad_columns(g, weight, w, s, x_shape, compute);
   const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3]);
   Tensor dy = g;
   if (t.grid.direct) {
@@ -458,12 +619,49 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
   } else {
     TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, t.grid, 1, 1, t.top, t.left));
   }
-  TESSEL_ASSIGN_OR_RETURN(Tensor taps, weight_taps(weight, compute, s.groups, true));
-  TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
+  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+  const View taps = weight_taps(wc, s.groups, true);
+  // A strided 1x1 without padding reaches output phase (0, 0) alone: that one plane runs, with
+  // the weight tiles shared among blocks, into a zeroed dX (the other phases' planes would
+  // store zeros element by element, and make every block pack its own weight tiles).
+  const bool one_phase = !unit_strides(w) && w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0;
+  Phases phases{w.sh, w.sw, unit_strides(w)};
+  Tensor dx;
+  if (one_phase) {
+    phases = Phases{1, 1, true};
+    TESSEL_ASSIGN_OR_RETURN(dx, Tensor::zeros(x_shape, DType::kF32, g.device()));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(dx, empty_like_device(x_shape, DType::kF32, g));
+  }
   View no_bias{dx, {s.groups, s.c / s.groups}, {0, 0}};  // unread with BIAS = 0
-  TESSEL_TRY(launch_implicit(taps, tap_view(dy, t.grid, s.n, s.o, s.groups, false), dx, no_bias,
-                             false, true, w, t.grid, s.groups, t.top, t.left));
+  TESSEL_TRY(launch_implicit(taps, tap_view(dy, t.grid, s.n, s.o, s.groups, false),
+                             store_target(dx, t.grid, s.groups), no_bias, false, true, w, t.grid,
+                             t.top, t.left, phases));
   return dx;
+}
+
+Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
+                              const TensorMeta& out) {
+  TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(in[0], in[1], a));
+  TESSEL_ASSIGN_OR_RETURN(Tensor x, cast(in[0], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor weight, cast(in[1], compute));
+  TESSEL_ASSIGN_OR_RETURN(Tensor bias_f32, cast(in[2], DType::kF32));
+  TESSEL_ASSIGN_OR_RETURN(Window w, window_of("conv2d", a, weight.size(2), weight.size(3)));
+  const ConvShape s = conv_shape(x, weight, groups_of(a), w);
+  const int64_t og = s.o / s.groups;
+  View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
+  if (runs_unfolded(x, w, s)) return conv_forward_unfolded(x, weight, bias, w, s, compute, out);
+  if (implicit_gemm(x, s.c / s.groups))
+    return conv_forward_implicit(x, weight, bias, w, s, compute, out);
+  TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+  View a_view{wc, {s.groups, og, s.k}, {og * s.k, s.k, 1}};
+  View b_view{cols, {s.n, s.groups, s.k, s.l()}, {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
+  KernelParams params = conv_gemm_params(y);
+  params.emplace("BIAS", "1");
+  TESSEL_TRY(launch_kernel("conv_gemm", params, {a_view, b_view, grouped(y, s), bias}));
+  return y;
 }
 
 Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
@@ -494,10 +692,9 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     View g_t{g, {s.n, s.groups, s.l(), og}, {gs[0], og * gs[1], gs[3], gs[1]}};
     TESSEL_ASSIGN_OR_RETURN(Tensor parts,
                             empty_like_device({splits, s.groups, og, s.k}, DType::kF32, x));
-    View out = swap ? View{parts,
-                           {splits, s.groups, s.k, og},
-                           {s.groups * og * s.k, og * s.k, 1, s.k}}
-                    : View{parts, parts.shape(), parts.strides()};
+    View out =
+        swap ? View{parts, {splits, s.groups, s.k, og}, {s.groups * og * s.k, og * s.k, 1, s.k}}
+             : View{parts, parts.shape(), parts.strides()};
     TESSEL_TRY(launch_kernel("conv_weight_grad", conv_gemm_params(x),
                              {swap ? cols_v : g_view, swap ? g_t : cols_t, out, per}));
     Tensor dw = parts;
@@ -523,11 +720,10 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     View wt{wc, {s.groups, s.k, og}, {og * s.k, 1, s.k}};
     TESSEL_ASSIGN_OR_RETURN(Tensor dcols,
                             empty_like_device({s.n, s.groups, s.k, s.l()}, DType::kF32, x));
-    View dcols_view{dcols, {s.n, s.groups, s.k, s.l()},
-                    {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
+    View dcols_view{
+        dcols, {s.n, s.groups, s.k, s.l()}, {s.groups * s.k * s.l(), s.k * s.l(), s.l(), 1}};
     View no_bias{dcols, {s.groups, s.k}, {0, 0}};  // unread with BIAS = 0
-    TESSEL_TRY(
-        launch_kernel("conv_gemm", conv_gemm_params(x), {wt, g_view, dcols_view, no_bias}));
+    TESSEL_TRY(launch_kernel("conv_gemm", conv_gemm_params(x), {wt, g_view, dcols_view, no_bias}));
     TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), DType::kF32, x));
     const int64_t rows = s.groups * s.k;
     View dcols4{dcols, {s.n, rows, s.oh, s.ow}, {rows * s.l(), s.l(), s.ow, 1}};

@@ -6,6 +6,7 @@
 #include <mutex>
 
 #include "ops/device_kernel.h"
+#include "ops/tuned_launch.h"
 #include "tile/parse/parser.h"
 
 namespace tessel::ops {
@@ -51,6 +52,10 @@ Expected<const tile::Kernel*> parsed_kernel(const std::string& name) {
 }
 
 }  // namespace
+
+Expected<const tile::Kernel*> embedded_kernel(const std::string& name) {
+  return parsed_kernel(name);
+}
 
 bool launches_on(DeviceKind) { return true; }
 
@@ -163,6 +168,10 @@ Status launch_kernel(const std::string& kernel, KernelParams params,
     }
   }
   if (device == nullptr) return internal_error("kernel '{}' launched without tensors", kernel);
+  if (tuning_in_use()) {
+    TESSEL_ASSIGN_OR_RETURN(const tile::Kernel* parsed, parsed_kernel(kernel));
+    TESSEL_TRY(apply_tuned_params(device, *parsed, args, params));
+  }
   TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceKernel> compiled,
                           find_or_compile(device, kernel, params));
   std::vector<tile::LaunchArg> launch_args;

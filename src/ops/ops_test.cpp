@@ -129,8 +129,7 @@ std::vector<Case> all_cases() {
   c.push_back({"matmul", {half(real({2, 4}), bf16), real({4, 3})}, computing(bf16), 200});
   c.push_back({"linear", {real({2, 3, 9}), real({4, 9}), real({4})}, computing(bf16), 200});
   c.push_back({"linear", {transposed({3, 5}), real({2, 5}), real({2})}, computing(f16), 30});
-  c.push_back(
-      {"linear", {half(real({3, 5}), bf16), half(real({7, 5}), bf16), real({7})}, {}, 200});
+  c.push_back({"linear", {half(real({3, 5}), bf16), half(real({7, 5}), bf16), real({7})}, {}, 200});
   c.push_back({"conv2d",
                {real({2, 3, 5, 6}), real({4, 3, 3, 3}), real({4})},
                Attrs().set("padding", {1, 1}).set("compute", static_cast<int64_t>(bf16)),
@@ -220,8 +219,9 @@ std::vector<Case> all_cases() {
   // The CPU's implicit gemm (ops/conv_ops.cpp; 16 channels or more per group, else im2col as
   // above): a 1x1 read in place over more positions than a tile; a 1x1 / stride 2 downsample; a
   // 3x3 / stride 2 layer (two stride phases; taps that skip output phases in the input
-  // gradient); a 1x3 whose position grid spans tiles and images; a dilated window; two groups.
-  // And an RGB-like 7x7 / stride 2 stem, which stays on im2col.
+  // gradient); a 1x3 whose position grid spans tiles and images; a dilated window; two groups
+  // (16 output channels per group: small images stay on the implicit grid, see below). And an
+  // RGB-like 7x7 / stride 2 stem, which stays on im2col.
   c.push_back({"conv2d", {real({1, 16, 16, 17}), real({16, 16, 1, 1}), real({16})}, {}});
   c.push_back({"conv2d",
                {real({2, 16, 7, 6}), real({16, 16, 1, 1}), real({16})},
@@ -240,6 +240,20 @@ std::vector<Case> all_cases() {
                Attrs().set("padding", {1, 1}).set("groups", 2)});
   c.push_back({"conv2d",
                {real({1, 2, 11, 10}), real({3, 2, 7, 7}), real({3})},
+               Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
+  // Small images under 32 or more output channels: columns over every image's positions and a
+  // 1x1 conv_implicit over them (forward and input gradient; a strided layer's input gradient
+  // stays on the implicit grid's phases).
+  c.push_back({"conv2d",
+               {real({2, 16, 4, 5}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("padding", {1, 1})});
+  c.push_back({"conv2d",
+               {real({1, 16, 5, 6}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("stride", {2, 2}).set("padding", {1, 1})});
+  // An RGB 7x7 / stride 2 stem with C kw >= 16: unfolded into a 7x1 convolution over 21
+  // channels (forward and weight gradient; the input gradient stays on im2col).
+  c.push_back({"conv2d",
+               {real({2, 3, 11, 10}), real({4, 3, 7, 7}), real({4})},
                Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
   c.push_back({"conv2d",  // the implicit gemm computing in bf16, and on bf16 operands
                {real({1, 16, 5, 6}), real({16, 16, 3, 3}), real({16})},
@@ -307,40 +321,47 @@ std::vector<Case> all_cases() {
   c.push_back({"index_select", {real({3, 300}), ids({4}, 300, -2)}, Attrs().set("dim", 1)});
   c.push_back({"gather", {real({4, 3}), ids({6, 3}, 4, -2)}, Attrs().set("dim", 0)});
   c.push_back({"gather", {real({2, 5, 3}), ids({2, 2, 3}, 5)}, Attrs().set("dim", 1)});
-  c.push_back({"scatter_add", {real({4, 3}), ids({6, 3}, 4, -2), real({6, 3})},
-               Attrs().set("dim", 0)});
-  c.push_back({"scatter_add", {real({2, 3, 5}), ids({2, 3, 7}, 5), real({2, 3, 7})},
+  c.push_back(
+      {"scatter_add", {real({4, 3}), ids({6, 3}, 4, -2), real({6, 3})}, Attrs().set("dim", 0)});
+  c.push_back({"scatter_add",
+               {real({2, 3, 5}), ids({2, 3, 7}, 5), real({2, 3, 7})},
                Attrs().set("dim", -1)});
   // cross_entropy's class weights, reduction "none" and probability targets (coverage_ce_test.cpp
   // has PyTorch's values).
   const std::vector<double> w7{0.5, 2.0, 1.0, 0.25, 3.0, 1.5, 0.75}, w5{1.0, 0.5, 2.0, 3.0, 0.2};
-  c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7, -100)},
+  c.push_back({"cross_entropy",
+               {real({6, 7}), ids({6}, 7, -100)},
                Attrs().set_reals("weight", w7).set("label_smoothing", 0.1)});
-  c.push_back({"cross_entropy", {real({6, 7}), ids({6}, 7)},
+  c.push_back({"cross_entropy",
+               {real({6, 7}), ids({6}, 7)},
                Attrs().set_reals("weight", w7).set("reduction", 1)});
-  c.push_back({"cross_entropy", {real({2, 3, 5}), ids({2, 3}, 5, 1)},
+  c.push_back({"cross_entropy",
+               {real({2, 3, 5}), ids({2, 3}, 5, 1)},
                Attrs().set("reduction", 2).set("ignore_index", 1).set_reals("weight", w5)});
   c.push_back({"cross_entropy", {real({3, 300}), ids({3}, 300)}, Attrs().set("reduction", 2)});
   c.push_back({"cross_entropy", {real({4, 5}), positive({4, 5})}, {}});
-  c.push_back({"cross_entropy", {real({2, 3, 5}), positive({2, 3, 5})},
+  c.push_back({"cross_entropy",
+               {real({2, 3, 5}), positive({2, 3, 5})},
                Attrs().set_reals("weight", w5).set("label_smoothing", 0.2).set("reduction", 2)});
   c.push_back({"cross_entropy", {real({3, 300}), positive({3, 300})}, Attrs().set("reduction", 1)});
   // rms_norm and group_norm (ops/norm_ops.cpp; PyTorch's values in coverage_norm_test.cpp).
   c.push_back({"rms_norm", {real({3, 5}), real({5})}, {}});
   c.push_back({"rms_norm", {real({2, 2, 300}), real({300})}, Attrs().set("eps", 1e-3)});
   c.push_back({"rms_norm", {transposed({4, 7}), real({7})}, {}});
-  c.push_back({"group_norm", {real({2, 4, 3, 2}), real({4}), real({4})},
-               Attrs().set("num_groups", 2)});
-  c.push_back({"group_norm", {real({3, 6}), real({6}), real({6})},
+  c.push_back(
+      {"group_norm", {real({2, 4, 3, 2}), real({4}), real({4})}, Attrs().set("num_groups", 2)});
+  c.push_back({"group_norm",
+               {real({3, 6}), real({6}), real({6})},
                Attrs().set("num_groups", 3).set("eps", 1e-3)});
-  c.push_back({"group_norm", {real({2, 6, 5}), real({6}), real({6})},
-               Attrs().set("num_groups", 1)});
+  c.push_back(
+      {"group_norm", {real({2, 6, 5}), real({6}), real({6})}, Attrs().set("num_groups", 1)});
   c.push_back({"global_avg_pool", {real({2, 3, 4, 5})}, {}});
   c.push_back({"global_avg_pool", {transposed({2, 3, 7})}, {}});
   c.push_back({"global_avg_pool", {real({1, 2, 2, 3, 2})}, {}});
   c.push_back({"layer_norm_stats", {real({3, 5})}, {}});
   c.push_back({"layer_norm_stats", {transposed({2, 4, 300})}, Attrs().set("eps", 1e-3)});
-  c.push_back({"group_norm", {transposed({2, 3, 4, 5}), real({3}), real({3})},
+  c.push_back({"group_norm",
+               {transposed({2, 3, 4, 5}), real({3}), real({3})},
                Attrs().set("num_groups", 3)});
   return c;
 }
@@ -642,8 +663,9 @@ TEST(BackendOps, TypedFunctionsMatchClosedForms) {
           (std::string(op) == "silu" ? silu(t) : gelu_erf(t)).value().to_vector<float>().value();
       for (size_t i = 0; i < x.size(); ++i) {
         const double v = x[i];
-        const double want = std::string(op) == "silu" ? v / (1 + std::exp(-v))
-                                                      : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+        const double want = std::string(op) == "silu"
+                                ? v / (1 + std::exp(-v))
+                                : 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
         EXPECT_NEAR(got[i], want, 1e-6) << op << "(" << v << ")";
       }
     });

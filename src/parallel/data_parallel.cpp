@@ -294,15 +294,110 @@ Status DataParallel::launch_ready_buckets() {
   return ok_status();
 }
 
+Status DataParallel::set_batch_share(int64_t local_rows, int64_t global_rows) {
+  if (global_rows < 1 || local_rows < 0 || local_rows > global_rows)
+    return invalid_argument("a rank's share of the global batch must be 0 to {} rows, got {}",
+                            global_rows, local_rows);
+  gradient_weight_ = double(world_size()) * double(local_rows) / double(global_rows);
+  return ok_status();
+}
+
+Status DataParallel::with_each_bucket_gathered(const std::function<Status(Bucket&)>& use) {
+  for (size_t bi = buckets_.size(); bi-- > 0;) {
+    Bucket& b = *buckets_[bi];
+    TESSEL_TRY(ensure_gathered(bi));
+    TESSEL_TRY(use(b));
+    for (size_t i : b.entries)
+      params_.entries()[i].parameter->variable.set_data(Tensor());
+    b.gathered = Tensor();
+    b.gathered_ready = false;
+  }
+  return ok_status();
+}
+
+Status DataParallel::pass_without_rows() {
+  if (options_.zero_stage == 3)
+    TESSEL_TRY(with_each_bucket_gathered([](Bucket&) { return ok_status(); }));
+  return finish_backward();  // every bucket counts as ready with the gradient it has: zero
+}
+
+Status DataParallel::check_mirror(const nn::FlatParameters& device_params) const {
+  const auto& mine = params_.groups();
+  const auto& theirs = device_params.groups();
+  bool same = mine.size() == theirs.size();
+  for (size_t g = 0; same && g < mine.size(); ++g)
+    same = mine[g].dtype == theirs[g].dtype;
+  std::vector<int64_t> lengths(mine.size(), 0);  // the buckets cover each group
+  for (const auto& b : buckets_)
+    if (b->group < lengths.size()) lengths[b->group] = std::max(lengths[b->group], b->end);
+  for (size_t g = 0; same && g < mine.size(); ++g)
+    same = theirs[g].values.defined() && theirs[g].grads.defined() &&
+           theirs[g].values.numel() == lengths[g];
+  if (!same)
+    return invalid_argument("the parameters on {} are not laid out as the data-parallel ones (the "
+                            "same model, FlatParameters::create on that device)",
+                            device_params.device()->id());
+  return ok_status();
+}
+
+Status DataParallel::copy_values_to(nn::FlatParameters& device_params) {
+  TESSEL_TRY(check_mirror(device_params));
+  if (options_.zero_stage == 3) {
+    return with_each_bucket_gathered([&](Bucket& b) -> Status {
+      TESSEL_ASSIGN_OR_RETURN(Tensor to, device_params.groups()[b.group].values.slice(0, b.begin, b.end));
+      return to.copy_from(b.gathered);
+    });
+  }
+  for (size_t g = 0; g < params_.groups().size(); ++g) {
+    Tensor to = device_params.groups()[g].values;  // a handle on the device buffer
+    TESSEL_TRY(to.copy_from(params_.groups()[g].values));
+  }
+  return ok_status();
+}
+
+Status DataParallel::finish_backward_from(nn::FlatParameters& device_params) {
+  TESSEL_TRY(check_mirror(device_params));
+  const int stage = options_.zero_stage;
+  for (auto& bp : buckets_) {
+    Bucket& b = *bp;
+    TESSEL_ASSIGN_OR_RETURN(Tensor from,
+                            device_params.groups()[b.group].grads.slice(0, b.begin, b.end));
+    if (stage >= 2) {
+      // A copy even when the device is the CPU too: the device gradients are zeroed below.
+      TESSEL_ASSIGN_OR_RETURN(b.grad_buffer, Tensor::empty({b.end - b.begin}, b.dtype,
+                                                           params_.device()));
+      TESSEL_TRY(b.grad_buffer.copy_from(from));
+    } else if (sync_) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor to, params_.groups()[b.group].grads.slice(0, b.begin, b.end));
+      TESSEL_TRY(to.copy_from(from));
+    }
+  }
+  if (stage >= 2) TESSEL_TRY(device_params.zero_grad());
+  return finish_backward();
+}
+
+Status DataParallel::weigh(const Tensor& grads, DType dtype) const {
+  if (gradient_weight_ == 1.0) return ok_status();
+  const nn::FlatParameters range =
+      nn::FlatParameters::over(params_.device(), {{dtype, Tensor(), grads}});
+  return optim::scale_grads(range, gradient_weight_);
+}
+
 Status DataParallel::launch_reduction(Bucket& b) {
   const int64_t count = b.end - b.begin;
   Expected<dist::Work> work = internal_error("unreachable");
+  if (options_.zero_stage < 2) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor grads,
+                            params_.groups()[b.group].grads.slice(0, b.begin, b.end));
+    TESSEL_TRY(weigh(grads, b.dtype));
+  }
   if (options_.zero_stage == 0) {
     work = group_->all_reduce(b.grads_at(params_), size_t(count), b.comm_type, dist::RedOp::kAvg);
   } else {
     if (options_.zero_stage >= 2 && !b.grad_buffer.defined()) {  // no gradient reached it
       TESSEL_ASSIGN_OR_RETURN(b.grad_buffer, Tensor::zeros({count}, b.dtype, params_.device()));
     }
+    if (options_.zero_stage >= 2) TESSEL_TRY(weigh(b.grad_buffer, b.dtype));
     const void* send = options_.zero_stage == 1 ? b.grads_at(params_) : address(b.grad_buffer);
     b.into_incoming = options_.zero_stage >= 2 && passes_since_step_ > 0;
     if (b.into_incoming && !b.incoming.defined()) {

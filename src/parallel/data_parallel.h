@@ -107,6 +107,33 @@ class DataParallel {
   void set_sync(bool sync) { sync_ = sync; }
   // Between steps: whether the next steps overlap communication with backward.
   void set_overlap(bool overlap) { options_.overlap = overlap; }
+  // Uneven data parallelism (rebalance.h): this rank computes `local_rows` of a global batch of
+  // `global_rows` from now on (0 rows: a rank excluded from the work that still joins the
+  // collectives). A rank's loss is the mean over its own rows, so before the averaging collective
+  // its gradient is scaled by world * local_rows / global_rows: the average over the ranks is
+  // then sum_r local_r g_r / global, the gradient of the whole batch's mean loss that one process
+  // computes. Equal shares scale by 1, which is skipped. Between steps; each rank its own share.
+  Status set_batch_share(int64_t local_rows, int64_t global_rows);
+  // Instead of forward, backward and finish_backward on a rank with no rows this step: joins the
+  // pass's collectives with a zero gradient (ZeRO-3: first the parameter all-gathers, bucket by
+  // bucket in the order forward reads them, last bucket first, as the other ranks' forward does).
+  Status pass_without_rows();
+  // A rank whose model computes on another device (opencl:0 beside CPU ranks): DataParallel keeps
+  // the parameters, the collectives and the optimizer in host memory (this object's CPU
+  // FlatParameters), and the rank's device holds a copy of the model with the same layout
+  // (FlatParameters::create of the same architecture there). Each step:
+  //   TESSEL_TRY(dp->copy_values_to(device_params));        // before forward on the device
+  //   loss.backward();                                      // on the device
+  //   TESSEL_TRY(dp->finish_backward_from(device_params));  // instead of finish_backward
+  // Copying the values in: ZeRO-3 gathers every bucket for it, as forward would. Copying the
+  // gradients out ends the pass: the buckets are reduced from the copies (no overlap with
+  // backward); under ZeRO-2/3 the device gradients are zeroed (each pass is reduced into the
+  // shards), under DDP/ZeRO-1 they accumulate on the device and are read on the synchronising
+  // pass. The optimizer step then runs on the host.
+  Status copy_values_to(nn::FlatParameters& device_params);
+  Status finish_backward_from(nn::FlatParameters& device_params);
+  // The factor this rank's gradients are scaled by before they are averaged (1: even shares).
+  double gradient_weight() const { return gradient_weight_; }
   // After loss.backward(): queues every bucket not yet queued (parameters that got no gradient
   // this pass count as ready) and ends the pass.
   Status finish_backward();
@@ -170,6 +197,8 @@ class DataParallel {
   Status grad_ready(size_t bucket, size_t entry, autograd::VariableState& leaf);
   Status launch_ready_buckets();
   Status launch_reduction(Bucket& b);
+  // Scales `grads` (a bucket's range) by gradient_weight_ before its collective.
+  Status weigh(const Tensor& grads, DType dtype) const;
   Status wait_reduction(Bucket& b);
   Status launch_gather(Bucket& b);
   Status ensure_gathered(size_t bucket);
@@ -185,6 +214,10 @@ class DataParallel {
   // Whole flat buffers per group made of the named tensors `take(name + suffix)` of every entry.
   Expected<std::vector<Tensor>> flat_from(const TensorLookup& take, const std::string& suffix,
                                           std::optional<DType> dtype) const;
+  // ZeRO-3: gathers each bucket in forward's order (last first), hands it to `use`, drops it.
+  Status with_each_bucket_gathered(const std::function<Status(Bucket&)>& use);
+  // That `device_params` has this object's layout (dtype groups and their lengths).
+  Status check_mirror(const nn::FlatParameters& device_params) const;
   // ZeRO-3: forgets gathered values (they are stale once the shards change).
   Status drop_gathered();
 
@@ -198,6 +231,7 @@ class DataParallel {
   // Collectives queued while this is true were queued during backward (before finish_backward).
   bool in_pass_ = true;
   int passes_since_step_ = 0;  // reductions accumulated into the shards (ZeRO-2/3)
+  double gradient_weight_ = 1.0;
   StepStats stats_;
   StepStats last_stats_;
   MemoryAccount memory_;

@@ -8,9 +8,14 @@
 // Every rank reads the same global batches in the same order and keeps its own rows, so N ranks
 // with B rows each see exactly what one process with N x B rows sees; the position (for
 // checkpoints) is the global source's, the same on every rank.
+//
+// Uneven data parallelism (rebalance.h): set_shares(shares) cuts the following global batches
+// rank-major into shares[0], shares[1], ... rows (they must add up to the global batch), so a
+// rank's rows move with its share while the global order stays the one of one process.
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "data/batches.h"
 
@@ -21,8 +26,12 @@ class RankShard : public BatchSource {
   RankShard(std::unique_ptr<BatchSource> global, int rank, int world_size)
       : global_(std::move(global)), rank_(rank), world_size_(world_size) {}
 
-  // An error if the global batch's rows do not divide by the number of ranks.
+  // An error if the global batch's rows do not divide by the number of ranks (even split) or do
+  // not add up to the shares.
   Expected<Batch> next() override;
+  // Rows per rank of the next batches, in rank order; an empty list goes back to the even split.
+  // An error if there is not one share per rank or one is negative.
+  Status set_shares(std::vector<int64_t> shares);
   DataPosition position() const override { return global_->position(); }
   Status restore(const DataPosition& position) override { return global_->restore(position); }
 
@@ -30,6 +39,7 @@ class RankShard : public BatchSource {
   std::unique_ptr<BatchSource> global_;
   int rank_;
   int world_size_;
+  std::vector<int64_t> shares_;  // empty: even
 };
 
 }  // namespace tessel::parallel

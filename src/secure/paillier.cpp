@@ -48,8 +48,7 @@ mpz_class prime_from(const uint8_t* bytes, int bits) {
   mpz_setbit(x.get_mpz_t(), bits - 2);
   mpz_class p;
   mpz_nextprime(p.get_mpz_t(), x.get_mpz_t());
-  if (int(mpz_sizeinbase(p.get_mpz_t(), 2)) != bits ||
-      mpz_probab_prime_p(p.get_mpz_t(), 40) == 0)
+  if (int(mpz_sizeinbase(p.get_mpz_t(), 2)) != bits || mpz_probab_prime_p(p.get_mpz_t(), 40) == 0)
     return 0;  // ran past 2^bits (or a composite slipped through): the caller draws again
   return p;
 }
@@ -99,11 +98,49 @@ PackedCodec::PackedCodec(int modulus_bits, int frac, int value, int headroom)
       headroom_bits(headroom),
       slot_bits(value + headroom),
       slots((modulus_bits - 1) / (value + headroom)) {
-  TESSEL_CHECK(slot_bits <= 64 && value_bits < 63 && slots > 0, "codec of {}-bit slots",
-               slot_bits);
+  TESSEL_CHECK(slot_bits <= 64 && value_bits < 63 && slots > 0, "codec of {}-bit slots", slot_bits);
 }
 
-double PackedCodec::range() const { return std::ldexp(1.0, value_bits - 1 - frac_bits); }
+PackedCodec PackedCodec::for_summands(int modulus_bits, int summands, int frac, int value) {
+  TESSEL_CHECK(summands >= 1, "{} summands", summands);
+  int headroom = 0;
+  while ((int64_t(1) << headroom) < summands)
+    ++headroom;
+  return PackedCodec(modulus_bits, frac, value, headroom);
+}
+
+double PackedCodec::range() const {
+  return std::ldexp(1.0, value_bits - 1 - frac_bits);
+}
+
+// ---- fixed-base powers
+
+FixedBasePowers::FixedBasePowers(const mpz_class& base, const mpz_class& modulus, int exponent_bits)
+    : modulus_(modulus), bytes_((exponent_bits + 7) / 8) {
+  table_.resize(size_t(bytes_) * 255);
+  mpz_class b = base % modulus_;  // b^(256^i) for the current byte position i
+  for (int i = 0; i < bytes_; ++i) {
+    mpz_class* row = table_.data() + size_t(i) * 255;
+    row[0] = b;
+    for (int j = 1; j < 255; ++j) {
+      mpz_mul(row[j].get_mpz_t(), row[j - 1].get_mpz_t(), b.get_mpz_t());
+      mpz_mod(row[j].get_mpz_t(), row[j].get_mpz_t(), modulus_.get_mpz_t());
+    }
+    mpz_mul(b.get_mpz_t(), row[254].get_mpz_t(), b.get_mpz_t());  // b^256
+    mpz_mod(b.get_mpz_t(), b.get_mpz_t(), modulus_.get_mpz_t());
+  }
+}
+
+mpz_class FixedBasePowers::pow(const uint8_t* exponent) const {
+  mpz_class out = 1, product;
+  for (int i = 0; i < bytes_; ++i) {
+    const uint8_t j = exponent[i];
+    if (j == 0) continue;
+    mpz_mul(product.get_mpz_t(), out.get_mpz_t(), table_[size_t(i) * 255 + j - 1].get_mpz_t());
+    mpz_mod(out.get_mpz_t(), product.get_mpz_t(), modulus_.get_mpz_t());
+  }
+  return out;
+}
 
 // ---- public key
 
@@ -118,8 +155,7 @@ Ciphertext PaillierPublicKey::encrypt(const mpz_class& m) const {
 
 void PaillierPublicKey::add_into(std::vector<Ciphertext>& sum,
                                  const std::vector<Ciphertext>& other) const {
-  TESSEL_CHECK(sum.size() == other.size(), "adding {} ciphertexts to {}", other.size(),
-               sum.size());
+  TESSEL_CHECK(sum.size() == other.size(), "adding {} ciphertexts to {}", other.size(), sum.size());
   for (size_t i = 0; i < sum.size(); ++i) {
     sum[i] *= other[i];
     mpz_mod(sum[i].get_mpz_t(), sum[i].get_mpz_t(), n2_.get_mpz_t());
@@ -151,15 +187,22 @@ PaillierPrivateKey::PaillierPrivateKey(mpz_class p, mpz_class q)
   hq_ = invert((powm(g, q_ - 1, q2_) - 1) / q_, q_);
   q_inverse_p_ = invert(q_, p_);
   q2_inverse_p2_ = invert(q2_, p2_);
-  n_mod_phi_p2_ = public_.n_ % (p_ * (p_ - 1));
-  n_mod_phi_q2_ = public_.n_ % (q_ * (q_ - 1));
+  // h_n = (-x^2)^n mod n^2 for a random x (DJN 2010), as residues mod p^2 and q^2 (the exponent n
+  // reduced mod phi(p^2) = p (p - 1)), and the tables of its powers for exponents of bits/2 bits.
+  TESSEL_CHECK(init_sodium().ok(), "libsodium did not start");
+  const mpz_class x = random_unit(public_.n_);
+  const mpz_class h = public_.n_ - (x * x) % public_.n_;
+  const int exponent_bits = public_.bits() / 2;
+  h_n_p2_ = std::make_shared<const FixedBasePowers>(
+      powm(h % p2_, public_.n_ % (p_ * (p_ - 1)), p2_), p2_, exponent_bits);
+  h_n_q2_ = std::make_shared<const FixedBasePowers>(
+      powm(h % q2_, public_.n_ % (q_ * (q_ - 1)), q2_), q2_, exponent_bits);
 }
 
 PaillierPrivateKey PaillierPrivateKey::generate(int bits) {
   TESSEL_CHECK(init_sodium().ok(), "libsodium did not start");
-  auto [p, q] = prime_pair(bits, [](uint8_t* out, size_t size, uint64_t) {
-    randombytes_buf(out, size);
-  });
+  auto [p, q] =
+      prime_pair(bits, [](uint8_t* out, size_t size, uint64_t) { randombytes_buf(out, size); });
   return PaillierPrivateKey(std::move(p), std::move(q));
 }
 
@@ -180,9 +223,11 @@ PaillierPrivateKey PaillierPrivateKey::derive(int bits, const SecretKey& secret)
 }
 
 Ciphertext PaillierPrivateKey::encrypt(const mpz_class& m) const {
-  const mpz_class r = random_unit(public_.n_);
-  // r^n mod n^2 from r^n mod p^2 and mod q^2 (exponents reduced mod phi(p^2) = p (p - 1)).
-  const mpz_class a = powm(r % p2_, n_mod_phi_p2_, p2_), b = powm(r % q2_, n_mod_phi_q2_, q2_);
+  // r^n = h_n^a mod n^2 for a random exponent a, from h_n^a mod p^2 and mod q^2.
+  std::vector<uint8_t> exponent(size_t(h_n_p2_->exponent_bytes()));
+  randombytes_buf(exponent.data(), exponent.size());
+  const mpz_class a = h_n_p2_->pow(exponent.data()), b = h_n_q2_->pow(exponent.data());
+  sodium_memzero(exponent.data(), exponent.size());
   mpz_class t = ((a - b) * q2_inverse_p2_) % p2_;
   if (t < 0) t += p2_;
   const mpz_class rn = b + q2_ * t;
@@ -212,8 +257,8 @@ Expected<std::vector<Ciphertext>> PaillierPrivateKey::encrypt_values(
       const double x = double(values[i]);
       const int64_t code = std::isfinite(x) ? std::llround(x * scale) + offset : -1;
       if (code < 0 || code >= limit)
-        return out_of_range("value {} = {} is outside the packing range +-{} (frac_bits {})", i,
-                            x, codec.range(), codec.frac_bits);
+        return out_of_range("value {} = {} is outside the packing range +-{} (frac_bits {})", i, x,
+                            codec.range(), codec.frac_bits);
       mpz_mul_2exp(m.get_mpz_t(), m.get_mpz_t(), mp_bitcnt_t(codec.slot_bits));
       m += static_cast<unsigned long>(code);
     }
@@ -225,10 +270,9 @@ Expected<std::vector<Ciphertext>> PaillierPrivateKey::encrypt_values(
 }
 
 std::vector<double> PaillierPrivateKey::decrypt_values(const PackedCodec& codec,
-                                                       const std::vector<Ciphertext>& sums,
+                                                       std::span<const Ciphertext> sums,
                                                        int64_t count, int summands) const {
-  TESSEL_CHECK(summands >= 1 && summands <= (1 << codec.headroom_bits), "{} summands",
-               summands);
+  TESSEL_CHECK(summands >= 1 && summands <= (1 << codec.headroom_bits), "{} summands", summands);
   const double scale = std::ldexp(1.0, -codec.frac_bits);
   const int64_t offset = int64_t(summands) << (codec.value_bits - 1);
   std::vector<double> out;

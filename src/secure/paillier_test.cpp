@@ -1,12 +1,15 @@
 // Paillier: the key decrypts a ciphertext made here by the textbook formula g^m r^n mod n^2
 // (independent of the key's CRT paths); Enc(a) Enc(b)
 // decrypts to a + b; the owners' derived keys agree and differ across secrets; packed sums of
-// several owners' reals come back within the fixed-point bound.
+// several owners' reals come back within the fixed-point bound, and exactly as the sum of the
+// rounded values computed in int64 here; the fixed-base table's powers equal mpz_powm's; packing
+// takes just the headroom its owners need, and refuses values outside its range at both ends.
 #include "secure/paillier.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "support/random.h"
 
@@ -103,6 +106,111 @@ TEST(Paillier, PackedSumsOfOwnersUpdatesComeBackWithinTheFixedPointBound) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("value 1 = 200"), std::string::npos)
       << bad.status().message();
+}
+
+TEST(Paillier, FixedBasePowersEqualModularExponentiation) {
+  const mpz_class modulus(
+      "0xC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B225"
+      "14A08798E3404DDEF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E4"
+      "85B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7EDEE386BFB5A899FA5AE9");
+  const mpz_class base("0x123456789ABCDEF0FEDCBA9876543210");
+  const FixedBasePowers powers(base, modulus, 200);
+  EXPECT_EQ(powers.exponent_bytes(), 25);
+  Pcg32 rng(5);
+  std::vector<std::vector<uint8_t>> exponents = {std::vector<uint8_t>(25, 0),
+                                                 std::vector<uint8_t>(25, 0xff)};
+  for (int k = 0; k < 6; ++k) {
+    std::vector<uint8_t> e(25);
+    for (uint8_t& b : e)
+      b = uint8_t(rng.below(256));
+    exponents.push_back(e);
+  }
+  for (const std::vector<uint8_t>& e : exponents) {
+    mpz_class exponent;  // least significant byte first
+    mpz_import(exponent.get_mpz_t(), e.size(), -1, 1, 0, 0, e.data());
+    mpz_class want;
+    mpz_powm(want.get_mpz_t(), base.get_mpz_t(), exponent.get_mpz_t(), modulus.get_mpz_t());
+    EXPECT_EQ(powers.pow(e.data()), want) << exponent.get_str(16);
+  }
+}
+
+TEST(Paillier, PackingHeadroomFollowsTheNumberOfOwners) {
+  // slots = (2048 - 1) / (32 value bits + ceil(log2(owners)) headroom bits)
+  const std::vector<std::pair<int, int>> owners_slots = {{1, 63}, {2, 62}, {3, 60},  {4, 60},
+                                                         {5, 58}, {8, 58}, {256, 51}};
+  for (auto [owners, slots] : owners_slots) {
+    const PackedCodec codec = PackedCodec::for_summands(2048, owners);
+    EXPECT_EQ(codec.slots, slots) << owners << " owners";
+    EXPECT_GE(1 << codec.headroom_bits, owners);
+    EXPECT_LT(1 << codec.headroom_bits, 2 * owners);
+  }
+  EXPECT_EQ(PackedCodec::for_summands(2048, 4).ciphertexts_for(535'818), 8931);
+}
+
+// The packed sum of `owners` updates, decrypted.
+std::vector<double> secure_sum(const PackedCodec& codec,
+                               const std::vector<std::vector<float>>& updates) {
+  const PaillierPrivateKey& key = test_key();
+  std::vector<Ciphertext> sum;
+  for (const auto& u : updates) {
+    Expected<std::vector<Ciphertext>> c = key.encrypt_values(codec, u);
+    EXPECT_TRUE(c.ok()) << c.status().to_string();
+    if (!c.ok()) return {};
+    if (sum.empty()) {
+      sum = std::move(*c);
+    } else {
+      key.public_key().add_into(sum, *c);
+    }
+  }
+  return key.decrypt_values(codec, sum, int64_t(updates[0].size()), int(updates.size()));
+}
+
+TEST(Paillier, PackedSumIsExactlyTheSumOfTheRoundedValues) {
+  const int owners = 4;
+  const PackedCodec codec = PackedCodec::for_summands(2048, owners);
+  const int64_t count = 2 * codec.slots + 7;
+  Pcg32 rng(21);
+  std::vector<std::vector<float>> updates(owners, std::vector<float>(size_t(count)));
+  std::vector<int64_t> want_codes(size_t(count), 0);  // the plaintext sum, in int64
+  for (auto& u : updates)
+    for (int64_t i = 0; i < count; ++i) {
+      // Mostly small updates of both signs, some near the ends of the range.
+      const double r = (double(rng.below(1'000'001)) - 500'000.0) / 500'000.0;
+      u[size_t(i)] = float(i % 5 == 0 ? 127.9 * r : 0.01 * r);
+      want_codes[size_t(i)] += std::llround(double(u[size_t(i)]) * 16777216.0);  // 2^24
+    }
+  const std::vector<double> got = secure_sum(codec, updates);
+  ASSERT_EQ(got.size(), size_t(count));
+  for (int64_t i = 0; i < count; ++i)
+    EXPECT_EQ(got[size_t(i)], double(want_codes[size_t(i)]) / 16777216.0) << i;
+}
+
+TEST(Paillier, PackedSumsAtTheEndsOfTheRangeDoNotCarryIntoTheNextSlot) {
+  // Four owners (two headroom bits) all at the largest value, then all at the smallest, in
+  // alternating slots: each slot's sum fills its 34 bits without touching its neighbours.
+  const int owners = 4;
+  const PackedCodec codec = PackedCodec::for_summands(2048, owners);
+  // The largest float below the range (128 - 2^-17: codes 2^32 - 128) and the smallest in it.
+  const float largest = std::nextafter(float(codec.range()), 0.0f),
+              smallest = -float(codec.range());
+  std::vector<float> u(size_t(codec.slots) + 3);
+  for (size_t i = 0; i < u.size(); ++i)
+    u[i] = i % 2 == 0 ? largest : smallest;
+  const std::vector<double> got = secure_sum(codec, std::vector<std::vector<float>>(owners, u));
+  ASSERT_EQ(got.size(), u.size());
+  for (size_t i = 0; i < u.size(); ++i)
+    EXPECT_EQ(got[i], owners * double(u[i])) << i;
+
+  // One step past either end, and non-finite values, are refused naming the value.
+  const PaillierPrivateKey& key = test_key();
+  for (float bad :
+       {float(codec.range()), std::nextafter(smallest, -1e9f),
+        std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::infinity()}) {
+    const std::vector<float> values = {0.5f, -0.5f, bad};
+    Expected<std::vector<Ciphertext>> c = key.encrypt_values(codec, values);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_NE(c.status().message().find("value 2 = "), std::string::npos) << c.status().message();
+  }
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // The aggregator's and the owners' sides of a federated run (see federated.h).
 #include "train/federated.h"
 
+#include <algorithm>
 #include <chrono>
+#include <span>
 
 #include "secure/paillier.h"
 
@@ -25,7 +27,8 @@ Status send_bytes(dist::ProcessGroup& g, const void* data, size_t size, int peer
   return wait(g.send(data, size, dist::DataType::kUint8, peer), fmt::format("send to {}", peer));
 }
 Status recv_bytes(dist::ProcessGroup& g, void* data, size_t size, int peer) {
-  return wait(g.recv(data, size, dist::DataType::kUint8, peer), fmt::format("receive from {}", peer));
+  return wait(g.recv(data, size, dist::DataType::kUint8, peer),
+              fmt::format("receive from {}", peer));
 }
 
 // The header owner 1 sends the aggregator: the number of values and the modulus n (0 when not
@@ -45,7 +48,7 @@ std::vector<uint8_t> serialize(const secure::PaillierPublicKey& pub,
 }
 
 Expected<std::vector<secure::Ciphertext>> deserialize(const secure::PaillierPublicKey& pub,
-                                                      const std::vector<uint8_t>& bytes) {
+                                                      std::span<const uint8_t> bytes) {
   const size_t each = pub.ciphertext_bytes();
   std::vector<secure::Ciphertext> out;
   out.reserve(bytes.size() / each);
@@ -74,7 +77,7 @@ Expected<FederatedSummary> aggregate(const TrainConfig& config, dist::ProcessGro
       mpz_class n;
       mpz_import(n.get_mpz_t(), modulus.size(), 1, 1, 0, 0, modulus.data());
       const secure::PaillierPublicKey pub(n);
-      const secure::PackedCodec codec(pub.bits());
+      const secure::PackedCodec codec = secure::PackedCodec::for_summands(pub.bits(), owners);
       summary.ciphertexts_per_round = codec.ciphertexts_for(int64_t(header.values));
       std::vector<uint8_t> bytes(size_t(summary.ciphertexts_per_round) * pub.ciphertext_bytes());
       std::vector<secure::Ciphertext> sum;
@@ -179,9 +182,10 @@ Expected<FederatedSummary> own(const TrainConfig& config, dist::ProcessGroup& gr
     }
     const Header header{weights.size(), modulus.size()};
     TESSEL_TRY(send_bytes(group, &header, sizeof header, kAggregator));
-    if (!modulus.empty()) TESSEL_TRY(send_bytes(group, modulus.data(), modulus.size(), kAggregator));
+    if (!modulus.empty())
+      TESSEL_TRY(send_bytes(group, modulus.data(), modulus.size(), kAggregator));
   }
-  const secure::PackedCodec codec(int(f.modulus_bits));
+  const secure::PackedCodec codec = secure::PackedCodec::for_summands(int(f.modulus_bits), owners);
   for (int64_t round = 0; round < summary.rounds; ++round) {
     TESSEL_ASSIGN_OR_RETURN(RunSummary local, trainer->run((round + 1) * f.local_steps));
     summary.losses.insert(summary.losses.end(), local.losses.begin(), local.losses.end());
@@ -202,10 +206,49 @@ Expected<FederatedSummary> own(const TrainConfig& config, dist::ProcessGroup& gr
       TESSEL_TRY(recv_bytes(group, bytes.data(), bytes.size(), kAggregator));
       summary.exchange_seconds += since(t);
       t = Clock::now();
-      TESSEL_ASSIGN_OR_RETURN(std::vector<secure::Ciphertext> total,
-                              deserialize(key->public_key(), bytes));
-      sum = key->decrypt_values(codec, total, int64_t(update.size()), owners);
+      // Decrypting is the costliest step, and every owner may read the sum: owner k decrypts
+      // the k-th of K shares of the ciphertexts, and the owners swap the decoded shares among
+      // themselves (the aggregator sees none of them).
+      const auto share = [&](int owner) {
+        const size_t ciphertexts = bytes.size() / key->public_key().ciphertext_bytes();
+        return std::pair{ciphertexts * size_t(owner) / size_t(owners),
+                         ciphertexts * size_t(owner + 1) / size_t(owners)};
+      };
+      const auto share_values = [&](int owner) {
+        const auto [begin, end] = share(owner);
+        return std::pair{std::min(update.size(), begin * size_t(codec.slots)),
+                         std::min(update.size(), end * size_t(codec.slots))};
+      };
+      const int me = group.rank() - 1;
+      const auto [begin, end] = share(me);
+      const size_t each = key->public_key().ciphertext_bytes();
+      TESSEL_ASSIGN_OR_RETURN(
+          std::vector<secure::Ciphertext> mine,
+          deserialize(key->public_key(),
+                      std::span(bytes).subspan(begin * each, (end - begin) * each)));
+      const auto [value_begin, value_end] = share_values(me);
+      const std::vector<double> decoded =
+          key->decrypt_values(codec, mine, int64_t(value_end - value_begin), owners);
       summary.crypto_seconds += since(t);
+      t = Clock::now();
+      sum.assign(update.size(), 0.0);
+      std::copy(decoded.begin(), decoded.end(), sum.begin() + long(value_begin));
+      std::vector<dist::Call> calls;
+      for (int other = 0; other < owners; ++other) {
+        const auto [other_begin, other_end] = share_values(other);
+        if (other == me) continue;
+        dist::Call out, in;
+        out.kind = dist::CallKind::kSend, out.dtype = dist::DataType::kFloat64;
+        out.peer = other + 1, out.send = decoded.data(), out.count = decoded.size();
+        in.kind = dist::CallKind::kRecv, in.dtype = dist::DataType::kFloat64;
+        in.peer = other + 1, in.recv = sum.data() + other_begin;
+        in.count = other_end - other_begin;
+        if (out.count > 0) calls.push_back(out);
+        if (in.count > 0) calls.push_back(in);
+      }
+      if (!calls.empty())
+        TESSEL_TRY(wait(group.group(std::move(calls)), "exchanging the decrypted shares"));
+      summary.exchange_seconds += since(t);
     } else {
       std::vector<double> plain(update.begin(), update.end());
       sum.resize(plain.size());
@@ -231,9 +274,10 @@ Expected<FederatedSummary> run_federated(const TrainConfig& config, dist::Proces
   if (!config.federated.enabled)
     return failed_precondition("{}: run_federated needs a [federated] table", config.source);
   if (group.size() < 2)
-    return invalid_argument("{}: [federated] needs at least 2 ranks (an aggregator and an owner), "
-                            "got {}",
-                            config.source, group.size());
+    return invalid_argument(
+        "{}: [federated] needs at least 2 ranks (an aggregator and an owner), "
+        "got {}",
+        config.source, group.size());
   if (group.rank() == kAggregator) return aggregate(config, group);
   return own(config, group, options);
 }

@@ -12,11 +12,14 @@
 // parallel ranks do. Every owner derives the same Paillier key from the owners' shared secret
 // (the key file, which the aggregator does not get); owner 1 sends the public key n and the
 // number of values to the aggregator once. A round: owners snapshot their weights, train
-// local_steps, send Enc(weights - snapshot) (packed, 51 values per 2048-bit ciphertext); the
-// aggregator adds them under encryption and sends the sum back; each owner decrypts it and sets
-// weights = snapshot + sum / K. With secure = false the same exchange carries the updates in
-// the clear (float64): the plaintext federated baseline. steps must be a multiple of
-// local_steps. Optimizer state stays with each owner.
+// local_steps, send Enc(weights - snapshot) (packed with just the headroom a sum of K needs: 62
+// values per 2048-bit ciphertext for 2 owners, 60 for 4); the aggregator adds them under
+// encryption and sends the sum back; owner k decrypts the k-th of K shares of it and the owners
+// swap their decoded shares directly (decryption is the costliest step; the aggregator sees no
+// plaintext); each sets weights = snapshot + sum / K.
+// With secure = false the same exchange carries the updates in the clear (float64): the plaintext
+// federated baseline. steps must be a multiple of local_steps. Optimizer state stays with each
+// owner.
 #pragma once
 
 #include <cstdint>
@@ -31,11 +34,11 @@ namespace tessel::train {
 struct FederatedSummary {
   bool aggregator = false;
   int64_t rounds = 0;
-  std::vector<double> losses;   // this owner's local training losses
-  Evaluation final_eval;        // owners: the global model after the last round
-  std::vector<float> weights;   // owners: the global model's flat f32 values
+  std::vector<double> losses;  // this owner's local training losses
+  Evaluation final_eval;       // owners: the global model after the last round
+  std::vector<float> weights;  // owners: the global model's flat f32 values
   double seconds = 0.0;
-  double crypto_seconds = 0.0;  // owners: encrypting and decrypting; aggregator: adding
+  double crypto_seconds = 0.0;    // owners: encrypting and decrypting; aggregator: adding
   double exchange_seconds = 0.0;  // waiting for sends and receives
   int64_t ciphertexts_per_round = 0;
 };

@@ -97,7 +97,7 @@ TEST(Federated, OneRoundIsTheAverageOfTheOwnersLocalModels) {
           << (secure ? "secure" : "plain") << ", value " << i;
     }
     if (secure) {
-      EXPECT_EQ(ranks[1].ciphertexts_per_round, 125);  // 6370 values / 51, rounded up
+      EXPECT_EQ(ranks[1].ciphertexts_per_round, 103);  // 6370 values / 62, rounded up
     }
   }
   std::filesystem::remove_all(folder);

@@ -120,16 +120,23 @@ Expected<std::unique_ptr<WorkloadRun>> WorkloadRun::create(const std::string& na
   return run;
 }
 
-Expected<Variable> WorkloadRun::forward_loss() {
-  TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(inputs_)));
-  if (auto* gpt = dynamic_cast<nn::GPT*>(model_.get()))
-    return gpt->loss(logits, Variable(targets_));
-  return autograd::cross_entropy(logits, Variable(targets_));
+Expected<Variable> WorkloadRun::loss_of_rows(int64_t begin, int64_t end) {
+  Tensor inputs = inputs_, targets = targets_;
+  if (begin != 0 || end != batch_rows()) {
+    if (begin < 0 || end > batch_rows() || begin >= end)
+      return invalid_argument("rows [{}, {}) are not a part of a batch of {}", begin, end,
+                              batch_rows());
+    TESSEL_ASSIGN_OR_RETURN(inputs, inputs_.slice(0, begin, end));
+    TESSEL_ASSIGN_OR_RETURN(targets, targets_.slice(0, begin, end));
+  }
+  TESSEL_ASSIGN_OR_RETURN(Variable logits, model_->forward(Variable(inputs)));
+  if (auto* gpt = dynamic_cast<nn::GPT*>(model_.get())) return gpt->loss(logits, Variable(targets));
+  return autograd::cross_entropy(logits, Variable(targets));
 }
 
 Status WorkloadRun::step() {
   {
-    TESSEL_ASSIGN_OR_RETURN(Variable loss, forward_loss());
+    TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of_rows(0, batch_rows()));
     TESSEL_TRY(loss.backward());
     last_loss_ = loss.data();
   }

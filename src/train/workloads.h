@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "autograd/variable.h"
 #include "nn/module.h"
 #include "optim/optimizer.h"
 #include "runtime/device.h"
@@ -44,6 +45,12 @@ class WorkloadRun {
   // choice: last_loss()).
   Status step();
   Expected<double> last_loss() const;
+  // Forward and the mean loss over rows [begin, end) of the batch, for a data-parallel rank that
+  // computes a part of it (`tessel bench hetero`); no backward, no optimizer.
+  Expected<autograd::Variable> loss_of_rows(int64_t begin, int64_t end);
+  // Rows of the batch (samples; sequences for the GPT workloads).
+  int64_t batch_rows() const { return spec_.input_shape.at(0); }
+  nn::FlatParameters& parameters() { return *params_; }
 
   const WorkloadSpec& spec() const { return spec_; }
   nn::Module& model() { return *model_; }
@@ -52,7 +59,6 @@ class WorkloadRun {
 
  private:
   WorkloadRun() = default;
-  Expected<autograd::Variable> forward_loss();
 
   WorkloadSpec spec_;
   std::unique_ptr<nn::Module> model_;

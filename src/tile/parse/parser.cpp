@@ -22,6 +22,10 @@ class Parser {
   Expected<std::vector<Kernel>> parse_file() {
     std::vector<Kernel> kernels;
     while (peek().kind != TokenKind::kEnd) {
+      if (is_keyword("tune")) {  // a parameter space: parse/tune_space.h reads it
+        TESSEL_TRY(skip_tune_space());
+        continue;
+      }
       if (!is_keyword("kernel"))
         return error_at(peek().loc, "expected 'kernel', found {}", describe(peek()));
       sema_ = Sema();
@@ -77,6 +81,23 @@ class Parser {
   Expected<Name> expect_name(const char* context) {
     TESSEL_ASSIGN_OR_RETURN(Token t, expect(TokenKind::kIdent, context));
     return Name{t.text, t.loc};
+  }
+
+  // `tune KERNEL on TARGET { ... }`, up to its closing brace.
+  Status skip_tune_space() {
+    SourceLoc loc = next().loc;
+    while (!at(TokenKind::kLBrace)) {
+      if (at(TokenKind::kEnd)) return error_at(loc, "a 'tune' declaration without its {{ ... }}");
+      next();
+    }
+    int depth = 0;
+    do {
+      if (at(TokenKind::kEnd)) return error_at(loc, "this space is never closed with '}}'");
+      if (at(TokenKind::kLBrace)) ++depth;
+      if (at(TokenKind::kRBrace)) --depth;
+      next();
+    } while (depth > 0);
+    return ok_status();
   }
 
   // ----- kernel header

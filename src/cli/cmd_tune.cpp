@@ -1,0 +1,224 @@
+// `tessel tune`: finds the fastest specialisation of a kernel for shapes on a device by
+// measuring it (the model-guided search of tune/search.h, each trial in a child process) and
+// keeps the results in the tuning database that the op library reads at every launch.
+//
+//   tessel tune gemm --shape 2048x384x1152 --dtype bf16 --budget 32   (sizes in the kernel's
+//                                                                     order: gemm M, K, N)
+//   tessel tune --model examples/gpt_shakespeare.toml   every tunable launch of one training step
+//   tessel tune --show | --export FILE | --import FILE
+//   tessel tune --compare-exhaustive [--device opencl:0] [--json]
+//
+// The database is --db, else $TESSEL_TUNE_DB, else ~/.cache/tessel/tune.db (tune/tune_db.h).
+#include <cstdio>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/tune_compare.h"
+#include "cli/tune_session.h"
+#include "cli/tune_trial.h"
+#include "ops/tuned_launch.h"
+#include "train/trainer.h"
+#include "tune/choices.h"
+
+namespace tessel::cli {
+namespace {
+
+struct Options {
+  std::string kernel;
+  std::vector<std::string> shapes;
+  std::string device = "cpu";
+  std::string dtype = "f32";
+  std::vector<std::string> fixed;
+  int budget = 32;
+  double seconds = 0;
+  uint64_t seed = 1;
+  bool json = false;
+  std::string db;
+  bool show = false;
+  std::string export_file, import_file;
+  std::string model;
+  bool compare = false;
+  bool quick = false;
+  std::string trial;
+};
+
+void print_outcome(const TuneOutcome& o, bool json) {
+  const double flops = launch_flops(o.target.kernel, o.target.sizes);
+  if (json) {
+    nlohmann::json row = {{"kernel", o.target.kernel},
+                          {"shape", tune::shape_string(o.key.shape)},
+                          {"sizes", sizes_text(o.target.kernel, o.target.sizes)},
+                          {"device", o.target.device},
+                          {"dtype", o.key.dtype},
+                          {"fixed", o.key.fixed},
+                          {"trials", o.trials},
+                          {"failed", o.failed},
+                          {"best", o.best_params},
+                          {"best_seconds", o.best_seconds},
+                          {"default", o.default_params},
+                          {"default_seconds", o.default_seconds}};
+    if (flops > 0 && o.best_seconds > 0) row["gflops"] = flops / o.best_seconds * 1e-9;
+    std::printf("%s\n", row.dump().c_str());
+    return;
+  }
+  std::printf("%s %s %s on %s: best %s %.3f ms", o.target.kernel.c_str(), o.key.dtype.c_str(),
+              sizes_text(o.target.kernel, o.target.sizes).c_str(), o.target.device.c_str(),
+              o.best_params.empty() ? "(none ran)" : o.best_params.c_str(), o.best_seconds * 1e3);
+  if (o.default_seconds > 0)
+    std::printf(", defaults (%s) %.3f ms: %.2fx", o.default_params.c_str(), o.default_seconds * 1e3,
+                o.default_seconds / o.best_seconds);
+  std::printf("  [%d trials, %d failed]\n", o.trials, o.failed);
+}
+
+Status show(tune::TuneDb& db, bool json) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<tune::Trial> rows, db.all());
+  // The best ok trial of each key, and how many trials each key has.
+  std::map<std::string, std::pair<const tune::Trial*, int>> best;
+  for (const tune::Trial& t : rows) {
+    const std::string key = t.key.kernel + "|" + t.key.device + "|" + t.key.dtype + "|" +
+                            t.key.fixed + "|" + tune::shape_string(t.key.shape) + "|" +
+                            t.key.source_hash;
+    auto& [pick, count] = best[key];
+    ++count;
+    if (t.status == "ok" && (pick == nullptr || t.seconds < pick->seconds)) pick = &t;
+  }
+  if (!json)
+    std::printf("%s: %zu trials\n%-13s %-5s %-8s %-20s %-26s %10s %6s  %s\n", db.path().c_str(),
+                rows.size(), "kernel", "dtype", "fixed", "shape", "best", "ms", "trials", "device");
+  for (const auto& [key, entry] : best) {
+    const tune::Trial* t = entry.first;
+    if (t == nullptr) continue;
+    if (json) {
+      std::printf("%s\n", nlohmann::json{{"kernel", t->key.kernel},
+                                         {"dtype", t->key.dtype},
+                                         {"fixed", t->key.fixed},
+                                         {"shape", tune::shape_string(t->key.shape)},
+                                         {"params", t->params},
+                                         {"seconds", t->seconds},
+                                         {"trials", entry.second},
+                                         {"device", t->key.device}}
+                              .dump()
+                              .c_str());
+    } else {
+      std::printf("%-13s %-5s %-8s %-20s %-26s %10.3f %6d  %s\n", t->key.kernel.c_str(),
+                  t->key.dtype.c_str(), t->key.fixed.empty() ? "-" : t->key.fixed.c_str(),
+                  tune::shape_string(t->key.shape).c_str(), t->params.c_str(), t->seconds * 1e3,
+                  entry.second, t->key.device.c_str());
+    }
+  }
+  return ok_status();
+}
+
+// The tunable launches of one training step of `config_path`, in launch order.
+Expected<std::vector<TuneTarget>> model_targets(const std::string& config_path) {
+  TESSEL_ASSIGN_OR_RETURN(train::TrainConfig config, train::load_train_config(config_path));
+  config.checkpoint_path.clear();
+  config.metrics_path.clear();
+  train::TrainerOptions options;
+  options.progress = nullptr;
+  options.evaluate_at_end = false;
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<train::Trainer> trainer,
+                          train::Trainer::create(std::move(config), options));
+  tune::TuneChoices::global().use_database("");  // record the launches as the defaults make them
+  ops::record_tunable_launches(true);
+  Expected<train::RunSummary> ran = trainer->run(1);
+  ops::record_tunable_launches(false);
+  if (!ran.ok()) return ran.status().with_context("running one step of {}", config_path);
+  std::vector<TuneTarget> targets;
+  for (const ops::TunableLaunch& l : ops::recorded_tunable_launches())
+    targets.push_back(TuneTarget{l.key.kernel, l.device, l.fixed, l.sizes});
+  return targets;
+}
+
+Status run(const Options& o) {
+  if (!o.trial.empty()) {
+    exit_code = run_trial_child(o.trial);
+    return ok_status();
+  }
+  const std::string path = o.db.empty() ? tune::default_tune_db_path() : o.db;
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<tune::TuneDb> db, tune::TuneDb::open(path));
+  if (!o.import_file.empty()) {
+    TESSEL_TRY(db->import_json(o.import_file));
+    std::printf("imported %s into %s\n", o.import_file.c_str(), path.c_str());
+  }
+  if (!o.export_file.empty()) {
+    TESSEL_TRY(db->export_json(o.export_file));
+    std::printf("exported %s to %s\n", path.c_str(), o.export_file.c_str());
+  }
+  if (o.show) TESSEL_TRY(show(*db, o.json));
+  if (o.compare) {
+    TESSEL_ASSIGN_OR_RETURN(double worst, compare_exhaustive(o.device, o.json, db.get(), o.quick));
+    if (!o.json) std::printf("worst ratio: %.3f\n", worst);
+  }
+  std::vector<TuneTarget> targets;
+  if (!o.model.empty()) {
+    TESSEL_ASSIGN_OR_RETURN(targets, model_targets(o.model));
+    std::fprintf(stderr, "%s: %zu tunable launches in one step\n", o.model.c_str(), targets.size());
+  }
+  if (!o.kernel.empty()) {
+    if (o.shapes.empty()) return invalid_argument("tune {}: give at least one --shape", o.kernel);
+    std::map<std::string, std::string> fixed{{"T", o.dtype}};
+    for (const std::string& f : o.fixed)
+      for (const auto& [name, value] : tune::parse_params(f))
+        fixed[name] = value;
+    for (const std::string& s : o.shapes) {
+      TESSEL_ASSIGN_OR_RETURN(auto sizes, parse_sizes_for(o.kernel, s));
+      targets.push_back(TuneTarget{o.kernel, o.device, fixed, sizes});
+    }
+  }
+  TuneLimits limits;
+  limits.budget = o.budget;
+  limits.seconds = o.seconds;
+  limits.seed = o.seed;
+  for (const TuneTarget& t : targets) {
+    TESSEL_ASSIGN_OR_RETURN(TuneOutcome outcome, tune_target(t, limits, db.get(), stderr));
+    print_outcome(outcome, o.json);
+  }
+  if (targets.empty() && !o.show && !o.compare && o.import_file.empty() && o.export_file.empty())
+    return invalid_argument(
+        "tune: name a kernel (and --shape), or --model, --show, --export, "
+        "--import or --compare-exhaustive");
+  return ok_status();
+}
+
+}  // namespace
+
+void add_tune_command(CLI::App& app) {
+  auto options = std::make_shared<Options>();
+  CLI::App* tune = app.add_subcommand(
+      "tune", "find the fastest specialisation of a kernel by measuring it (tuning database)");
+  tune->add_option("kernel", options->kernel, "kernel name (kernels/*.tile), e.g. gemm");
+  tune->add_option("--shape", options->shapes,
+                   "sizes in the kernel's order (gemm: MxKxN) or M=2048,K=384,N=1152; repeatable");
+  tune->add_option("--device", options->device, "cpu, opencl:0, cuda:0 (default cpu)");
+  tune->add_option("--dtype", options->dtype, "the kernel's T: f32, bf16, f16 (default f32)");
+  tune->add_option("--fixed", options->fixed,
+                   "other parameters, as the op library passes them: BIAS=1");
+  tune->add_option("--budget", options->budget, "trials per shape (default 32)");
+  tune->add_option("--seconds", options->seconds, "wall-time budget per shape (default none)");
+  tune->add_option("--seed", options->seed, "the search's seed (default 1)");
+  tune->add_flag("--json", options->json, "one JSON object per result");
+  tune->add_option("--db", options->db,
+                   "tuning database (default $TESSEL_TUNE_DB, else ~/.cache/tessel/tune.db)");
+  tune->add_flag("--show", options->show, "list the best specialisation of every tuned key");
+  tune->add_option("--export", options->export_file, "write every trial to FILE (JSON lines)");
+  tune->add_option("--import", options->import_file, "add the trials of FILE (from --export)");
+  tune->add_option("--model", options->model,
+                   "tune every tunable launch one training step of this config makes");
+  tune->add_flag("--compare-exhaustive", options->compare,
+                 "search vs random vs grid on spaces measured exhaustively");
+  tune->add_flag("--quick", options->quick, "with --compare-exhaustive: two small cases only");
+  tune->add_option("--trial", options->trial, "(internal) run one trial and print its result")
+      ->group("");
+  tune->callback([options] {
+    Status s = run(*options);
+    if (!s.ok()) {
+      std::fprintf(stderr, "tessel tune: %s\n", s.message().c_str());
+      exit_code = 1;
+    }
+  });
+}
+
+}  // namespace tessel::cli

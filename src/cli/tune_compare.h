@@ -1,0 +1,19 @@
+// `tessel tune --compare-exhaustive`: how fast the tuner's search finds a kernel's best
+// specialisation, against random search and the grid, on cases whose spaces are small enough to
+// measure every point. Each point is measured once (a child-process trial, tune_trial.h); the
+// three searches are then replayed over those measurements, so they see the same numbers.
+#pragma once
+
+#include <string>
+
+#include "support/status.h"
+#include "tune/tune_db.h"
+
+namespace tessel::cli {
+
+// `device`: "cpu" runs the CPU cases, "opencl:0" / "cuda:0" the GPU ones. Prints a table (or one
+// JSON object per case with `json`); returns the worst ratio (best in 32 trials / exhaustive).
+Expected<double> compare_exhaustive(const std::string& device, bool json, tune::TuneDb* db,
+                                    bool quick);
+
+}  // namespace tessel::cli

@@ -1,0 +1,62 @@
+// Tuning one kernel launch (kernel, device, dtype, untuned parameters, sizes): the model-guided
+// search of tune/search.h over the kernel's space, each trial measured in a child process
+// (tune_trial.h) and recorded in the tuning database, with a progress line per trial.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "support/status.h"
+#include "tune/space_points.h"
+#include "tune/tune_db.h"
+
+namespace tessel::cli {
+
+struct TuneTarget {
+  std::string kernel;
+  std::string device = "cpu";
+  std::map<std::string, std::string> fixed;  // T and the untuned parameters
+  std::map<std::string, int64_t> sizes;
+};
+
+struct TuneLimits {
+  int budget = 32;     // trials
+  double seconds = 0;  // wall time, 0: none
+  uint64_t seed = 1;
+  int patience = 12;  // 0: no early stop
+};
+
+struct TuneOutcome {
+  TuneTarget target;
+  tune::TuneKey key;
+  int trials = 0, failed = 0;
+  std::string best_params;  // "" when no trial succeeded
+  double best_seconds = 0;
+  double default_seconds = 0;  // the kernel's defaults, when they are a point of the space
+  std::string default_params;
+};
+
+// The concrete space and the database key of a target.
+struct PreparedTarget {
+  tune::SpacePoints space;
+  tune::TuneKey key;
+  std::string space_loc;
+};
+Expected<PreparedTarget> prepare_target(const TuneTarget& target);
+
+// Runs the search; `db` may be null (nothing recorded); progress lines go to `progress`.
+Expected<TuneOutcome> tune_target(const TuneTarget& target, const TuneLimits& limits,
+                                  tune::TuneDb* db, std::FILE* progress);
+
+// Sizes from "M=2048,K=384,N=1152" or "2048x384x1152" (the kernel's sizes in order).
+Expected<std::map<std::string, int64_t>> parse_sizes_for(const std::string& kernel,
+                                                         const std::string& text);
+// "M=2048 K=384 N=1152" in the kernel's order.
+std::string sizes_text(const std::string& kernel, const std::map<std::string, int64_t>& sizes);
+// Floating-point work of one launch when known (gemm family: 2 M N K Z), else 0.
+double launch_flops(const std::string& kernel, const std::map<std::string, int64_t>& sizes);
+
+}  // namespace tessel::cli

@@ -1,0 +1,246 @@
+// Tuning trials in child processes (see tune_trial.h).
+#include "cli/tune_trial.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ops/kernel_cache.h"
+#include "ops/ops.h"
+#include "ops/tuned_launch.h"
+#include "support/subprocess.h"
+#include "tile/passes/specialize.h"
+#include "tune/choices.h"
+
+namespace tessel::cli {
+
+namespace {
+
+nlohmann::json request_json(const TrialRequest& r) {
+  return {{"kernel", r.kernel},
+          {"device", r.device},
+          {"params", r.params},
+          {"sizes", r.sizes},
+          {"seconds", r.seconds}};
+}
+
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "tessel";
+}
+
+// The kernel's arguments at `sizes`: tensors with random values (zeros for outputs are not
+// needed: every tensor is compared), scalars 1 except beta = 0.
+Expected<std::vector<ops::KernelArg>> make_args(const tile::Kernel& k,
+                                                const std::map<std::string, int64_t>& sizes,
+                                                Device* device, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<ops::KernelArg> args;
+  for (const tile::KernelArg& a : k.args) {
+    if (!a.is_tensor()) {
+      if (a.scalar->type.is_float()) {
+        args.push_back(a.name == "beta" ? 0.0 : 1.0);
+      } else {
+        args.push_back(int64_t{1});
+      }
+      continue;
+    }
+    Shape shape;
+    for (const tile::Expr& d : a.tensor->shape) {
+      if (auto* i = d->as<tile::IntImm>()) {
+        shape.push_back(i->value);
+      } else if (auto* v = d->as<tile::Var>()) {
+        auto it = sizes.find(v->name);
+        if (it == sizes.end())
+          return invalid_argument("no size given for '{}' of kernel '{}'", v->name, k.name);
+        shape.push_back(it->second);
+      }
+    }
+    std::vector<float> values(static_cast<size_t>(shape_numel(shape)));
+    for (float& v : values)
+      v = uniform(rng);
+    TESSEL_ASSIGN_OR_RETURN(Tensor host, Tensor::from_vector(values, shape));
+    TESSEL_ASSIGN_OR_RETURN(DType dtype, parse_dtype(a.tensor->dtype.name()));
+    TESSEL_ASSIGN_OR_RETURN(Tensor typed, ops::cast(host, dtype));
+    TESSEL_ASSIGN_OR_RETURN(Tensor on_device, typed.to(device));
+    args.push_back(on_device);
+  }
+  return args;
+}
+
+Expected<std::vector<std::vector<float>>> tensors_of(const std::vector<ops::KernelArg>& args) {
+  std::vector<std::vector<float>> out;
+  for (const ops::KernelArg& a : args) {
+    const Tensor* t = std::get_if<Tensor>(&a);
+    if (t == nullptr) continue;
+    TESSEL_ASSIGN_OR_RETURN(Tensor host, t->to(cpu_device()));
+    TESSEL_ASSIGN_OR_RETURN(Tensor f, ops::cast(host, DType::kF32));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<float> v, f.to_vector<float>());
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+// The largest |candidate - reference| / (1 + |reference|) over every tensor.
+double max_difference(const std::vector<std::vector<float>>& a,
+                      const std::vector<std::vector<float>>& b) {
+  double worst = 0;
+  for (size_t t = 0; t < a.size() && t < b.size(); ++t)
+    for (size_t i = 0; i < a[t].size() && i < b[t].size(); ++i) {
+      const double d = std::fabs(double(a[t][i]) - b[t][i]) / (1.0 + std::fabs(double(b[t][i])));
+      if (!(d <= worst)) worst = std::isnan(d) ? INFINITY : d;
+    }
+  return worst;
+}
+
+// gemm / batched_gemm: C[z, i, j] against sum_p A[z, i, p] B[z, p, j] at sampled (z, i, j),
+// from the inputs as the kernel read them (tensors 0 and 1, output tensor 2).
+double sampled_gemm_error(const std::vector<std::vector<float>>& t,
+                          const std::map<std::string, int64_t>& sizes) {
+  const int64_t m = sizes.at("M"), n = sizes.at("N"), k = sizes.at("K");
+  const int64_t z = sizes.count("Z") ? sizes.at("Z") : 1;
+  std::mt19937_64 rng(7);
+  double worst = 0;
+  for (int s = 0; s < 256; ++s) {
+    const int64_t b = static_cast<int64_t>(rng() % z), i = static_cast<int64_t>(rng() % m),
+                  j = static_cast<int64_t>(rng() % n);
+    double sum = 0, scale = 0;
+    for (int64_t p = 0; p < k; ++p) {
+      const double x = double(t[0][(b * m + i) * k + p]) * t[1][(b * k + p) * n + j];
+      sum += x;
+      scale += std::fabs(x);
+    }
+    worst = std::max(worst, std::fabs(t[2][(b * m + i) * n + j] - sum) / (1.0 + scale));
+  }
+  return worst;
+}
+
+Status time_kernel(const TrialRequest& r, const std::vector<ops::KernelArg>& args, Device* device,
+                   double* seconds) {
+  std::vector<double> times;
+  double total = 0;
+  TESSEL_TRY(ops::launch_kernel(r.kernel, r.params, args));  // warm-up
+  TESSEL_TRY(device->synchronize());
+  while (times.size() < 3 || (total < r.seconds && times.size() < 200)) {
+    auto start = std::chrono::steady_clock::now();
+    TESSEL_TRY(ops::launch_kernel(r.kernel, r.params, args));
+    TESSEL_TRY(device->synchronize());
+    const double t =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    times.push_back(t);
+    total += t;
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  *seconds = times[times.size() / 2];
+  return ok_status();
+}
+
+// The trial itself; `status` names what failed.
+Status trial(const TrialRequest& r, TrialResult* result) {
+  tune::TuneChoices::global().use_database("");  // the request's parameters, not the database's
+  TESSEL_ASSIGN_OR_RETURN(Device * device, get_device(r.device));
+  TESSEL_ASSIGN_OR_RETURN(const tile::Kernel* kernel, ops::embedded_kernel(r.kernel));
+  result->status = "compile_error";
+  TESSEL_ASSIGN_OR_RETURN(
+      tile::Kernel specialised,
+      tile::specialize(*kernel, r.params, ops::tune_target_name(device->kind())));
+  TESSEL_TRY(ops::prepare_kernel(device, r.kernel, r.params));
+  result->status = "error";
+  // The default specialisation: the parameters that are not tuned, the kernel's own block sizes.
+  ops::KernelParams defaults = r.params;
+  const tile::TuneSpace* space =
+      tile::find_space(ops::kernel_tune_spaces(), r.kernel, ops::tune_target_name(device->kind()));
+  if (space != nullptr)
+    for (const tile::SpaceParam& p : space->params)
+      defaults.erase(p.name);
+  TESSEL_ASSIGN_OR_RETURN(std::vector<ops::KernelArg> ref_args,
+                          make_args(specialised, r.sizes, device, 1));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<ops::KernelArg> args,
+                          make_args(specialised, r.sizes, device, 1));
+  TESSEL_TRY(ops::launch_kernel(r.kernel, defaults, ref_args));
+  TESSEL_TRY(ops::launch_kernel(r.kernel, r.params, args));
+  TESSEL_ASSIGN_OR_RETURN(auto reference, tensors_of(ref_args));
+  TESSEL_ASSIGN_OR_RETURN(auto candidate, tensors_of(args));
+  const bool bf16 = r.params.count("T") && r.params.at("T") != "f32";
+  const double tolerance = bf16 ? 2e-2 : 1e-4;
+  double error = max_difference(candidate, reference);
+  if ((r.kernel == "gemm" || r.kernel == "batched_gemm") && candidate.size() >= 3)
+    error = std::max(error, sampled_gemm_error(candidate, r.sizes));
+  if (!(error <= tolerance)) {
+    result->status = "wrong";
+    result->detail =
+        fmt::format("differs from the reference by {:.3g} (tolerance {:.1g})", error, tolerance);
+    return ok_status();
+  }
+  TESSEL_TRY(time_kernel(r, args, device, &result->seconds));
+  result->status = "ok";
+  return ok_status();
+}
+
+}  // namespace
+
+TrialResult run_trial(const TrialRequest& request, int timeout_seconds) {
+  std::vector<std::string> argv;
+  if (!find_program_in_path({"timeout"}).empty())
+    argv = {"timeout", "-s", "KILL", std::to_string(timeout_seconds)};
+  argv.push_back(self_path());
+  argv.insert(argv.end(), {"tune", "--trial", request_json(request).dump()});
+  ProgramRun run = run_program(argv);
+  TrialResult result;
+  // The answer is the last line that parses as JSON; anything else is what the child said.
+  size_t end = run.output.size();
+  while (end > 0) {
+    size_t start = run.output.rfind('\n', end - 1);
+    start = start == std::string::npos ? 0 : start + 1;
+    nlohmann::json j = nlohmann::json::parse(run.output.substr(start, end - start), nullptr, false);
+    if (j.is_object() && j.contains("status")) {
+      result.status = j["status"];
+      result.seconds = j.value("seconds", 0.0);
+      result.detail = j.value("detail", "");
+      return result;
+    }
+    if (start == 0) break;
+    end = start - 1;
+  }
+  result.status = run.exit_code == 137 || run.exit_code == 124 ? "timeout" : "crash";
+  std::string tail =
+      run.output.size() > 300 ? run.output.substr(run.output.size() - 300) : run.output;
+  result.detail = fmt::format("exit {}: {}", run.exit_code, tail);
+  return result;
+}
+
+int run_trial_child(const std::string& request_json) {
+  nlohmann::json j = nlohmann::json::parse(request_json, nullptr, false);
+  TrialResult result;
+  if (!j.is_object() || !j.contains("kernel")) {
+    std::printf("%s\n",
+                nlohmann::json{{"status", "error"}, {"detail", "bad request"}}.dump().c_str());
+    return 2;
+  }
+  TrialRequest r;
+  r.kernel = j["kernel"];
+  r.device = j["device"];
+  r.params = j["params"].get<std::map<std::string, std::string>>();
+  r.sizes = j["sizes"].get<std::map<std::string, int64_t>>();
+  r.seconds = j.value("seconds", 0.15);
+  Status s = trial(r, &result);
+  if (!s.ok()) result.detail = s.message();
+  std::printf("%s\n",
+              nlohmann::json{
+                  {"status", result.status}, {"seconds", result.seconds}, {"detail", result.detail}}
+                  .dump()
+                  .c_str());
+  std::fflush(stdout);
+  return s.ok() ? 0 : 1;
+}
+
+}  // namespace tessel::cli

@@ -1,0 +1,183 @@
+// Tuned specialisations at launch (see tuned_launch.h).
+#include "ops/tuned_launch.h"
+
+#include <atomic>
+#include <mutex>
+#include <set>
+
+#include "support/hash.h"
+#include "tile/parse/parser.h"
+#include "tune/choices.h"
+#include "tune/fingerprint.h"
+
+namespace tessel::ops {
+
+namespace {
+
+struct TuningTables {
+  std::vector<tile::TuneSpace> spaces;
+  std::map<std::string, std::string> hash_by_kernel;
+  Status status;
+};
+
+const TuningTables& tables() {
+  static const TuningTables t = [] {
+    TuningTables out;
+    for (const auto& [file, text] : embedded_kernel_files()) {
+      const std::string hash = hash_hex(hash_text(text));
+      Expected<std::vector<tile::Kernel>> kernels = tile::parse_tile(text, "kernels/" + file);
+      Expected<std::vector<tile::TuneSpace>> spaces =
+          tile::parse_tune_spaces(text, "kernels/" + file);
+      if (!kernels.ok() || !spaces.ok()) {
+        out.status = kernels.ok() ? spaces.status() : kernels.status();
+        continue;
+      }
+      for (const tile::Kernel& k : *kernels)
+        out.hash_by_kernel[k.name] = hash;
+      for (tile::TuneSpace& s : *spaces)
+        out.spaces.push_back(std::move(s));
+    }
+    return out;
+  }();
+  return t;
+}
+
+const std::string& fingerprint_of(Device* device) {
+  static std::mutex mutex;
+  static std::map<Device*, std::string> fingerprints;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = fingerprints.find(device);
+  if (it == fingerprints.end())
+    it = fingerprints.emplace(device, tune::device_fingerprint(device)).first;
+  return it->second;
+}
+
+struct Recorder {
+  std::atomic<bool> on{false};
+  std::mutex mutex;
+  std::vector<TunableLaunch> launches;
+  std::set<std::string> seen;
+};
+Recorder& recorder() {
+  static Recorder r;
+  return r;
+}
+
+}  // namespace
+
+std::string tune_target_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::kCpu:
+      return "cpu";
+    case DeviceKind::kOpenCL:
+      return "opencl";
+    case DeviceKind::kCuda:
+      return "cuda";
+  }
+  return "cpu";
+}
+
+const std::vector<tile::TuneSpace>& kernel_tune_spaces() {
+  return tables().spaces;
+}
+
+std::string kernel_source_hash(const std::string& kernel) {
+  auto it = tables().hash_by_kernel.find(kernel);
+  return it == tables().hash_by_kernel.end() ? "" : it->second;
+}
+
+Expected<TunableLaunch> tunable_launch(Device* device, const tile::Kernel& kernel,
+                                       const KernelParams& params,
+                                       const std::vector<KernelArg>& args) {
+  const tile::TuneSpace* space =
+      tile::find_space(kernel_tune_spaces(), kernel.name, tune_target_name(device->kind()));
+  TunableLaunch launch;
+  if (space == nullptr) return launch;  // key.kernel stays empty: nothing to tune
+  // The sizes, from the tensor arguments' shapes where the kernel names a size.
+  size_t tensor = 0;
+  for (const KernelArg& a : args) {
+    const Shape* shape = nullptr;
+    if (const Tensor* t = std::get_if<Tensor>(&a)) shape = &t->shape();
+    if (const View* v = std::get_if<View>(&a)) shape = &v->shape;
+    if (shape == nullptr) continue;
+    while (tensor < kernel.args.size() && !kernel.args[tensor].is_tensor())
+      ++tensor;
+    if (tensor >= kernel.args.size()) break;
+    const std::vector<tile::Expr>& dims = kernel.args[tensor].tensor->shape;
+    for (size_t d = 0; d < dims.size() && d < shape->size(); ++d)
+      if (auto* v = dims[d]->as<tile::Var>()) launch.sizes.emplace(v->name, (*shape)[d]);
+    ++tensor;
+  }
+  for (const tile::Expr& s : kernel.sizes) {
+    auto* v = s->as<tile::Var>();
+    auto it = launch.sizes.find(v->name);
+    launch.key.shape.push_back(it == launch.sizes.end() ? 0 : it->second);
+  }
+  std::set<std::string> tuned;
+  for (const tile::SpaceParam& p : space->params)
+    tuned.insert(p.name);
+  KernelParams rest;
+  for (const auto& [name, value] : params)
+    if (!tuned.count(name) && name != "T" && differs_from_default(kernel, name, value))
+      rest[name] = value;
+  for (const auto& [name, value] : params)
+    if (!tuned.count(name)) launch.fixed[name] = value;
+  launch.key.kernel = kernel.name;
+  launch.key.source_hash = kernel_source_hash(kernel.name);
+  launch.key.device = fingerprint_of(device);
+  auto t = params.find("T");
+  launch.key.dtype = t == params.end() ? "f32" : t->second;
+  launch.key.fixed = tune::params_string(rest);
+  launch.device = device->id();
+  return launch;
+}
+
+bool differs_from_default(const tile::Kernel& kernel, const std::string& name,
+                          const std::string& value) {
+  const tile::Param* p = kernel.find_param(name);
+  if (p == nullptr) return true;
+  return p->is_dtype ? p->dtype_value.name() != value : std::to_string(p->int_value) != value;
+}
+
+bool tuning_in_use() {
+  return tune::TuneChoices::global().active() || recorder().on.load(std::memory_order_relaxed);
+}
+
+Status apply_tuned_params(Device* device, const tile::Kernel& kernel,
+                          const std::vector<KernelArg>& args, KernelParams& params) {
+  tune::TuneChoices& choices = tune::TuneChoices::global();
+  Recorder& r = recorder();
+  const bool recording = r.on.load(std::memory_order_relaxed);
+  if (!choices.active() && !recording) return ok_status();
+  TESSEL_ASSIGN_OR_RETURN(TunableLaunch launch, tunable_launch(device, kernel, params, args));
+  if (launch.key.kernel.empty()) return ok_status();
+  if (recording) {
+    std::lock_guard<std::mutex> lock(r.mutex);
+    const std::string id = launch.device + "|" + launch.key.kernel + "|" + launch.key.dtype + "|" +
+                           launch.key.fixed + "|" + tune::shape_string(launch.key.shape);
+    if (r.seen.insert(id).second) r.launches.push_back(launch);
+  }
+  if (!choices.active()) return ok_status();
+  TESSEL_ASSIGN_OR_RETURN(std::string chosen, choices.choose(launch.key));
+  for (const auto& [name, value] : tune::parse_params(chosen))
+    params[name] = value;
+  return ok_status();
+}
+
+void record_tunable_launches(bool on) {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  r.on = on;
+  if (on) {
+    r.launches.clear();
+    r.seen.clear();
+  }
+}
+
+std::vector<TunableLaunch> recorded_tunable_launches() {
+  Recorder& r = recorder();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.launches;
+}
+
+}  // namespace tessel::ops

@@ -1,0 +1,115 @@
+// The op library reads the tuning database at launch: an entry for a shape changes the
+// specialisation a launch compiles (exact shape, then the nearest tuned one), results stay equal
+// to a plain sum, and without a database nothing changes.
+#include "ops/tuned_launch.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <random>
+
+#include "ops/ops.h"
+#include "tune/choices.h"
+
+namespace tessel::ops {
+namespace {
+
+class TunedLaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    file_ = (std::filesystem::temp_directory_path() /
+             ("tessel_tuned_launch_" + std::to_string(getpid()) + ".db"))
+                .string();
+    std::filesystem::remove(file_);
+  }
+  void TearDown() override {
+    tune::TuneChoices::global().use_database("");
+    std::filesystem::remove(file_);
+    std::filesystem::remove(file_ + "-wal");
+    std::filesystem::remove(file_ + "-shm");
+  }
+  std::string file_;
+};
+
+Tensor random_matrix(int64_t m, int64_t n, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-1, 1);
+  std::vector<float> v(static_cast<size_t>(m * n));
+  for (float& x : v)
+    x = u(rng);
+  return *Tensor::from_vector(v, {m, n});
+}
+
+// Row sums in double, the independent reference.
+std::vector<double> row_sums(const Tensor& x) {
+  std::vector<float> v = *x.to_vector<float>();
+  const int64_t m = x.size(0), n = x.size(1);
+  std::vector<double> out(static_cast<size_t>(m), 0.0);
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j)
+      out[i] += v[i * n + j];
+  return out;
+}
+
+void expect_row_sums(const Tensor& x) {
+  auto y = sum(x, {1});
+  ASSERT_TRUE(y.ok()) << y.status().message();
+  std::vector<float> got = *y->to_vector<float>();
+  std::vector<double> want = row_sums(x);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    EXPECT_NEAR(got[i], want[i], 1e-4) << i;
+}
+
+TEST_F(TunedLaunchTest, ADatabaseEntryChangesTheSpecialisationAndResultsStayRight) {
+  const Tensor x = random_matrix(37, 300, 1);
+  // The key the op library will compute for sum(x, {1}): reduce_rows over [37, 300].
+  Expected<const tile::Kernel*> kernel = embedded_kernel("reduce_rows");
+  ASSERT_TRUE(kernel.ok());
+  auto launch = tunable_launch(cpu_device(), **kernel, {{"T", "f32"}, {"OP", "0"}},
+                               {View{x, {37, 300}, {300, 1}}, x});
+  ASSERT_TRUE(launch.ok()) << launch.status().message();
+  ASSERT_EQ(launch->key.kernel, "reduce_rows");
+  EXPECT_EQ(launch->key.shape, (std::vector<int64_t>{37, 300}));
+  EXPECT_EQ(launch->key.fixed, "");  // OP=0 is the default
+  {
+    auto db = tune::TuneDb::open(file_);
+    ASSERT_TRUE(db.ok());
+    // BR = 3 and BC = 40 are in no list and no default: only this entry can bring them.
+    ASSERT_TRUE((*db)->record({launch->key, "BC=40 BR=3", "ok", 1e-6, ""}).ok());
+  }
+  // Without the database: the defaults.
+  tune::TuneChoices::global().use_database("");
+  expect_row_sums(x);
+  const int64_t before = kernel_cache_stats().compiled;
+  expect_row_sums(x);
+  EXPECT_EQ(kernel_cache_stats().compiled, before);
+  // With it: a new specialisation for this shape, and for a near shape (nearest entry).
+  tune::TuneChoices::global().use_database(file_);
+  auto chosen = tune::TuneChoices::global().choose(launch->key);
+  ASSERT_TRUE(chosen.ok());
+  EXPECT_EQ(*chosen, "BC=40 BR=3");
+  expect_row_sums(x);
+  EXPECT_EQ(kernel_cache_stats().compiled, before + 1);
+  expect_row_sums(random_matrix(41, 280, 2));
+  EXPECT_EQ(kernel_cache_stats().compiled, before + 1);  // the same choice, compiled already
+}
+
+TEST_F(TunedLaunchTest, RecordsTheTunableLaunchesOfAStep) {
+  record_tunable_launches(true);
+  const Tensor x = random_matrix(5, 64, 3);
+  ASSERT_TRUE(sum(x, {1}).ok());
+  ASSERT_TRUE(sum(x, {1}).ok());  // the same key once
+  ASSERT_TRUE(relu(x).ok());      // no space: not recorded
+  record_tunable_launches(false);
+  std::vector<TunableLaunch> launches = recorded_tunable_launches();
+  ASSERT_EQ(launches.size(), 1u);
+  EXPECT_EQ(launches[0].key.kernel, "reduce_rows");
+  EXPECT_EQ(launches[0].sizes.at("M"), 5);
+  EXPECT_EQ(launches[0].sizes.at("N"), 64);
+  EXPECT_EQ(launches[0].device, "cpu");
+}
+
+}  // namespace
+}  // namespace tessel::ops
