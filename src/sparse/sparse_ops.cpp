@@ -461,8 +461,8 @@ OpDef embedding_rows_op() {
     if (y.numel() == 0) return y;
     TESSEL_ASSIGN_OR_RETURN(Tensor ids, ops::contiguous_on_device(in[2]));
     const int64_t r = ids.numel(), c = in[0].size(1);
-    TESSEL_TRY(
-        ops::launch_kernel("embedding", {}, {in[0], View{ids, {r}, {1}}, View{y, {r, c}, {c, 1}}}));
+    TESSEL_TRY(ops::launch_kernel("gather_rows", {{"W", std::to_string(c)}},
+                                  {in[0], View{ids, {r}, {1}}, View{y, {r, c}, {c, 1}}}));
     return y;
   };
   op.backward = [](const BackwardArgs& a) -> Expected<std::vector<Tensor>> {
