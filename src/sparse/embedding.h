@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "autograd/variable.h"
 #include "support/random.h"
@@ -55,6 +56,13 @@ class SparseEmbedding {
   Variable rows_;
   Tensor empty_;
 };
+
+// The distinct ids of a batch in increasing order (`unique`) and, for each position, the index
+// of its id there (`local`), for ids in [0, v): a radix sort of the positions by id (one pass per
+// byte of v - 1), O(ids) per pass where sorting and a binary search per id were O(ids log ids).
+// forward() uses it; exposed for its test.
+void dedupe_ids(const std::vector<int64_t>& ids, int64_t v, std::vector<int64_t>* unique,
+                std::vector<int64_t>* local);
 
 struct LazySgdOptions {
   double lr = 0.01;

@@ -4,8 +4,10 @@
 // embedding with optim::Sgd, which must agree exactly in value (up to float rounding).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "autograd/functional.h"
 #include "nn/layers.h"
@@ -71,7 +73,8 @@ TEST(SparseEmbedding, LookupGradientAndLazyAdamWOnEveryDevice) {
         }
         double gr = want[v][c], mm = (1 - o.beta1) * gr, vv = (1 - o.beta2) * gr * gr;
         double step_size = o.lr / (1 - o.beta1), bc2 = std::sqrt(1 - o.beta2);
-        double p = w0[i] * (1 - o.lr * o.weight_decay) - step_size * mm / (std::sqrt(vv) / bc2 + o.eps);
+        double p =
+            w0[i] * (1 - o.lr * o.weight_decay) - step_size * mm / (std::sqrt(vv) / bc2 + o.eps);
         EXPECT_NEAR(w1[i], p, 1e-5) << v << ", " << c;
         EXPECT_NEAR(m[i], mm, 1e-6);
       }
@@ -112,12 +115,36 @@ TEST(SparseEmbedding, LazySgdEqualsDenseSgd) {
 }
 
 TEST(SparseEmbedding, IdsOutsideTheTableAreAnError) {
-  SparseEmbedding emb = SparseEmbedding::over(testing::random_dense({4, 2}, 1, cpu_device())).value();
+  SparseEmbedding emb =
+      SparseEmbedding::over(testing::random_dense({4, 2}, 1, cpu_device())).value();
   Expected<Variable> y = emb.forward(Tensor::from_vector<int64_t>({1, 4}, {2}).value());
   ASSERT_FALSE(y.ok());
   EXPECT_NE(y.status().message().find("id 4 at position 1 is outside the table of 4 rows"),
             std::string::npos)
       << y.status().message();
+}
+
+// The radix dedupe against std::sort + std::unique + a binary search per id, for tables of one,
+// two and three bytes of ids (one to three passes), a table of one row, and no ids.
+TEST(SparseEmbedding, DedupeMatchesSortAndSearch) {
+  std::mt19937_64 rng(3);
+  for (int64_t v : {1, 200, 50000, 70000}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{300}, size_t{5000}}) {
+      SCOPED_TRACE(fmt::format("v = {}, n = {}", v, n));
+      std::vector<int64_t> ids(n);
+      for (int64_t& id : ids)
+        id = static_cast<int64_t>(rng() % static_cast<uint64_t>(v));
+      std::vector<int64_t> want = ids;
+      std::sort(want.begin(), want.end());
+      want.erase(std::unique(want.begin(), want.end()), want.end());
+      std::vector<int64_t> unique, local;
+      dedupe_ids(ids, v, &unique, &local);
+      EXPECT_EQ(unique, want);
+      ASSERT_EQ(local.size(), n);
+      for (size_t i = 0; i < n; ++i)
+        ASSERT_EQ(local[i], std::lower_bound(want.begin(), want.end(), ids[i]) - want.begin()) << i;
+    }
+  }
 }
 
 // The dense- and sparse-gradient steps start equal and both train (small sizes; the timing is

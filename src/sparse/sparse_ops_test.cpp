@@ -157,14 +157,14 @@ TEST(SparseOps, EveryOpForwardAndGradientOnEveryDevice) {
   }
 }
 
-// spmm_csr's column tiles (spmm_csr_tiled): several tiles per row (N = 384: 3 x 128 on the CPU,
-// 6 x 64 on a GPU), one tile of 256, and a last block of rows shorter than kCsrBlockRows (37 rows);
-// row lengths from 0 to past a multiple of four. Forward only: the gradients run the same kernel.
+// spmm_csr's column tiles (spmm_csr_tiled): several tiles per row (N = 768: 3 x 256 and 384:
+// 3 x 128 on the CPU, 6 x 64 on a GPU), one tile (128 on the CPU), and a last block of rows shorter
+// than kCsrBlockRows (37 rows); row lengths from 0 to past a multiple of four; and N = 600, which
+// no tile divides (spmm_csr). Forward only: the gradients run the same kernels.
 TEST(SparseOps, SpmmCsrColumnTilesMatchTheReference) {
   for (Device* device : testing::devices())
-    for (int64_t n : {384, 256, 128}) {
+    for (int64_t n : {768, 600, 384, 128}) {
       SCOPED_TRACE("n = " + std::to_string(n));
-      EXPECT_GT(csr_tile(device, n), 0);
       // Every tenth row empty, the others about 7 nonzeros.
       std::mt19937 rng(21);
       std::vector<int64_t> rows, cols;
@@ -180,8 +180,10 @@ TEST(SparseOps, SpmmCsrColumnTilesMatchTheReference) {
       SparseMatrix a = SparseMatrix::coo(37, 23, rows, cols, values, device).value();
       check_op("spmm_csr", csr_inputs(a, testing::random_dense({23, n}, 22, device)), {}, true);
     }
-  EXPECT_EQ(csr_tile(cpu_device(), 300), 0);  // ragged: spmm_csr, tested above
+  EXPECT_EQ(csr_tile(cpu_device(), 600), 0);
   EXPECT_EQ(csr_tile(cpu_device(), 70), 70);  // narrow: one tile of its own width
+  EXPECT_EQ(csr_tile(cpu_device(), 384), 128);
+  EXPECT_EQ(csr_tile(cpu_device(), 768), 256);
 }
 
 TEST(SparseOps, ShapeErrorsNameTheOp) {
