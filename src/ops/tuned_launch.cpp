@@ -66,15 +66,7 @@ Recorder& recorder() {
 }  // namespace
 
 std::string tune_target_name(DeviceKind kind) {
-  switch (kind) {
-    case DeviceKind::kCpu:
-      return "cpu";
-    case DeviceKind::kOpenCL:
-      return "opencl";
-    case DeviceKind::kCuda:
-      return "cuda";
-  }
-  return "cpu";
+  return device_kind_name(kind);  // "cpu", "opencl", "cuda": the targets a space is declared for
 }
 
 const std::vector<tile::TuneSpace>& kernel_tune_spaces() {

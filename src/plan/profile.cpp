@@ -8,6 +8,7 @@
 #include "optim/optimizer.h"
 #include "train/data_source.h"
 #include "train/model_registry.h"
+#include "train/trainer.h"
 
 namespace tessel::plan {
 
@@ -24,17 +25,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-// Mean cross-entropy of logits [..., classes] against ids [...] (a classifier's [B] labels or a
-// language model's [B, T] next tokens), as the trainer computes it.
-Expected<Variable> loss_of(const Variable& logits, const Variable& targets) {
-  const Shape& s = logits.shape();
-  if (s.size() == 2) return autograd::cross_entropy(logits, targets);
-  const int64_t rows = shape_numel(targets.shape());
-  TESSEL_ASSIGN_OR_RETURN(Variable flat_logits, autograd::reshape(logits, {rows, s.back()}));
-  TESSEL_ASSIGN_OR_RETURN(Variable flat_targets, autograd::reshape(targets, {rows}));
-  return autograd::cross_entropy(flat_logits, flat_targets);
 }
 
 }  // namespace
@@ -120,7 +110,7 @@ Expected<StepTimes> ProfiledRun::step(bool overlap) {
   StepTimes t;
   const Clock::time_point start = Clock::now();
   TESSEL_ASSIGN_OR_RETURN(Variable logits, s.model->forward(Variable(s.inputs)));
-  TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(s.targets)));
+  TESSEL_ASSIGN_OR_RETURN(Variable loss, train::training_loss(logits, Variable(s.targets)));
   s.backward_start = Clock::now();
   std::fill(s.ready.begin(), s.ready.end(), 0.0);
   TESSEL_TRY(loss.backward());

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "autograd/autocast.h"
 #include "autograd/functional.h"
@@ -53,17 +53,6 @@ std::vector<std::pair<std::string, nn::Dropout*>> dropouts(nn::Module& model) {
 Expected<double> scalar_of(const Tensor& t) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<float> v, t.to_vector<float>());
   return double(v.at(0));
-}
-
-// Mean cross-entropy of logits [..., classes] against class ids [...]: labels [B] of a
-// classifier and next tokens [B, T] of a language model alike (rows flattened, views only).
-Expected<Variable> loss_of(const Variable& logits, const Variable& targets) {
-  const Shape& s = logits.shape();
-  if (s.size() == 2) return autograd::cross_entropy(logits, targets);
-  const int64_t rows = shape_numel(targets.shape());
-  TESSEL_ASSIGN_OR_RETURN(Variable flat_logits, autograd::reshape(logits, {rows, s.back()}));
-  TESSEL_ASSIGN_OR_RETURN(Variable flat_targets, autograd::reshape(targets, {rows}));
-  return autograd::cross_entropy(flat_logits, flat_targets);
 }
 
 // The name of the first parameter whose values (or gradients) hold an inf or NaN, or "" when
@@ -155,9 +144,10 @@ Status Trainer::build() {
                             c.source, c.data.name);
   total_steps_ = c.steps > 0 ? c.steps : c.epochs * per_epoch / c.grad_accum_steps;
   if (total_steps_ == 0)
-    return invalid_argument("{}: key 'train.grad_accum_steps': {} micro-batches per step, but the "
-                            "run has {} batches ({} epochs of {}): it would take no step",
-                            c.source, c.grad_accum_steps, c.epochs * per_epoch, c.epochs, per_epoch);
+    return invalid_argument(
+        "{}: key 'train.grad_accum_steps': {} micro-batches per step, but the "
+        "run has {} batches ({} epochs of {}): it would take no step",
+        c.source, c.grad_accum_steps, c.epochs * per_epoch, c.epochs, per_epoch);
   // A prompt the vocabulary cannot encode fails now, not after the run.
   if (data_->text() && c.sample.tokens > 0) {
     Expected<std::vector<int64_t>> prompt = data_->text()->encode(c.sample.prompt);
@@ -182,7 +172,8 @@ Status Trainer::build() {
   }
   // Before any collective that depends on them: ranks that disagree stop here, each told how.
   if (group_)
-    TESSEL_TRY(check_shared_settings(*group_, shared_settings(c, *params_, total_steps_), c.source));
+    TESSEL_TRY(
+        check_shared_settings(*group_, shared_settings(c, *params_, total_steps_), c.source));
   if (group_) TESSEL_TRY(build_data_parallel());
   if (group_ && c.distributed.uneven) {
     Expected<parallel::Rebalancer> balance =
@@ -201,7 +192,8 @@ Status Trainer::build() {
       for (int k = 0; k < 8; ++k)
         (*dp.seed)[size_t(k)] = uint8_t(uint64_t(c.privacy.seed) >> (8 * k));
     }
-    Expected<std::unique_ptr<secure::DpSgd>> attached = secure::DpSgd::attach(*model_, *params_, dp);
+    Expected<std::unique_ptr<secure::DpSgd>> attached =
+        secure::DpSgd::attach(*model_, *params_, dp);
     if (!attached.ok()) return attached.status().with_context("{}: [privacy]", c.source);
     dp_sgd_ = std::move(*attached);
     // Each step's batch is a 1 / batches_per_epoch share of the examples (with drop_last, at
@@ -266,8 +258,8 @@ Status Trainer::save_checkpoint(const std::string& path) {
     metadata["rng." + name] = d->rng().state_string();
   TESSEL_TRY(make_parent_folder(path));
   if (!data_parallel_)
-    return save_training_checkpoint(path, *model_, optimizer(), step_, metadata,
-                                    grad_scaler_.get(), key);
+    return save_training_checkpoint(path, *model_, optimizer(), step_, metadata, grad_scaler_.get(),
+                                    key);
   TrainingState state{.model = {},
                       .optimizer = {.tensors = {}, .step_count = optimizer().step_count()},
                       .step = step_,
@@ -355,20 +347,23 @@ Status Trainer::write_metrics(const std::string& json_line) {
   if (!metrics_) {
     TESSEL_TRY(make_parent_folder(config_.metrics_path));
     metrics_ = std::fopen(config_.metrics_path.c_str(), resumed_ ? "a" : "w");
-    if (!metrics_) return errno_error(fmt::format("opening metrics file '{}'", config_.metrics_path));
+    if (!metrics_)
+      return errno_error(fmt::format("opening metrics file '{}'", config_.metrics_path));
   }
   fmt::print(metrics_, "{}\n", json_line);
   std::fflush(metrics_);
   return ok_status();
 }
 
-double Evaluation::perplexity() const { return std::exp(loss); }
+double Evaluation::perplexity() const {
+  return std::exp(loss);
+}
 
 Expected<bool> Trainer::any_rank_found_inf(bool found_inf_here) {
   if (!group_) return found_inf_here;
   double flag = found_inf_here ? 1.0 : 0.0;
-  TESSEL_ASSIGN_OR_RETURN(dist::Work w,
-                          group_->all_reduce(&flag, 1, dist::DataType::kFloat64, dist::RedOp::kMax));
+  TESSEL_ASSIGN_OR_RETURN(
+      dist::Work w, group_->all_reduce(&flag, 1, dist::DataType::kFloat64, dist::RedOp::kMax));
   TESSEL_TRY(w.wait());
   return flag > 0.0;
 }
@@ -394,7 +389,8 @@ Status Trainer::check_finite(double loss) {
       "{}: step {}: {}; stopping the run{}", config_.source, step_ + 1, bad,
       config_.checkpoint_path.empty()
           ? ""
-          : fmt::format(" (the last checkpoint written, if any, is kept: {})", config_.checkpoint_path));
+          : fmt::format(" (the last checkpoint written, if any, is kept: {})",
+                        config_.checkpoint_path));
 }
 
 const nn::FlatParameters& Trainer::local_gradients() {
@@ -403,8 +399,8 @@ const nn::FlatParameters& Trainer::local_gradients() {
   std::vector<nn::FlatParameters::Group> groups;
   for (const Tensor& g : data_parallel_->local_gradients())
     groups.push_back({g.dtype(), Tensor(), g});
-  gradient_shards_ = std::make_unique<nn::FlatParameters>(
-      nn::FlatParameters::over(device_, std::move(groups)));
+  gradient_shards_ =
+      std::make_unique<nn::FlatParameters>(nn::FlatParameters::over(device_, std::move(groups)));
   return *gradient_shards_;
 }
 
@@ -421,7 +417,7 @@ Expected<Evaluation> Trainer::evaluate() {
     TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
     TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
     TESSEL_ASSIGN_OR_RETURN(Variable logits, (*model_)(Variable(x)));
-    TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
+    TESSEL_ASSIGN_OR_RETURN(Variable loss, training_loss(logits, Variable(y)));
     TESSEL_ASSIGN_OR_RETURN(double mean_loss, scalar_of(loss.data()));
     const int64_t n = batch.targets.numel();
     loss_sum += mean_loss * double(n);
@@ -454,11 +450,11 @@ Expected<std::string> Trainer::sample(const SampleConfig& options) {
   if (!prompt.ok()) return prompt.status().with_context("{}: key 'sample.prompt'", config_.source);
   Pcg32 rng(config_.seed, kSampleStream);
   model_->eval();
-  Expected<std::vector<int64_t>> tokens = gpt->generate(
-      std::move(*prompt),
-      {.max_new_tokens = options.tokens, .temperature = options.temperature,
-       .top_k = options.top_k},
-      rng);
+  Expected<std::vector<int64_t>> tokens = gpt->generate(std::move(*prompt),
+                                                        {.max_new_tokens = options.tokens,
+                                                         .temperature = options.temperature,
+                                                         .top_k = options.top_k},
+                                                        rng);
   model_->train();
   if (!tokens.ok()) return tokens.status();
   return text->decode(*tokens);
@@ -480,9 +476,10 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     TESSEL_ASSIGN_OR_RETURN(Evaluation e, evaluate());
     nlohmann::json j = {{"step", step_}, {"eval_loss", e.loss}};
     if (dp_sgd_)
-      say(fmt::format("step {}: privacy spent epsilon {:.4f} at delta {} (sigma {}, C {}, q {:.6f})",
-                      step_, accountant_.epsilon(c.privacy.delta), c.privacy.delta,
-                      c.privacy.noise_multiplier, c.privacy.max_grad_norm, sample_rate_));
+      say(fmt::format(
+          "step {}: privacy spent epsilon {:.4f} at delta {} (sigma {}, C {}, q {:.6f})", step_,
+          accountant_.epsilon(c.privacy.delta), c.privacy.delta, c.privacy.noise_multiplier,
+          c.privacy.max_grad_norm, sample_rate_));
     if (e.classification) {
       say(fmt::format("step {}: test accuracy {:.2f}% ({}/{}), test loss {:.4f}", step_,
                       100.0 * e.accuracy, e.correct, e.total, e.loss));
@@ -506,10 +503,10 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       secure::RdpAccountant next = accountant_;
       next.step(c.privacy.noise_multiplier, sample_rate_);
       if (next.epsilon(c.privacy.delta) > c.privacy.target_epsilon) {
-        say(fmt::format("privacy budget: step {} would spend epsilon {:.4f} > target {} at delta "
-                        "{}; stopping",
-                        step_ + 1, next.epsilon(c.privacy.delta), c.privacy.target_epsilon,
-                        c.privacy.delta));
+        say(fmt::format(
+            "privacy budget: step {} would spend epsilon {:.4f} > target {} at delta "
+            "{}; stopping",
+            step_ + 1, next.epsilon(c.privacy.delta), c.privacy.target_epsilon, c.privacy.delta));
         summary.budget_reached = true;
         break;
       }
@@ -535,7 +532,7 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
       // Mixed precision: the gemm ops compute in 16 bits, the rest in f32 (autocast.h).
       autograd::Autocast autocast(c.compute_dtype());
       TESSEL_ASSIGN_OR_RETURN(Variable logits, (*model_)(Variable(x)));
-      TESSEL_ASSIGN_OR_RETURN(Variable loss, loss_of(logits, Variable(y)));
+      TESSEL_ASSIGN_OR_RETURN(Variable loss, training_loss(logits, Variable(y)));
       // The step's gradient is the mean over its micro-batches; fp16 backward starts from
       // scale * loss.
       const double seed_value =
@@ -554,8 +551,9 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
     // Uneven shares: a rank's mean loss counts by its rows (gradient_weight is 1 when even).
     if (data_parallel_) loss_value *= data_parallel_->gradient_weight();
     if (group_) {
-      TESSEL_ASSIGN_OR_RETURN(loss_reduction, group_->all_reduce(&loss_value, 1, dist::DataType::kFloat64,
-                                                                 dist::RedOp::kAvg));
+      TESSEL_ASSIGN_OR_RETURN(
+          loss_reduction,
+          group_->all_reduce(&loss_value, 1, dist::DataType::kFloat64, dist::RedOp::kAvg));
     }
     // Whatever reads the gradients before the optimizer needs the ranks' averages in place.
     if (data_parallel_ && (after_backward_ || grad_scaler_ || c.clip_grad_norm > 0))
@@ -648,6 +646,17 @@ Expected<RunSummary> Trainer::run(int64_t stop_at) {
   summary.seconds = seconds_since(start);
   if (dp_sgd_) summary.epsilon = accountant_.epsilon(c.privacy.delta);
   return summary;
+}
+
+Expected<autograd::Variable> training_loss(const autograd::Variable& logits,
+                                           const autograd::Variable& targets) {
+  const Shape& s = logits.shape();
+  if (s.size() == 2) return autograd::cross_entropy(logits, targets);
+  const int64_t rows = shape_numel(targets.shape());
+  TESSEL_ASSIGN_OR_RETURN(autograd::Variable flat_logits,
+                          autograd::reshape(logits, {rows, s.back()}));
+  TESSEL_ASSIGN_OR_RETURN(autograd::Variable flat_targets, autograd::reshape(targets, {rows}));
+  return autograd::cross_entropy(flat_logits, flat_targets);
 }
 
 }  // namespace tessel::train

@@ -13,12 +13,13 @@
 // sample at the end ([sample]: Trainer::sample).
 //
 // Reproducibility: the seed fixes the initial weights (Pcg32(seed, 1)), the shuffles of every
-// epoch (ImageBatches), the text windows (TextBatches), the samples and dropout's generators. A checkpoint holds the weights and buffers, the
-// optimizer state and its step count, the step, the training data's position and the dropout
-// generators' states, so a resumed run computes the same losses as one never interrupted.
-// Metrics: one JSON object per line, {"step", "loss", "lr", "samples_per_s"} (text adds
-// "tokens_per_s") every log_interval steps and {"step", "eval_loss", "eval_accuracy"} after each
-// evaluation (language models: {"step", "eval_loss", "eval_perplexity"}); a resumed run appends.
+// epoch (ImageBatches), the text windows (TextBatches), the samples and dropout's generators. A
+// checkpoint holds the weights and buffers, the optimizer state and its step count, the step, the
+// training data's position and the dropout generators' states, so a resumed run computes the same
+// losses as one never interrupted. Metrics: one JSON object per line, {"step", "loss", "lr",
+// "samples_per_s"} (text adds "tokens_per_s") every log_interval steps and {"step", "eval_loss",
+// "eval_accuracy"} after each evaluation (language models: {"step", "eval_loss",
+// "eval_perplexity"}); a resumed run appends.
 #pragma once
 
 #include <cstdio>
@@ -160,10 +161,16 @@ class Trainer {
   // split = "uneven": the cut of each global batch (inside train_batches_) and who moves it.
   parallel::RankShard* rank_shard_ = nullptr;
   std::unique_ptr<parallel::Rebalancer> rebalancer_;
-  std::optional<secure::SecretKey> checkpoint_key_;      // [checkpoint] encrypt = true
-  std::unique_ptr<secure::DpSgd> dp_sgd_;                // [privacy]
+  std::optional<secure::SecretKey> checkpoint_key_;  // [checkpoint] encrypt = true
+  std::unique_ptr<secure::DpSgd> dp_sgd_;            // [privacy]
   secure::RdpAccountant accountant_;
-  double sample_rate_ = 0.0;                             // [privacy]: batch / examples
+  double sample_rate_ = 0.0;  // [privacy]: batch / examples
 };
+
+// Mean cross-entropy of logits [..., classes] against class ids [...]: labels [B] of a
+// classifier and next tokens [B, T] of a language model alike (rows flattened, views only). The
+// loss every training step minimises; plan/ measures the same step.
+Expected<autograd::Variable> training_loss(const autograd::Variable& logits,
+                                           const autograd::Variable& targets);
 
 }  // namespace tessel::train
