@@ -133,18 +133,29 @@ Expected<View> pool_planes(const Tensor& x) {
   return v;
 }
 
-std::vector<KernelArg> max_args(const PoolGeometry& g) {
+// The strides are the kernels' compile-time SD, SH, SW (a constant stride turns the gradients'
+// divisions into shifts), the other sizes their scalars.
+KernelParams stride_params(const PoolGeometry& g, KernelParams params) {
+  params["SD"] = std::to_string(g.s[0]);
+  params["SH"] = std::to_string(g.s[1]);
+  params["SW"] = std::to_string(g.s[2]);
+  return params;
+}
+
+// max_pool's scalars (with the strides) or max_pool_grad's (without: they are its SD, SH, SW).
+std::vector<KernelArg> max_args(const PoolGeometry& g, bool strides) {
   std::vector<KernelArg> args;
   for (const auto* v : {&g.k, &g.s, &g.begin, &g.dil})
-    for (int64_t x : *v)
-      args.push_back(x);
+    if (strides || v != &g.s)
+      for (int64_t x : *v)
+        args.push_back(x);
   return args;
 }
 
 // avg_pool's scalars; `planes` is the input as planes (its sizes end the padded extents).
 std::vector<KernelArg> avg_args(const PoolGeometry& g, const View& planes) {
   std::vector<KernelArg> args;
-  for (const auto* v : {&g.k, &g.s, &g.begin})
+  for (const auto* v : {&g.k, &g.begin})
     for (int64_t x : *v)
       args.push_back(x);
   for (int d = 0; d < 3; ++d)
@@ -167,7 +178,7 @@ Status launch_max_pool(const View& x, const Tensor& y, const Tensor& indices,
     ip.tensor = dummy;
   }
   std::vector<KernelArg> args{x, yp, ip};
-  for (KernelArg& s : max_args(g))
+  for (KernelArg& s : max_args(g, /*strides=*/true))
     args.push_back(s);
   return launch_kernel("max_pool", {{"INDEX", indices.defined() ? "1" : "0"}}, args);
 }
@@ -223,6 +234,49 @@ RefTensor pool_reference(const RefTensor& x, const Shape& out_shape, int dims, P
   return out;
 }
 
+// True when max pooling's windows tile the input: one depth, stride = window, no padding, no
+// dilation, and every window inside the input (no ceil_mode partial window). The common case
+// (2x2 / 2 in a CNN) then takes max_pool_grad_tiled, one pass instead of an index pass and a
+// gather with divisions.
+bool windows_tile_the_input(const PoolGeometry& g, const View& x, const View& dy) {
+  const int64_t oh = dy.shape[2], ow = dy.shape[3];
+  return x.shape[1] == 1 && g.k[0] == 1 && g.s[1] == g.k[1] && g.s[2] == g.k[2] &&
+         g.begin == std::array<int64_t, 3>{0, 0, 0} && g.end == std::array<int64_t, 3>{0, 0, 0} &&
+         g.dil == std::array<int64_t, 3>{1, 1, 1} && oh > 0 && ow > 0 &&
+         oh * g.k[1] <= x.shape[2] && ow * g.k[2] <= x.shape[3];
+}
+
+// The planes [P, 1, H, W] as windows [P, OH, KH, OW, KW] (tiling windows only), and an output's
+// planes [P, 1, OH, OW] as [P, OH, OW].
+View tiled_view(const View& x, const PoolGeometry& g) {
+  const int64_t kh = g.k[1], kw = g.k[2];
+  return View{x.tensor,
+              {x.shape[0], x.shape[2] / kh, kh, x.shape[3] / kw, kw},
+              {x.strides[0], kh * x.strides[2], x.strides[2], kw * x.strides[3], x.strides[3]}};
+}
+View tiled_out_view(const View& y) {
+  return View{
+      y.tensor, {y.shape[0], y.shape[2], y.shape[3]}, {y.strides[0], y.strides[2], y.strides[3]}};
+}
+
+// max_pool's gradient over tiling windows: x and dX seen as [P, OH, KH, OW, KW].
+Expected<std::vector<Tensor>> max_pool_grad_tiled(const PoolGeometry& g, const View& x,
+                                                  const View& dy, const Tensor& dy_tensor) {
+  const int64_t p = x.shape[0], h = x.shape[2], w = x.shape[3];
+  const int64_t oh = dy.shape[2], ow = dy.shape[3], kh = g.k[1], kw = g.k[2];
+  const Shape& in_shape = x.tensor.shape();
+  Tensor dx;
+  if (oh * kh == h && ow * kw == w) {  // every element is in a window, so every one is written
+    TESSEL_ASSIGN_OR_RETURN(dx, empty_like_device(in_shape, DType::kF32, dy_tensor));
+  } else {
+    TESSEL_ASSIGN_OR_RETURN(dx, Tensor::zeros(in_shape, DType::kF32, dy_tensor.device()));
+  }
+  const View dxs{dx, {p, oh, kh, ow, kw}, {h * w, kh * w, w, kw, 1}};
+  TESSEL_TRY(launch_kernel("max_pool_grad_tiled", {{"T", "f32"}},
+                           {tiled_view(x, g), tiled_out_view(dy), dxs}));
+  return std::vector<Tensor>{dx};
+}
+
 OpDef pool_op(int dims, PoolKind kind) {
   const std::string name = (kind == PoolKind::kAvg ? "avg_pool" : "max_pool") +
                            std::to_string(dims) + "d" +
@@ -246,8 +300,16 @@ OpDef pool_op(int dims, PoolKind kind) {
       std::vector<KernelArg> args{x, yp};
       for (KernelArg& s : avg_args(g, x))
         args.push_back(s);
-      TESSEL_TRY(launch_kernel("avg_pool", {}, args));
+      TESSEL_TRY(launch_kernel("avg_pool", stride_params(g, {}), args));
       return y;
+    }
+    if (kind == PoolKind::kMax) {
+      TESSEL_ASSIGN_OR_RETURN(View yp, pool_planes(y));
+      if (windows_tile_the_input(g, x, yp)) {
+        TESSEL_TRY(launch_kernel("max_pool_tiled", {{"T", "f32"}},
+                                 {tiled_view(x, g), tiled_out_view(yp)}));
+        return y;
+      }
     }
     Tensor indices;
     if (kind == PoolKind::kMaxIndices) {
@@ -273,18 +335,20 @@ OpDef pool_op(int dims, PoolKind kind) {
       std::vector<KernelArg> args{gp, dxp};
       for (KernelArg& s : avg_args(g, dxp))
         args.push_back(s);
-      TESSEL_TRY(launch_kernel("avg_pool_grad", {}, args));
+      TESSEL_TRY(launch_kernel("avg_pool_grad", stride_params(g, {}), args));
       return std::vector<Tensor>{dx};
     }
     TESSEL_ASSIGN_OR_RETURN(View x, pool_planes(b.inputs[0]));
+    if (windows_tile_the_input(g, x, gp)) return max_pool_grad_tiled(g, x, gp, dy);
     TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(dy.shape(), DType::kF32, dy));
     TESSEL_ASSIGN_OR_RETURN(Tensor indices, empty_like_device(dy.shape(), DType::kI64, dy));
     TESSEL_TRY(launch_max_pool(x, y, indices, g));
     TESSEL_ASSIGN_OR_RETURN(View ip, pool_planes(indices));
     std::vector<KernelArg> args{ip, gp, dxp};
-    for (KernelArg& s : max_args(g))
+    for (KernelArg& s : max_args(g, /*strides=*/false))
       args.push_back(s);
-    TESSEL_TRY(launch_kernel("max_pool_grad", {{"T", "f32"}}, args));  // T is not I's i64
+    // T is not I's i64
+    TESSEL_TRY(launch_kernel("max_pool_grad", stride_params(g, {{"T", "f32"}}), args));
     return std::vector<Tensor>{dx};
   };
   return op;

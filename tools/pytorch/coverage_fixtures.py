@@ -163,6 +163,18 @@ def pool_cases():
     x = torch.full((1, 1, 3, 4), -math.inf, dtype=torch.float64)
     x[0, 0, 2, 3] = 1.0
     pool_case(w, "max", "all_minus_inf_window_first_element", x, [2, 2], [1, 2], padding=1)
+    # Windows that tile the input (stride = window, no padding): ops/pool_ops.cpp's tiled kernels.
+    # NaNs (one, two in a window), a window of -inf only, ties, and rows/columns past the last
+    # window (whose gradient is 0).
+    x = f32(2, 3, 5, 7)
+    x[0, 0, 0, 1] = math.nan
+    x[0, 1, 2, 2] = math.nan
+    x[0, 1, 3, 3] = math.nan
+    x[1, 0, 0:2, 0:2] = -math.inf
+    x[1, 2, 2:4, 4:6] = 0.5
+    pool_case(w, "max", "tiled_windows_nan_inf_ties_remainder", x, [2, 2])
+    pool_case(w, "max", "tiled_windows_3x2", f32(1, 2, 6, 4), [3, 2])
+    pool_case(w, "max", "tiled_windows_1d", f32(1, 2, 9), [2])
     pool_case(w, "avg", "ceil_mode_count_include_pad", f32(1, 2, 6, 5), [3, 3], [2, 2],
               padding=1, ceil_mode=True)
     pool_case(w, "avg", "ceil_mode_count_exclude_pad", f32(1, 2, 6, 5), [3, 3], [2, 2],
