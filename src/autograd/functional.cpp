@@ -13,8 +13,7 @@ using ops::Attrs;
 namespace {
 // The gemm ops carry the autocast scope's dtype as their "compute" attr (autocast.h).
 Attrs autocast_attrs(Attrs attrs = {}) {
-  if (autocast_dtype() != DType::kF32)
-    attrs.set("compute", static_cast<int64_t>(autocast_dtype()));
+  if (autocast_dtype() != DType::kF32) attrs.set("compute", static_cast<int64_t>(autocast_dtype()));
   return attrs;
 }
 }  // namespace
@@ -196,10 +195,7 @@ Expected<Variable> batch_norm(const Variable& x, const Variable& weight, const V
   // no gradient.
   return apply("batch_norm",
                {x, weight, bias, Variable(state.running_mean), Variable(state.running_var)},
-               Attrs()
-                   .set("training", training ? 1 : 0)
-                   .set("momentum", momentum)
-                   .set("eps", eps));
+               Attrs().set("training", training ? 1 : 0).set("momentum", momentum).set("eps", eps));
 }
 
 Expected<Variable> causal_self_attention(const Variable& q, const Variable& k, const Variable& v) {

@@ -162,12 +162,12 @@ Status run_worker(const Options& o) {
     return std::unique_ptr<optim::Optimizer>(std::move(opt));
   };
   TESSEL_ASSIGN_OR_RETURN(
-      auto dp, parallel::DataParallel::create(
-                   params, *group, make_adamw,
-                   {.zero_stage = zero_stage_of(o.mode),
-                    .bucket_cap_bytes = int64_t(o.bucket_cap_mb * (1 << 20)),
-                    .first_bucket_bytes = int64_t(o.first_bucket_mb * (1 << 20)),
-                    .overlap = true}));
+      auto dp,
+      parallel::DataParallel::create(params, *group, make_adamw,
+                                     {.zero_stage = zero_stage_of(o.mode),
+                                      .bucket_cap_bytes = int64_t(o.bucket_cap_mb * (1 << 20)),
+                                      .first_bucket_bytes = int64_t(o.first_bucket_mb * (1 << 20)),
+                                      .overlap = true}));
   // Overlap settings take turns step by step in one job (a paired measurement): a shared
   // machine's load drifts over minutes and would otherwise favour whichever job ran in a calm.
   struct Setting {
@@ -266,11 +266,26 @@ Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::strin
   dist::LaunchOptions launch;
   launch.nranks = nranks;
   TESSEL_ASSIGN_OR_RETURN(launch.backend, dist::parse_backend(o.backend));
-  launch.command = {self_path(), "bench",   "ddp",       "--worker",  "--workload",
-                    workload,    "--mode",  mode,        "--overlap", join(o.overlap), "--precision", join(o.precisions),
-                    "--steps",   std::to_string(o.steps), "--warmup", std::to_string(o.warmup),
-                    "--bucket-cap-mb", fmt::format("{}", o.bucket_cap_mb),
-                    "--first-bucket-mb", fmt::format("{}", o.first_bucket_mb)};
+  launch.command = {self_path(),
+                    "bench",
+                    "ddp",
+                    "--worker",
+                    "--workload",
+                    workload,
+                    "--mode",
+                    mode,
+                    "--overlap",
+                    join(o.overlap),
+                    "--precision",
+                    join(o.precisions),
+                    "--steps",
+                    std::to_string(o.steps),
+                    "--warmup",
+                    std::to_string(o.warmup),
+                    "--bucket-cap-mb",
+                    fmt::format("{}", o.bucket_cap_mb),
+                    "--first-bucket-mb",
+                    fmt::format("{}", o.first_bucket_mb)};
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   launch.env = {{"TESSEL_THREADS", std::to_string(std::max(1u, cores / unsigned(nranks)))}};
   launch.capture = true;
@@ -301,13 +316,15 @@ int run(const Options& o) {
   }
   std::vector<nlohmann::json> rows;
   if (!o.json)
-    fmt::print("tessel bench ddp: backend {}, {} timed steps after {} warm-up, AdamW, buckets "
-               "{} MiB (first {} MiB); {} cores, load average {:.1f}\n\n{:<9} {:>5} {:<6} {:<7} {:<5} {:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
-               "{:>8} {:>8} {:>8}\n",
-               o.backend, o.steps, o.warmup, o.bucket_cap_mb, o.first_bucket_mb,
-               std::thread::hardware_concurrency(), load_average(), "workload",
-               "ranks", "mode", "overlap", "prec", "step_ms", "compute_ms", "comm_ms", "exposed_ms",
-               "exposed%", "rss_MB", "alloc_MB", "param_MB", "grad_MB", "optim_MB");
+    fmt::print(
+        "tessel bench ddp: backend {}, {} timed steps after {} warm-up, AdamW, buckets "
+        "{} MiB (first {} MiB); {} cores, load average {:.1f}\n\n{:<9} {:>5} {:<6} {:<7} {:<5} "
+        "{:>9} {:>10} {:>8} {:>11} {:>8} {:>9} {:>8} "
+        "{:>8} {:>8} {:>8}\n",
+        o.backend, o.steps, o.warmup, o.bucket_cap_mb, o.first_bucket_mb,
+        std::thread::hardware_concurrency(), load_average(), "workload", "ranks", "mode", "overlap",
+        "prec", "step_ms", "compute_ms", "comm_ms", "exposed_ms", "exposed%", "rss_MB", "alloc_MB",
+        "param_MB", "grad_MB", "optim_MB");
   for (const std::string& workload : o.workloads) {
     for (int n : o.ranks)
       for (const std::string& mode : o.modes) {
@@ -323,14 +340,13 @@ int run(const Options& o) {
             continue;
           }
           const double exposed = r["exposed_comm_ms"], step = r["step_ms"];
-          fmt::print("{:<9} {:>5} {:<6} {:<7} {:<5} {:>9.1f} {:>10.1f} {:>8.1f} {:>11.1f} {:>7.1f}% "
-                     "{:>9.0f} {:>8.0f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
-                     workload, n, mode, bool(r["overlap"]) ? "on" : "off",
-                     std::string(r["precision"]), step,
-                     double(r["compute_ms"]), double(r["comm_ms"]), exposed,
-                     100.0 * exposed / step, double(r["peak_rss_mb"]),
-                     double(r["peak_alloc_mb"]), double(r["params_mb"]), double(r["grads_mb"]),
-                     double(r["optim_mb"]));
+          fmt::print(
+              "{:<9} {:>5} {:<6} {:<7} {:<5} {:>9.1f} {:>10.1f} {:>8.1f} {:>11.1f} {:>7.1f}% "
+              "{:>9.0f} {:>8.0f} {:>8.1f} {:>8.1f} {:>8.1f}\n",
+              workload, n, mode, bool(r["overlap"]) ? "on" : "off", std::string(r["precision"]),
+              step, double(r["compute_ms"]), double(r["comm_ms"]), exposed, 100.0 * exposed / step,
+              double(r["peak_rss_mb"]), double(r["peak_alloc_mb"]), double(r["params_mb"]),
+              double(r["grads_mb"]), double(r["optim_mb"]));
         }
         std::fflush(stdout);
       }
@@ -351,10 +367,10 @@ int run(const Options& o) {
       for (const std::string& mode : o.modes) {
         const auto *on = find(w, n, mode, true), *off = find(w, n, mode, false);
         if (on && off && double((*off)["exposed_comm_ms"]) > 0)
-          fmt::print("{} {} ranks {}: exposed communication with overlap / without = {:.2f} "
-                     "(bar: <= 0.33)\n",
-                     w, n, mode,
-                     double((*on)["exposed_comm_ms"]) / double((*off)["exposed_comm_ms"]));
+          fmt::print(
+              "{} {} ranks {}: exposed communication with overlap / without = {:.2f} "
+              "(bar: <= 0.33)\n",
+              w, n, mode, double((*on)["exposed_comm_ms"]) / double((*off)["exposed_comm_ms"]));
         for (bool ov : {true, false}) {
           const auto *fp32 = find(w, n, mode, ov), *bf16 = find(w, n, mode, ov, "bf16");
           if (fp32 && bf16)
@@ -370,10 +386,11 @@ int run(const Options& o) {
       };
       const auto *ddp = any_overlap("ddp"), *z2 = any_overlap("zero2");
       if (ddp && z2)
-        fmt::print("{} {} ranks: ZeRO-2 / DDP peak memory per rank: RSS {:.2f}, tensors {:.2f} "
-                   "(bar: < 1)\n",
-                   w, n, double((*z2)["peak_rss_mb"]) / double((*ddp)["peak_rss_mb"]),
-                   double((*z2)["peak_alloc_mb"]) / double((*ddp)["peak_alloc_mb"]));
+        fmt::print(
+            "{} {} ranks: ZeRO-2 / DDP peak memory per rank: RSS {:.2f}, tensors {:.2f} "
+            "(bar: < 1)\n",
+            w, n, double((*z2)["peak_rss_mb"]) / double((*ddp)["peak_rss_mb"]),
+            double((*z2)["peak_alloc_mb"]) / double((*ddp)["peak_alloc_mb"]));
     }
   return 0;
 }
@@ -385,8 +402,7 @@ void add_bench_ddp_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "ddp", "data-parallel step time, exposed communication and memory: DDP and ZeRO 1/2/3");
   cmd->add_flag("--json", options->json, "one JSON object per line instead of the table");
-  cmd->add_option("--workloads", options->workloads,
-                  "gpt_tiny, gpt_mini, resnet18 (default: all)")
+  cmd->add_option("--workloads", options->workloads, "gpt_tiny, gpt_mini, resnet18 (default: all)")
       ->delimiter(',');
   cmd->add_option("--ranks", options->ranks, "rank counts (default: 2,4)")->delimiter(',');
   cmd->add_option("--modes", options->modes, "ddp, zero1, zero2, zero3 (default: all)")

@@ -121,7 +121,7 @@ struct Contender {
   double settle_seconds;
   std::function<Status(float* c)> fetch;
   bool is_tessel = false;
-  std::string tiles;  // tessel-cpu's tuned block sizes, when the tuning database chose them
+  std::string tiles;         // tessel-cpu's tuned block sizes, when the tuning database chose them
   bool opencl_peer = false;  // CLBlast: tessel-opencl's peer, not tessel-cpu's
   std::vector<float> c;
   std::vector<double> seconds;

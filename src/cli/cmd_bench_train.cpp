@@ -65,8 +65,7 @@ Expected<Device*> bench_device(const Options& o) {
   if (o.config.empty()) return cpu_device();
   TESSEL_ASSIGN_OR_RETURN(Config config, Config::load(o.config));
   TESSEL_ASSIGN_OR_RETURN(ops::TargetSetting setting, ops::parse_target_setting(config));
-  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice choice,
-                          ops::resolve_target(setting, ops::launches_on));
+  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice choice, ops::resolve_target(setting, ops::launches_on));
   ops::apply_target(choice);
   return choice.device;
 }

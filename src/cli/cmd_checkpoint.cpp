@@ -38,10 +38,11 @@ int run_checkpoint(const std::string& action, const CheckpointArgs& args) {
     if (!size.ok()) return fail(size.status());
     Expected<Checkpoint> ckpt = load_checkpoint(args.file, &*key);
     if (!ckpt.ok()) return fail(ckpt.status());
-    fmt::print("{}: authentic ({} bytes of plaintext, key id {}): {} model and {} optimizer "
-               "tensors, {} metadata keys\n",
-               args.file, *size, key->key_id(), ckpt->model.size(), ckpt->optimizer.size(),
-               ckpt->metadata.size());
+    fmt::print(
+        "{}: authentic ({} bytes of plaintext, key id {}): {} model and {} optimizer "
+        "tensors, {} metadata keys\n",
+        args.file, *size, key->key_id(), ckpt->model.size(), ckpt->optimizer.size(),
+        ckpt->metadata.size());
     return 0;
   }
   std::string out = args.out;
@@ -67,8 +68,8 @@ void add_checkpoint_command(CLI::App& app) {
   for (const char* action : {"encrypt", "decrypt", "verify"}) {
     auto args = std::make_shared<CheckpointArgs>();
     CLI::App* sub = cmd->add_subcommand(
-        action, fmt::format("{} a checkpoint with a 256-bit key (XChaCha20-Poly1305 stream)",
-                            action));
+        action,
+        fmt::format("{} a checkpoint with a 256-bit key (XChaCha20-Poly1305 stream)", action));
     sub->add_option("file", args->file, "the checkpoint")->required()->check(CLI::ExistingFile);
     sub->add_option("--key-file", args->key_file, "64 hex digits or 32 raw bytes")
         ->required()

@@ -2,7 +2,8 @@
 //
 //   tessel compile kernels/gemm.tile --target opencl --emit source -D BM=64 -D T=bf16
 //   tessel compile kernels/gemm.tile --dump-ir      # the IR after every pass, then the result
-//   tessel compile kernels/gemm.tile --emit binary  # cpu: builds the shared object, prints its path;
+//   tessel compile kernels/gemm.tile --emit binary  # cpu: builds the shared object, prints its
+//   path;
 //                                                   # cuda: prints the PTX from NVRTC
 //   tessel compile kernels/gemm.tile --config run.toml  # target and options from its [target]
 //   tessel compile kernels/gpu.txt --target cuda --arch sm_90 --emit resources
@@ -60,7 +61,8 @@ int run_resources(const CompileArgs& a, const std::map<std::string, std::string>
     auto read = tile::read_specialisations(a.file);
     if (!read) return fail(read.status());
     list = std::move(*read);
-    std::string dir = a.file.find('/') == std::string::npos ? "." : a.file.substr(0, a.file.rfind('/'));
+    std::string dir =
+        a.file.find('/') == std::string::npos ? "." : a.file.substr(0, a.file.rfind('/'));
     auto parsed = tile::parse_kernel_folder(dir);
     if (!parsed) return fail(parsed.status());
     kernels = std::move(*parsed);
@@ -78,17 +80,18 @@ int run_resources(const CompileArgs& a, const std::map<std::string, std::string>
               "stack", "smem");
   for (const tile::Specialisation& s : list) {
     auto kernel = kernels.find(s.kernel);
-    if (kernel == kernels.end()) return fail(not_found("{}:{}: no kernel '{}'", a.file, s.line, s.kernel));
+    if (kernel == kernels.end())
+      return fail(not_found("{}:{}: no kernel '{}'", a.file, s.line, s.kernel));
     std::string what = tile::specialisation_string(s.kernel, s.params);
     auto built = tile::build_cuda(kernel->second, s.params, tile::Target::cuda(), *virtual_arch);
     if (!built) return fail(built.status());
     auto resources = assemble_ptx(*ptxas, built->ptx, a.arch, what);
     if (!resources) return fail(resources.status());
     for (const KernelResources& r : *resources)
-      std::printf("%-48s %-6s %5d %8lld %8lld %8lld %8lld\n", what.c_str(), r.arch.c_str(),
-                  r.registers, static_cast<long long>(r.spill_store_bytes),
-                  static_cast<long long>(r.spill_load_bytes),
-                  static_cast<long long>(r.stack_frame_bytes), static_cast<long long>(r.shared_bytes));
+      std::printf(
+          "%-48s %-6s %5d %8lld %8lld %8lld %8lld\n", what.c_str(), r.arch.c_str(), r.registers,
+          static_cast<long long>(r.spill_store_bytes), static_cast<long long>(r.spill_load_bytes),
+          static_cast<long long>(r.stack_frame_bytes), static_cast<long long>(r.shared_bytes));
   }
   return 0;
 }
@@ -109,9 +112,12 @@ int run_compile(const CompileArgs& a) {
     if (a.kernel.empty() ? kernels->size() == 1 : k.name == a.kernel) kernel = &k;
   if (!kernel) {
     std::string names;
-    for (const tile::Kernel& k : *kernels) names += (names.empty() ? "" : ", ") + k.name;
-    return fail(a.kernel.empty() ? invalid_argument("{} defines kernels {}; pick one with --kernel", a.file, names)
-                                 : not_found("{} has no kernel '{}' (it has {})", a.file, a.kernel, names));
+    for (const tile::Kernel& k : *kernels)
+      names += (names.empty() ? "" : ", ") + k.name;
+    return fail(
+        a.kernel.empty()
+            ? invalid_argument("{} defines kernels {}; pick one with --kernel", a.file, names)
+            : not_found("{} has no kernel '{}' (it has {})", a.file, a.kernel, names));
   }
   tile::CompileOptions o;
   std::string target_name = a.target;
@@ -156,7 +162,8 @@ int run_compile(const CompileArgs& a) {
       std::printf("%s", built->ptx.c_str());
       return 0;
     }
-    return fail(unimplemented("--emit binary for opencl: the driver builds OpenCL C at first use; use --emit source"));
+    return fail(unimplemented(
+        "--emit binary for opencl: the driver builds OpenCL C at first use; use --emit source"));
   }
   if (a.dump_ir) std::printf("# ---- %s source\n", target_name.c_str());
   std::printf("%s", source.c_str());
@@ -167,7 +174,8 @@ int run_compile(const CompileArgs& a) {
 
 void add_compile_command(CLI::App& app) {
   auto args = std::make_shared<CompileArgs>();
-  CLI::App* cmd = app.add_subcommand("compile", "compile a .tile kernel and print its IR or generated source");
+  CLI::App* cmd =
+      app.add_subcommand("compile", "compile a .tile kernel and print its IR or generated source");
   cmd->add_option("file", args->file,
                   "the .tile file (or, with --emit resources, a list such as kernels/gpu.txt)")
       ->required()

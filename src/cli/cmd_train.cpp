@@ -44,16 +44,16 @@ int run_federated(const train::TrainConfig& config, const TrainArgs& args) {
     return 1;
   }
   if (s->aggregator) {
-    fmt::print("aggregator: {} rounds of {} owners, {} ciphertexts each, {:.2f} s adding, "
-               "{:.1f} s in all\n",
-               s->rounds, (*group)->size() - 1, s->ciphertexts_per_round, s->crypto_seconds,
-               s->seconds);
+    fmt::print(
+        "aggregator: {} rounds of {} owners, {} ciphertexts each, {:.2f} s adding, "
+        "{:.1f} s in all\n",
+        s->rounds, (*group)->size() - 1, s->ciphertexts_per_round, s->crypto_seconds, s->seconds);
   } else if ((*group)->rank() == 1) {
-    fmt::print("owner 1: {} rounds, test accuracy {:.2f}% ({}/{}), test loss {:.4f}; {:.1f} s "
-               "encrypting and decrypting, {:.1f} s exchanging, {:.1f} s in all\n",
-               s->rounds, 100.0 * s->final_eval.accuracy, s->final_eval.correct,
-               s->final_eval.total, s->final_eval.loss, s->crypto_seconds, s->exchange_seconds,
-               s->seconds);
+    fmt::print(
+        "owner 1: {} rounds, test accuracy {:.2f}% ({}/{}), test loss {:.4f}; {:.1f} s "
+        "encrypting and decrypting, {:.1f} s exchanging, {:.1f} s in all\n",
+        s->rounds, 100.0 * s->final_eval.accuracy, s->final_eval.correct, s->final_eval.total,
+        s->final_eval.loss, s->crypto_seconds, s->exchange_seconds, s->seconds);
   }
   return 0;
 }

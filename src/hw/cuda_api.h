@@ -37,7 +37,7 @@ inline constexpr CUresult kCudaErrorStubLibrary = 34;
 inline constexpr CUresult kCudaErrorNoDevice = 100;
 inline constexpr CUresult kCudaErrorNotFound = 500;
 
-inline constexpr unsigned kStreamNonBlocking = 1;  // CU_STREAM_NON_BLOCKING
+inline constexpr unsigned kStreamNonBlocking = 1;   // CU_STREAM_NON_BLOCKING
 inline constexpr unsigned kEventDisableTiming = 2;  // CU_EVENT_DISABLE_TIMING
 
 inline constexpr CUdevice_attribute kAttrMaxThreadsPerBlock = 1;
@@ -63,7 +63,7 @@ inline constexpr CUjit_option kJitErrorLogBufferSizeBytes = 6;
 inline constexpr CUfunction_attribute kFuncAttrMaxDynamicSharedSizeBytes = 8;
 
 // cuLaunchKernel's `extra`: the parameters packed into one buffer (each at its alignment).
-inline void* const kLaunchParamEnd = nullptr;                         // CU_LAUNCH_PARAM_END
+inline void* const kLaunchParamEnd = nullptr;  // CU_LAUNCH_PARAM_END
 inline void* const kLaunchParamBufferPointer = reinterpret_cast<void*>(1);
 inline void* const kLaunchParamBufferSize = reinterpret_cast<void*>(2);
 

@@ -75,7 +75,8 @@ Expected<std::string> ptx_architecture_for(const std::vector<int>& architectures
     if (a <= cc && a > best) best = a;
   if (best == 0) {
     std::string list;
-    for (int a : architectures) list += (list.empty() ? "" : ", ") + std::to_string(a);
+    for (int a : architectures)
+      list += (list.empty() ? "" : ", ") + std::to_string(a);
     return not_found("NVRTC cannot compile for compute capability {}.{} (it supports {})", cc / 10,
                      cc % 10, list);
   }

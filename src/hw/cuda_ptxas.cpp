@@ -93,8 +93,8 @@ std::vector<KernelResources> parse_ptxas_verbose(std::string_view log) {
   return kernels;
 }
 
-Expected<std::vector<KernelResources>> assemble_ptx(const std::string& ptxas, const std::string& ptx,
-                                                    const std::string& arch,
+Expected<std::vector<KernelResources>> assemble_ptx(const std::string& ptxas,
+                                                    const std::string& ptx, const std::string& arch,
                                                     const std::string& name) {
   TempPtxFile file;
   TESSEL_TRY(file.write(ptx));

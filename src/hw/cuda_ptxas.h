@@ -36,8 +36,9 @@ Expected<std::string> find_ptxas();
 // Assembles `ptx` for `arch` ("sm_80") with `ptxas` and returns each entry's resources, in the
 // order ptxas reports them. A rejected PTX is invalid_argument carrying ptxas's messages, with
 // `name` (the source's name) in front.
-Expected<std::vector<KernelResources>> assemble_ptx(const std::string& ptxas, const std::string& ptx,
-                                                    const std::string& arch, const std::string& name);
+Expected<std::vector<KernelResources>> assemble_ptx(const std::string& ptxas,
+                                                    const std::string& ptx, const std::string& arch,
+                                                    const std::string& name);
 
 // The kernels in ptxas -v output (also used by tests with captured logs).
 std::vector<KernelResources> parse_ptxas_verbose(std::string_view log);

@@ -72,9 +72,10 @@ Expected<Checkpoint> load_checkpoint(const std::string& path, const secure::Secr
         format == file.metadata.end() ? std::string("no 'format'") : "'" + format->second + "'");
   }
   if (format->second == kCheckpointFormat && !file.checksummed)
-    return invalid_argument("{}: a {} checkpoint without checksums (header key "
-                            "'tessel.header_xxh64'): the file is damaged",
-                            path, kCheckpointFormat);
+    return invalid_argument(
+        "{}: a {} checkpoint without checksums (header key "
+        "'tessel.header_xxh64'): the file is damaged",
+        path, kCheckpointFormat);
   Checkpoint ckpt;
   ckpt.path = path;
   file.metadata.erase(format);

@@ -7,9 +7,9 @@
 
 #include <algorithm>
 #include <map>
-#include <tuple>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "secure/encrypted_file.h"
@@ -175,16 +175,19 @@ Status take_checksums(const std::string& path, bool checksummed, const std::vect
     it = metadata.erase(it);
   }
   std::map<std::string, const Entry*> by_name;
-  for (const Entry& e : entries) by_name[e.name] = &e;
+  for (const Entry& e : entries)
+    by_name[e.name] = &e;
   for (const auto& [name, hash] : *hashes)
     if (!by_name.contains(name))
-      return invalid_argument("{}: header (byte offset 8): a checksum for tensor '{}', which the file "
-                              "does not hold",
-                              path, name);
+      return invalid_argument(
+          "{}: header (byte offset 8): a checksum for tensor '{}', which the file "
+          "does not hold",
+          path, name);
   if (checksummed)
     for (const Entry& e : entries)
       if (!hashes->contains(e.name))
-        return invalid_argument("{}: header (byte offset 8): tensor '{}' has no checksum", path, e.name);
+        return invalid_argument("{}: header (byte offset 8): tensor '{}' has no checksum", path,
+                                e.name);
   return ok_status();
 }
 
@@ -226,10 +229,10 @@ Status save_safetensors(const std::string& path, const NamedTensors& tensors,
     meta[key] = value;
   }
   for (const Item& item : items)
-    meta[std::string(kTensorHashPrefix) + *item.name] = hash_hex(hash_bytes(
-        static_cast<const unsigned char*>(item.host.storage()->host_address()) +
-            item.host.offset_bytes(),
-        item.host.nbytes()));
+    meta[std::string(kTensorHashPrefix) + *item.name] =
+        hash_hex(hash_bytes(static_cast<const unsigned char*>(item.host.storage()->host_address()) +
+                                item.host.offset_bytes(),
+                            item.host.nbytes()));
   meta[std::string(kHeaderHashKey)] = std::string(kHashPlaceholder);
   header["__metadata__"] = std::move(meta);
   uint64_t offset = 0;
@@ -266,16 +269,16 @@ Status save_safetensors(const std::string& path, const NamedTensors& tensors,
     return out.commit();
   };
   if (key) {  // the same bytes, through the encrypting stream (secure/encrypted_file.h)
-    TESSEL_ASSIGN_OR_RETURN(secure::EncryptedFileWriter out,
-                            secure::EncryptedFileWriter::open(path, *key, 8 + text.size() + offset));
+    TESSEL_ASSIGN_OR_RETURN(
+        secure::EncryptedFileWriter out,
+        secure::EncryptedFileWriter::open(path, *key, 8 + text.size() + offset));
     return write_all(out);
   }
   TESSEL_ASSIGN_OR_RETURN(AtomicFileWriter out, AtomicFileWriter::open(path));
   return write_all(out);
 }
 
-Expected<SafetensorsFile> load_safetensors(const std::string& path,
-                                           const secure::SecretKey* key) {
+Expected<SafetensorsFile> load_safetensors(const std::string& path, const secure::SecretKey* key) {
   // With a key the bytes are the plaintext of an encrypted file, decrypted as they are read;
   // the reads below go forward only (length, header, tensors by offset), as that stream needs.
   std::optional<secure::EncryptedFileReader> encrypted;
@@ -322,9 +325,10 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path,
     const std::string stored = text.substr(hash_digits, kHashPlaceholder.size());
     const std::string computed = hash_hex(header_hash(text, hash_digits));
     if (stored != computed)
-      return invalid_argument("{}: header (file bytes 8..{}): checksum mismatch (stored {}, computed {}): "
-                       "the header is damaged",
-                       path, 8 + header_size, stored, computed);
+      return invalid_argument(
+          "{}: header (file bytes 8..{}): checksum mismatch (stored {}, computed {}): "
+          "the header is damaged",
+          path, 8 + header_size, stored, computed);
   }
   nlohmann::json header;
   try {
@@ -383,9 +387,10 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path,
   uint64_t covered = 0;
   for (const Entry& e : entries) {
     if (e.begin != covered)
-      return invalid_argument("{}: tensor '{}': data_offsets begin at {}, expected {} (the data of "
-                              "consecutive tensors must be back to back)",
-                              path, e.name, e.begin, covered);
+      return invalid_argument(
+          "{}: tensor '{}': data_offsets begin at {}, expected {} (the data of "
+          "consecutive tensors must be back to back)",
+          path, e.name, e.begin, covered);
     covered = e.end;
   }
   if (covered != data_size)
@@ -399,11 +404,13 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path,
       TESSEL_TRY(
           read_at(fd, path, t.storage()->host_address(), e.end - e.begin, data_start + e.begin));
     if (auto h = hashes.find(e.name); h != hashes.end()) {
-      const std::string computed = hash_hex(hash_bytes(t.storage()->host_address(), e.end - e.begin));
+      const std::string computed =
+          hash_hex(hash_bytes(t.storage()->host_address(), e.end - e.begin));
       if (computed != h->second)
-        return invalid_argument("{}: tensor '{}' (file bytes {}..{}): checksum mismatch (stored {}, "
-                         "computed {}): the data is damaged",
-                         path, e.name, data_start + e.begin, data_start + e.end, h->second, computed);
+        return invalid_argument(
+            "{}: tensor '{}' (file bytes {}..{}): checksum mismatch (stored {}, "
+            "computed {}): the data is damaged",
+            path, e.name, data_start + e.begin, data_start + e.end, h->second, computed);
     }
     result.tensors.emplace(e.name, std::move(t));
   }

@@ -44,7 +44,7 @@ using StringMap = std::map<std::string, std::string>;
 
 struct SafetensorsFile {
   NamedTensors tensors;
-  StringMap metadata;  // "__metadata__", less the checksums
+  StringMap metadata;        // "__metadata__", less the checksums
   bool checksummed = false;  // the file carried tessel's checksums (and they matched)
 };
 

@@ -34,8 +34,7 @@ Status save_training_state(const std::string& path, const TrainingState& state,
   return save_checkpoint(path, ckpt, key);
 }
 
-Expected<TrainingState> load_training_state(const std::string& path,
-                                            const secure::SecretKey* key) {
+Expected<TrainingState> load_training_state(const std::string& path, const secure::SecretKey* key) {
   TESSEL_ASSIGN_OR_RETURN(Checkpoint ckpt, load_checkpoint(path, key));
   TrainingState state;
   constexpr int64_t kMax = std::numeric_limits<int64_t>::max();

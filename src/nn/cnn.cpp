@@ -9,7 +9,8 @@ SmallCnn::SmallCnn(int64_t classes, int64_t image_size)
     : image_size_(image_size), fc1_in_(64 * (image_size / 4) * (image_size / 4)) {
   TESSEL_CHECK(image_size >= 4, "SmallCnn: image_size {} leaves nothing after two 2x2 pools",
                image_size);
-  conv1_ = &register_module("conv1", std::make_unique<Conv2d>(1, 32, 3, Conv2dOptions{.padding = 1}));
+  conv1_ =
+      &register_module("conv1", std::make_unique<Conv2d>(1, 32, 3, Conv2dOptions{.padding = 1}));
   bn1_ = &register_module("bn1", std::make_unique<BatchNorm2d>(32));
   conv2_ =
       &register_module("conv2", std::make_unique<Conv2d>(32, 64, 3, Conv2dOptions{.padding = 1}));

@@ -18,10 +18,9 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel_size,
                const Conv2dOptions& options)
     : out_channels_(out_channels), options_(options) {
   const int64_t group_in = options.groups > 0 ? in_channels / options.groups : in_channels;
-  weight_ = &register_parameter("weight", {out_channels, group_in, kernel_size, kernel_size},
-                                [](Tensor& t, Pcg32& rng) {
-                                  return kaiming_uniform(t, rng, {.a = std::sqrt(5.0)});
-                                });
+  weight_ = &register_parameter(
+      "weight", {out_channels, group_in, kernel_size, kernel_size},
+      [](Tensor& t, Pcg32& rng) { return kaiming_uniform(t, rng, {.a = std::sqrt(5.0)}); });
   // nn.Conv2d.reset_parameters: the bias bound is 1/sqrt(fan_in) of the weight.
   const int64_t fan_in = group_in * kernel_size * kernel_size;
   if (options.bias)

@@ -32,8 +32,7 @@ std::unique_ptr<Linear> gpt_linear(const GptConfig& config, int64_t in, int64_t 
 
 // The k-th Dropout of the model gets a generator of its own.
 std::unique_ptr<Dropout> gpt_dropout(const GptConfig& config, uint64_t k) {
-  return std::make_unique<Dropout>(config.dropout,
-                                   config.dropout_seed + k * 0x9e3779b97f4a7c15ULL);
+  return std::make_unique<Dropout>(config.dropout, config.dropout_seed + k * 0x9e3779b97f4a7c15ULL);
 }
 
 // Dropout modules in nanoGPT's order: transformer.drop, then per block attn_dropout,
@@ -63,10 +62,10 @@ GptAttention::GptAttention(const GptConfig& config, int64_t layer)
   c_proj_ = &register_module(
       "c_proj", gpt_linear(config, config.n_embd, config.n_embd, residual_std(config)));
   if (config.dropout > 0) {
-    attn_dropout_ = &register_module(
-        "attn_dropout", gpt_dropout(config, block_dropout_index(layer, 0)));
-    resid_dropout_ = &register_module(
-        "resid_dropout", gpt_dropout(config, block_dropout_index(layer, 1)));
+    attn_dropout_ =
+        &register_module("attn_dropout", gpt_dropout(config, block_dropout_index(layer, 0)));
+    resid_dropout_ =
+        &register_module("resid_dropout", gpt_dropout(config, block_dropout_index(layer, 1)));
   }
 }
 
@@ -223,8 +222,9 @@ Expected<std::vector<int64_t>> GPT::generate(std::vector<int64_t> tokens,
                             options.max_new_tokens, options.top_k);
   Device* device = transformer_->wte->weight().variable.data().device();
   if (!device)
-    return failed_precondition("GPT::generate: the parameters have no memory yet "
-                               "(FlatParameters::create)");
+    return failed_precondition(
+        "GPT::generate: the parameters have no memory yet "
+        "(FlatParameters::create)");
   autograd::NoGrad no_grad;
   std::vector<double> weights(static_cast<size_t>(v));
   for (int64_t n = 0; n < options.max_new_tokens; ++n) {
@@ -258,7 +258,8 @@ Expected<std::vector<int64_t>> GPT::generate(std::vector<int64_t> tokens,
       }
       u -= weights[i];
     }
-    while (weights[next] == 0.0) --next;  // rounding left u past the last candidate
+    while (weights[next] == 0.0)
+      --next;  // rounding left u past the last candidate
     tokens.push_back(next);
   }
   return tokens;

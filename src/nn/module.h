@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "autograd/variable.h"
-#include "support/random.h"
 #include "runtime/tensor.h"
+#include "support/random.h"
 #include "support/status.h"
 
 namespace tessel::nn {
@@ -65,7 +65,6 @@ struct Parameter {
   Tensor grad;  // the same view as variable.grad() after create(); kept here across zero_grad
   std::shared_ptr<FlatState> flat;  // the buffers it lives in (for Module::to)
 };
-
 
 // State that is saved with the model but not trained (torch.nn.Module.register_buffer):
 // BatchNorm's running statistics. It gets memory with the parameters (FlatParameters::create),

@@ -42,7 +42,8 @@ KernelArgument device_argument(const tile::ArgSlot& slot, const tessel_cpu::Arg&
       return KernelArgument::memory(DeviceBuffer{value.ptr, 0});
     case tile::ArgSlot::Kind::kScalar:
       if (slot.type == tile::kF32) return KernelArgument::scalar(value.f32);
-      if (slot.type == tile::DType(tile::ScalarType::kF64)) return KernelArgument::scalar(value.f64);
+      if (slot.type == tile::DType(tile::ScalarType::kF64))
+        return KernelArgument::scalar(value.f64);
       if (slot.type == tile::kI32) return KernelArgument::scalar(value.i32);
       return KernelArgument::scalar(value.i64);
     default:

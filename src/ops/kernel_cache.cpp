@@ -57,7 +57,9 @@ Expected<const tile::Kernel*> embedded_kernel(const std::string& name) {
   return parsed_kernel(name);
 }
 
-bool launches_on(DeviceKind) { return true; }
+bool launches_on(DeviceKind) {
+  return true;
+}
 
 namespace {
 
@@ -178,8 +180,7 @@ Status launch_kernel(const std::string& kernel, KernelParams params,
   launch_args.reserve(args.size());
   for (const KernelArg& a : args) {
     if (const Tensor* t = std::get_if<Tensor>(&a)) {
-      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg,
-                              tensor_arg(View{*t, t->shape(), t->strides()}));
+      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(View{*t, t->shape(), t->strides()}));
       launch_args.push_back(std::move(arg));
     } else if (const View* v = std::get_if<View>(&a)) {
       TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(*v));

@@ -71,8 +71,7 @@ Expected<TensorMeta> infer_matmul(const std::vector<TensorMeta>& in, const Attrs
   const Shape& a = in[0].shape;
   const Shape& b = in[1].shape;
   if (a.size() < 2 || b.size() < 2 || a.back() != b[b.size() - 2])
-    return invalid_argument("matmul: needs [..., M, K] and [..., K, N], got {}",
-                            shapes_string(in));
+    return invalid_argument("matmul: needs [..., M, K] and [..., K, N], got {}", shapes_string(in));
   TESSEL_TRY(gemm_compute_dtype("matmul", in, attrs));
   Shape batch_a(a.begin(), a.end() - 2), batch_b(b.begin(), b.end() - 2);
   Expected<Shape> batch = broadcast_shapes(batch_a, batch_b);
@@ -266,8 +265,7 @@ OpDef linear_op() {
   op.save_inputs = {true, true, false};
   op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
     TESSEL_ASSIGN_OR_RETURN(
-        DType compute,
-        gemm_compute_dtype("linear", {b.input_meta[0], b.input_meta[1]}, b.attrs));
+        DType compute, gemm_compute_dtype("linear", {b.input_meta[0], b.input_meta[1]}, b.attrs));
     std::vector<Tensor> grads(3);
     const int64_t n = b.input_meta[1].shape[0];
     TESSEL_ASSIGN_OR_RETURN(Tensor g2, reshape(b.grad_output, {-1, n}));  // [M, N]
@@ -324,8 +322,7 @@ Expected<Tensor> matmul(const Tensor& a, const Tensor& b, DType compute) {
 Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   return run("linear", {x, weight, bias});
 }
-Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                        DType compute) {
+Expected<Tensor> linear(const Tensor& x, const Tensor& weight, const Tensor& bias, DType compute) {
   return run("linear", {x, weight, bias}, Attrs().set("compute", static_cast<int64_t>(compute)));
 }
 

@@ -454,7 +454,8 @@ Expected<std::vector<Tensor>> embedding_backward(const BackwardArgs& b) {
   TESSEL_ASSIGN_OR_RETURN(View g, rows_view(b.grad_output));
   TESSEL_ASSIGN_OR_RETURN(Tensor dw, empty_like_device(ws, DType::kF32, b.grad_output));
   KernelParams params{{"T", "f32"}};
-  if (device->kind() == DeviceKind::kCpu) params["BN"] = ws[1] <= 64 ? "64" : ws[1] <= 128 ? "128" : "256";
+  if (device->kind() == DeviceKind::kCpu)
+    params["BN"] = ws[1] <= 64 ? "64" : ws[1] <= 128 ? "128" : "256";
   TESSEL_TRY(launch_kernel("spmm_csr", params, {rowptr, cols, ones, g, dw}));
   return std::vector<Tensor>{dw, Tensor()};
 }

@@ -27,7 +27,9 @@ class Toy : public Module {
   std::string type_name() const override { return "Toy"; }
 };
 
-std::vector<Device*> test_devices() { return available_devices(); }
+std::vector<Device*> test_devices() {
+  return available_devices();
+}
 
 // Deterministic values without the code under test: p0[i] and the gradient of step t.
 double initial_value(size_t i) {

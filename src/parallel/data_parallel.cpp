@@ -28,8 +28,8 @@ struct DataParallel::Bucket {
   size_t group = 0;
   DType dtype = DType::kF32;
   dist::DataType comm_type = dist::DataType::kFloat32;
-  int64_t begin = 0, end = 0;  // elements of the group's flat buffers
-  int64_t shard = 0;           // elements each rank owns: (end - begin) / world
+  int64_t begin = 0, end = 0;   // elements of the group's flat buffers
+  int64_t shard = 0;            // elements each rank owns: (end - begin) / world
   std::vector<size_t> entries;  // indices into params_.entries()
 
   // This pass.
@@ -204,8 +204,10 @@ Status DataParallel::build(const OptimizerFactory& make_optimizer) {
     }
     TESSEL_ASSIGN_OR_RETURN(b.optimizer, make_optimizer(*b.view));
     memory_.optimizer_bytes += b.optimizer->state_bytes();
-    memory_.gradient_bytes += (stage >= 1 ? b.shard : b.end - b.begin) * int64_t(dtype_size(b.dtype));
-    memory_.parameter_bytes += (stage == 3 ? b.shard : b.end - b.begin) * int64_t(dtype_size(b.dtype));
+    memory_.gradient_bytes +=
+        (stage >= 1 ? b.shard : b.end - b.begin) * int64_t(dtype_size(b.dtype));
+    memory_.parameter_bytes +=
+        (stage == 3 ? b.shard : b.end - b.begin) * int64_t(dtype_size(b.dtype));
     if (stage == 1) memory_.gradient_bytes += (b.end - b.begin) * int64_t(dtype_size(b.dtype));
   }
   // ZeRO-1 keeps the full gradients (accumulation happens there) as well as its shard: counted
@@ -215,13 +217,11 @@ Status DataParallel::build(const OptimizerFactory& make_optimizer) {
 
   for (size_t bi = 0; bi < buckets_.size(); ++bi)
     for (size_t ei : buckets_[bi]->entries) {
-      const std::shared_ptr<VariableState>& state =
-          entries[ei].parameter->variable.state();
+      const std::shared_ptr<VariableState>& state = entries[ei].parameter->variable.state();
       state->on_grad_ready = [this, bi, ei](VariableState& leaf) {
         return grad_ready(bi, ei, leaf);
       };
-      if (stage == 3)
-        state->on_use = [this, bi](VariableState&) { return ensure_gathered(bi); };
+      if (stage == 3) state->on_use = [this, bi](VariableState&) { return ensure_gathered(bi); };
     }
   const double lr = buckets_.empty() ? 0.0 : buckets_.front()->optimizer->lr();
   optimizer_ = std::make_unique<BucketedOptimizer>(this, params_, lr);
@@ -250,8 +250,7 @@ Status DataParallel::broadcast_buffers(nn::Module& model) {
 Status DataParallel::wait(const dist::Work& work) {
   const Clock::time_point start = Clock::now();
   Status s = work.wait();
-  stats_.exposed_comm_ms +=
-      std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  stats_.exposed_comm_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return s;
 }
 
@@ -269,8 +268,8 @@ Status DataParallel::grad_ready(size_t bucket, size_t entry, VariableState& leaf
       TESSEL_ASSIGN_OR_RETURN(b.grad_buffer,
                               Tensor::zeros({b.end - b.begin}, b.dtype, params_.device()));
     }
-    TESSEL_ASSIGN_OR_RETURN(Tensor place,
-                            b.grad_buffer.slice(0, e.offset - b.begin, e.offset - b.begin + e.numel));
+    TESSEL_ASSIGN_OR_RETURN(
+        Tensor place, b.grad_buffer.slice(0, e.offset - b.begin, e.offset - b.begin + e.numel));
     TESSEL_ASSIGN_OR_RETURN(place, place.reshape(e.parameter->shape));
     TESSEL_TRY(place.copy_from(leaf.grad));
     leaf.grad = Tensor();
@@ -522,8 +521,9 @@ Expected<double> DataParallel::clip_grad_norm(double max_norm) {
   const nn::FlatParameters shards = nn::FlatParameters::over(params_.device(), std::move(groups));
   TESSEL_ASSIGN_OR_RETURN(double local_norm, optim::global_grad_norm(shards));
   double sum_squares = local_norm * local_norm;
-  TESSEL_ASSIGN_OR_RETURN(dist::Work w, group_->all_reduce(&sum_squares, 1, dist::DataType::kFloat64,
-                                                           dist::RedOp::kSum));
+  TESSEL_ASSIGN_OR_RETURN(
+      dist::Work w,
+      group_->all_reduce(&sum_squares, 1, dist::DataType::kFloat64, dist::RedOp::kSum));
   Status s = wait(w);
   if (!s.ok()) return s.with_context("all-reducing the gradient norm");
   const double norm = std::sqrt(sum_squares);
@@ -552,8 +552,8 @@ Expected<std::vector<Tensor>> DataParallel::gather_flat(
   for (const auto& b : buckets_) {
     const Tensor shard = shard_of(*b);
     TESSEL_ASSIGN_OR_RETURN(dist::DataType type, dist::ProcessGroup::comm_dtype(shard.dtype()));
-    char* into = static_cast<char*>(address(full[b->group])) +
-                 b->begin * int64_t(dtype_size(shard.dtype()));
+    char* into =
+        static_cast<char*>(address(full[b->group])) + b->begin * int64_t(dtype_size(shard.dtype()));
     TESSEL_ASSIGN_OR_RETURN(dist::Work w,
                             group_->all_gather(address(shard), into, size_t(b->shard), type));
     works.push_back(std::move(w));
@@ -567,8 +567,9 @@ Expected<std::vector<Tensor>> DataParallel::gather_flat(
 
 Expected<DataParallel::NamedTensorList> DataParallel::gather_parameters() {
   if (options_.zero_stage < 3) return params_.named_tensors();  // every rank holds them all
-  TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full,
-                          gather_flat([](const Bucket& b) { return b.shard_values; }, std::nullopt));
+  TESSEL_ASSIGN_OR_RETURN(
+      std::vector<Tensor> full,
+      gather_flat([](const Bucket& b) { return b.shard_values; }, std::nullopt));
   NamedTensorList out;
   for (const auto& e : params_.entries()) {
     TESSEL_ASSIGN_OR_RETURN(Tensor v, entry_view(full, e));
@@ -710,8 +711,8 @@ Status DataParallel::ensure_gathered(size_t bucket) {
   if (!s.ok()) return s.with_context("gathering parameters");
   for (size_t i : b.entries) {
     const auto& e = params_.entries()[i];
-    TESSEL_ASSIGN_OR_RETURN(Tensor v, b.gathered.slice(0, e.offset - b.begin,
-                                                       e.offset - b.begin + e.numel));
+    TESSEL_ASSIGN_OR_RETURN(Tensor v,
+                            b.gathered.slice(0, e.offset - b.begin, e.offset - b.begin + e.numel));
     TESSEL_ASSIGN_OR_RETURN(v, v.reshape(e.parameter->shape));
     e.parameter->variable.set_data(v);
   }
@@ -765,16 +766,16 @@ Expected<double> DataParallel::time_collectives_alone() {
   for (const auto& b : buckets_) {
     const size_t count = size_t(b->end - b->begin);
     if (stage == 3)  // the forward gather
-      TESSEL_TRY(queue(group_->all_gather(address(part), address(full), size_t(b->shard),
-                                          b->comm_type)));
+      TESSEL_TRY(
+          queue(group_->all_gather(address(part), address(full), size_t(b->shard), b->comm_type)));
     if (stage == 0) {
       TESSEL_TRY(queue(group_->all_reduce(address(full), count, b->comm_type, dist::RedOp::kAvg)));
     } else {
       TESSEL_TRY(queue(group_->reduce_scatter(address(full), address(part), size_t(b->shard),
                                               b->comm_type, dist::RedOp::kAvg)));
       if (stage < 3)
-        TESSEL_TRY(queue(group_->all_gather(address(part), address(full), size_t(b->shard),
-                                            b->comm_type)));
+        TESSEL_TRY(queue(
+            group_->all_gather(address(part), address(full), size_t(b->shard), b->comm_type)));
     }
   }
   for (const auto& w : works)

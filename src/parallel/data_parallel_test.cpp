@@ -100,8 +100,7 @@ std::vector<std::vector<double>> run_ranks(const RunOptions& o) {
           if (!logits.ok()) return fail(logits.status());
           auto loss = model.loss(*logits, Variable(y));
           if (!loss.ok()) return fail(loss.status());
-          Tensor seed =
-              Tensor::full(loss->shape(), 1.0 / o.accumulation, DType::kF32).value();
+          Tensor seed = Tensor::full(loss->shape(), 1.0 / o.accumulation, DType::kF32).value();
           Status st = loss->backward(seed);
           if (st.ok()) st = (*dp)->finish_backward();
           if (!st.ok()) return fail(st);
@@ -140,7 +139,9 @@ void expect_same_losses(const std::vector<double>& got, const std::vector<double
 
 DataParallelOptions small_buckets(int stage, bool overlap = true) {
   // A few KiB per bucket, so the tiny model is cut into several buckets.
-  return {.zero_stage = stage, .bucket_cap_bytes = 8 << 10, .first_bucket_bytes = 2 << 10,
+  return {.zero_stage = stage,
+          .bucket_cap_bytes = 8 << 10,
+          .first_bucket_bytes = 2 << 10,
           .overlap = overlap};
 }
 
@@ -181,8 +182,8 @@ TEST(DataParallel, GradientAccumulationEqualsTheWholeBatch) {
   const auto want = reference_losses(4 * kRowsPerRank);
   for (int stage : {0, 2})
     expect_same_losses(
-        global_losses(run_ranks({.ranks = 2, .dp = small_buckets(stage), .accumulation = 2})),
-        want, "accumulation, ZeRO stage " + std::to_string(stage));
+        global_losses(run_ranks({.ranks = 2, .dp = small_buckets(stage), .accumulation = 2})), want,
+        "accumulation, ZeRO stage " + std::to_string(stage));
 }
 
 TEST(DataParallel, MemoryFollowsTheZeroAccounting) {
@@ -201,7 +202,8 @@ TEST(DataParallel, MemoryFollowsTheZeroAccounting) {
         Pcg32 rng(7, 1);
         auto params = nn::FlatParameters::create(model, cpu_device(), rng).value();
         if (r == 0) length = params.groups().at(0).values.numel();
-        auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(stage));
+        auto dp =
+            DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(stage));
         ASSERT_TRUE(dp.ok()) << dp.status().to_string();
         got[size_t(r)] = (*dp)->memory();
         if (stage >= 2) {
@@ -239,9 +241,9 @@ std::pair<bool, StepStats> observe_overlap(bool overlap) {
       nn::GPT model(test_gpt());
       Pcg32 rng(7, 1);
       auto params = nn::FlatParameters::create(model, cpu_device(), rng).value();
-      auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw,
-                                     small_buckets(0, overlap))
-                    .value();
+      auto dp =
+          DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(0, overlap))
+              .value();
       ASSERT_GE(dp->num_buckets(), 3u);
       auto& leaf = *params.entries().at(0).parameter->variable.state();
       auto original = leaf.on_grad_ready;
@@ -286,8 +288,8 @@ TEST(DataParallel, AFailedRankIsAnErrorOnTheOthersNotAHang) {
       nn::GPT model(test_gpt());
       Pcg32 rng(7, 1);
       auto params = nn::FlatParameters::create(model, cpu_device(), rng).value();
-      auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(2))
-                    .value();
+      auto dp =
+          DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(2)).value();
       for (int s = 0; s < 5; ++s) {
         if (r == 1 && s == 2) {  // rank 1 fails in step 2
           groups[1]->abort();
@@ -318,8 +320,15 @@ TEST(DataParallel, ARankProcessThatDiesIsAnErrorOnEveryOtherRank) {
   for (int stage : {0, 3}) {
     dist::LaunchOptions launch;
     launch.nranks = 4;
-    launch.command = {TESSEL_PARALLEL_RANK_HELPER, "--zero-stage", std::to_string(stage),
-                      "--steps", "5", "--die-rank", "2", "--die-step", "2"};
+    launch.command = {TESSEL_PARALLEL_RANK_HELPER,
+                      "--zero-stage",
+                      std::to_string(stage),
+                      "--steps",
+                      "5",
+                      "--die-rank",
+                      "2",
+                      "--die-step",
+                      "2"};
     launch.kill_on_failure = false;  // the survivors must find out by themselves
     launch.capture = true;
     launch.deadline_s = 60;
@@ -333,7 +342,8 @@ TEST(DataParallel, ARankProcessThatDiesIsAnErrorOnEveryOtherRank) {
       EXPECT_EQ(outcome.exit_code, 1) << "stage " << stage << ", rank " << r << ":\n"
                                       << outcome.output;
       EXPECT_NE(outcome.output.find("rank 2"), std::string::npos)
-          << "stage " << stage << ", rank " << r << ":\n" << outcome.output;
+          << "stage " << stage << ", rank " << r << ":\n"
+          << outcome.output;
     }
   }
 }
@@ -357,8 +367,8 @@ TEST(DataParallel, LocalGradientsAreTheBatchGradientAndASkippedStepChangesNothin
       nn::GPT model(test_gpt());
       Pcg32 init(7, 1);
       auto params = nn::FlatParameters::create(model, cpu_device(), init).value();
-      auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(0))
-                    .value();
+      auto dp =
+          DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(0)).value();
       for (int s = 0; s < 2; ++s) {
         auto [x, y] = batch(0, r * kRowsPerRank, kRowsPerRank);
         Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
@@ -407,7 +417,8 @@ TEST(DataParallel, ClipGradNormUsesTheWholeGradientUnderEveryStage) {
   double want_sq = 0;
   // A named vector: a range-for over `temporary.value()` would read the destroyed Expected.
   const std::vector<float> ref_grads = ref_params.groups()[0].grads.to_vector<float>().value();
-  for (float g : ref_grads) want_sq += double(g) * g;
+  for (float g : ref_grads)
+    want_sq += double(g) * g;
   const double want = std::sqrt(want_sq), max_norm = want / 4;
   for (int stage = 0; stage <= 3; ++stage) {
     auto groups = dist::ProcessGroup::in_process(2).value();
@@ -420,7 +431,8 @@ TEST(DataParallel, ClipGradNormUsesTheWholeGradientUnderEveryStage) {
         nn::GPT model(test_gpt());
         Pcg32 init(7, 1);
         auto params = nn::FlatParameters::create(model, cpu_device(), init).value();
-        auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(stage));
+        auto dp =
+            DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(stage));
         if (!dp.ok()) return fail(dp.status());
         auto [x, y] = batch(0, r * kRowsPerRank, kRowsPerRank);
         Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
@@ -432,7 +444,8 @@ TEST(DataParallel, ClipGradNormUsesTheWholeGradientUnderEveryStage) {
         norms[size_t(r)] = *norm;
         for (const Tensor& t : (*dp)->local_gradients()) {
           const std::vector<float> g = t.to_vector<float>().value();
-          for (float v : g) clipped_sq[size_t(r)] += double(v) * v;
+          for (float v : g)
+            clipped_sq[size_t(r)] += double(v) * v;
         }
         s = (*dp)->skip_step();
         if (!s.ok()) return fail(s);
@@ -443,8 +456,7 @@ TEST(DataParallel, ClipGradNormUsesTheWholeGradientUnderEveryStage) {
       ASSERT_EQ(errors[size_t(r)], "") << "stage " << stage << " rank " << r;
       EXPECT_NEAR(norms[size_t(r)], want, 1e-4 * want) << "stage " << stage << " rank " << r;
     }
-    const double after =
-        std::sqrt(stage == 0 ? clipped_sq[0] : clipped_sq[0] + clipped_sq[1]);
+    const double after = std::sqrt(stage == 0 ? clipped_sq[0] : clipped_sq[0] + clipped_sq[1]);
     EXPECT_NEAR(after, max_norm, 1e-4 * max_norm) << "stage " << stage;
   }
 }
@@ -468,7 +480,8 @@ TEST(DataParallel, BroadcastBuffersGivesEveryRankRankZerosStatistics) {
       for (auto& [name, buffer] : bn.named_buffers()) {
         if (name == "running_mean" || name == "running_var") {
           std::vector<float> v = name == "running_mean" ? mean0 : var0;
-          for (float& x : v) x += other;
+          for (float& x : v)
+            x += other;
           buffer->tensor = Tensor::from_vector<float>(v, {4}).value();
         } else {
           buffer->tensor = Tensor::from_vector<int64_t>({5 + 3 * int64_t(r)}, {}).value();

@@ -136,7 +136,8 @@ struct KernelArgument {
   }
   template <typename T>
   static KernelArgument scalar(T value) {
-    static_assert(std::is_arithmetic_v<T> && sizeof(T) <= 8, "scalars are numbers of 8 bytes or less");
+    static_assert(std::is_arithmetic_v<T> && sizeof(T) <= 8,
+                  "scalars are numbers of 8 bytes or less");
     KernelArgument a;
     std::memcpy(a.bytes.data(), &value, sizeof(T));
     a.size = sizeof(T);

@@ -14,12 +14,24 @@
 namespace tessel::secure {
 namespace {
 
-bool digit(char c) { return c >= '0' && c <= '9'; }
-bool alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
-bool upper(char c) { return c >= 'A' && c <= 'Z'; }
-bool alnum(char c) { return digit(c) || alpha(c); }
-bool hex(char c) { return digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
-char lower(char c) { return char(std::tolower(static_cast<unsigned char>(c))); }
+bool digit(char c) {
+  return c >= '0' && c <= '9';
+}
+bool alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
+}
+bool upper(char c) {
+  return c >= 'A' && c <= 'Z';
+}
+bool alnum(char c) {
+  return digit(c) || alpha(c);
+}
+bool hex(char c) {
+  return digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+char lower(char c) {
+  return char(std::tolower(static_cast<unsigned char>(c)));
+}
 
 struct Text {
   std::string_view s;
@@ -30,16 +42,21 @@ struct Text {
 // ---- email
 
 void find_emails(Text t, std::vector<PiiSpan>& out) {
-  const auto local = [](char c) { return alnum(c) || c == '.' || c == '_' || c == '%' ||
-                                         c == '+' || c == '-'; };
+  const auto local = [](char c) {
+    return alnum(c) || c == '.' || c == '_' || c == '%' || c == '+' || c == '-';
+  };
   for (size_t at = t.s.find('@'); at != std::string_view::npos; at = t.s.find('@', at + 1)) {
     size_t begin = at;
-    while (begin > 0 && local(t.s[begin - 1])) --begin;
-    while (begin < at && t.s[begin] == '.') ++begin;
+    while (begin > 0 && local(t.s[begin - 1]))
+      --begin;
+    while (begin < at && t.s[begin] == '.')
+      ++begin;
     if (begin == at || t.s[at - 1] == '.') continue;
     size_t end = at + 1;
-    while (end < t.s.size() && (alnum(t.s[end]) || t.s[end] == '-' || t.s[end] == '.')) ++end;
-    while (end > at + 1 && (t.s[end - 1] == '.' || t.s[end - 1] == '-')) --end;
+    while (end < t.s.size() && (alnum(t.s[end]) || t.s[end] == '-' || t.s[end] == '.'))
+      ++end;
+    while (end > at + 1 && (t.s[end - 1] == '.' || t.s[end - 1] == '-'))
+      --end;
     const std::string_view domain = t.s.substr(at + 1, end - at - 1);
     const size_t dot = domain.rfind('.');
     if (dot == std::string_view::npos || domain.find("..") != std::string_view::npos ||
@@ -65,7 +82,8 @@ void find_ipv4(Text t, std::vector<PiiSpan>& out) {
       }
       size_t q = p;
       int value = 0;
-      while (q < t.s.size() && digit(t.s[q]) && q - p < 4) value = value * 10 + (t.s[q++] - '0');
+      while (q < t.s.size() && digit(t.s[q]) && q - p < 4)
+        value = value * 10 + (t.s[q++] - '0');
       if (q == p || q - p > 3 || value > 255 || (q - p > 1 && t.s[p] == '0')) ok = false;
       p = q;
     }
@@ -105,7 +123,8 @@ void find_ipv6(Text t, std::vector<PiiSpan>& out) {
     if (!(hex(c) || c == ':') || alnum(t.before(i)) || t.before(i) == ':') continue;
     size_t end = i;
     int colons = 0;
-    while (end < t.s.size() && (hex(t.s[end]) || t.s[end] == ':')) colons += t.s[end++] == ':';
+    while (end < t.s.size() && (hex(t.s[end]) || t.s[end] == ':'))
+      colons += t.s[end++] == ':';
     if (colons < 2 || alnum(t.at(end))) {
       i = end;
       continue;
@@ -157,7 +176,8 @@ std::string compact(std::string_view s, bool (*keep)(char)) {
 void find_cards(Text t, std::vector<PiiSpan>& out) {
   for (size_t i = 0; i < t.s.size(); ++i) {
     if (!digit(t.s[i]) || alnum(t.before(i)) || continues_code(t, i)) continue;
-    const auto ends = group_ends(t, i, digit, [](char c) { return c == ' ' || c == '-'; }, 19);
+    const auto ends = group_ends(
+        t, i, digit, [](char c) { return c == ' ' || c == '-'; }, 19);
     size_t skip_to = ends.back().first;
     for (auto it = ends.rbegin(); it != ends.rend(); ++it) {
       if (it->second < 13 || it->second > 19 || alnum(t.at(it->first))) continue;
@@ -177,7 +197,8 @@ void find_ibans(Text t, std::vector<PiiSpan>& out) {
     if (!upper(t.s[i]) || !upper(t.s[i + 1]) || !digit(t.s[i + 2]) || !digit(t.s[i + 3]) ||
         alnum(t.before(i)))
       continue;
-    const auto ends = group_ends(t, i, member, [](char c) { return c == ' '; }, 34);
+    const auto ends = group_ends(
+        t, i, member, [](char c) { return c == ' '; }, 34);
     for (auto it = ends.rbegin(); it != ends.rend(); ++it) {
       if (it->second < 15 || it->second > 34 || alnum(t.at(it->first))) continue;
       if (iban_valid(compact(t.s.substr(i, it->first - i), [](char c) { return c != ' '; }))) {
@@ -191,14 +212,15 @@ void find_ibans(Text t, std::vector<PiiSpan>& out) {
 
 // ---- dates of birth
 
-constexpr const char* kMonths[] = {"january", "february", "march",     "april",
-                                   "may",     "june",     "july",      "august",
-                                   "september", "october", "november", "december"};
+constexpr const char* kMonths[] = {"january",   "february", "march",    "april",
+                                   "may",       "june",     "july",     "august",
+                                   "september", "october",  "november", "december"};
 
 // A month name (full, or its first three letters with an optional '.') at p: its number and end.
 std::pair<int, size_t> month_at(Text t, size_t p) {
   size_t end = p;
-  while (end < t.s.size() && alpha(t.s[end])) ++end;
+  while (end < t.s.size() && alpha(t.s[end]))
+    ++end;
   std::string word;
   for (size_t k = p; k < end; ++k)
     word += lower(t.s[k]);
@@ -215,7 +237,8 @@ std::pair<int, size_t> month_at(Text t, size_t p) {
 std::pair<int, size_t> number_at(Text t, size_t p, size_t most) {
   int value = 0;
   size_t q = p;
-  while (q < t.s.size() && digit(t.s[q]) && q - p < most) value = value * 10 + (t.s[q++] - '0');
+  while (q < t.s.size() && digit(t.s[q]) && q - p < most)
+    value = value * 10 + (t.s[q++] - '0');
   if (digit(t.at(q))) return {0, p};
   return {value, q};
 }
@@ -224,7 +247,9 @@ bool valid_day(int month, int day) {
   static constexpr int kDays[] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
   return month >= 1 && month <= 12 && day >= 1 && day <= kDays[month - 1];
 }
-bool valid_year(int year) { return year >= 1800 && year <= 2100; }
+bool valid_year(int year) {
+  return year >= 1800 && year <= 2100;
+}
 
 // The end of a date starting at p, or p when none does.
 size_t date_at(Text t, size_t p) {
@@ -241,8 +266,8 @@ size_t date_at(Text t, size_t p) {
       const auto [second, b] = number_at(t, a + 1, 2);
       if (b == a + 1 || t.at(b) != sep) return p;
       const auto [year, c] = number_at(t, b + 1, 4);
-      const bool ok = c == b + 5 && valid_year(year) &&
-                      (valid_day(second, first) || valid_day(first, second));
+      const bool ok =
+          c == b + 5 && valid_year(year) && (valid_day(second, first) || valid_day(first, second));
       return ok ? c : p;
     }
     if (a - p <= 2 && sep == ' ') {  // 1 March 1990
@@ -307,7 +332,8 @@ void find_phones(Text t, std::vector<PiiSpan>& out) {
         continue;
       }
       size_t run = 0;
-      while (p + run < t.s.size() && sep(t.s[p + run]) && run < 3) ++run;
+      while (p + run < t.s.size() && sep(t.s[p + run]) && run < 3)
+        ++run;
       if (run == 0 || run > 2 || !(digit(t.at(p + run)) || t.at(p + run) == '(')) break;
       for (size_t k = p; k < p + run; ++k)
         parentheses |= t.s[k] == '(';
@@ -524,9 +550,11 @@ Expected<std::vector<std::string>> read_name_list(const std::string& path) {
   if (!input) return not_found("name list {} cannot be opened", path);
   std::vector<std::string> names;
   for (std::string line; std::getline(input, line);) {
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
+    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back())))
+      line.pop_back();
     size_t start = 0;
-    while (start < line.size() && std::isspace(static_cast<unsigned char>(line[start]))) ++start;
+    while (start < line.size() && std::isspace(static_cast<unsigned char>(line[start])))
+      ++start;
     line = line.substr(start);
     if (!line.empty() && line[0] != '#') names.push_back(line);
   }

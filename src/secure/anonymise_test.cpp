@@ -17,9 +17,9 @@
 namespace tessel::secure {
 namespace {
 
-const std::vector<std::string> kFirst = {"Ada",   "Grace", "Alan",  "Edsger", "Barbara",
-                                         "Donald", "Hedy", "Linus", "Margaret", "Dennis"};
-const std::vector<std::string> kLast = {"Lovelace", "Hopper", "Turing", "Dijkstra", "Liskov",
+const std::vector<std::string> kFirst = {"Ada",    "Grace", "Alan",  "Edsger",   "Barbara",
+                                         "Donald", "Hedy",  "Linus", "Margaret", "Dennis"};
+const std::vector<std::string> kLast = {"Lovelace", "Hopper", "Turing",   "Dijkstra", "Liskov",
                                         "Knuth",    "Lamarr", "Torvalds", "Hamilton", "Ritchie"};
 
 class Corpus {
@@ -36,7 +36,9 @@ class Corpus {
   }
   uint32_t below(uint32_t n) { return rng_.below(n); }
   template <typename T>
-  const T& pick(const std::vector<T>& v) { return v[below(uint32_t(v.size()))]; }
+  const T& pick(const std::vector<T>& v) {
+    return v[below(uint32_t(v.size()))];
+  }
   std::string digits(int n) {
     std::string s;
     for (int i = 0; i < n; ++i)
@@ -48,17 +50,24 @@ class Corpus {
     std::string local = lower(pick(kFirst)) + pick(std::vector<std::string>{".", "_", "", "+"}) +
                         lower(pick(kLast));
     if (below(3) == 0) local += digits(2);
-    return local + "@" + pick(std::vector<std::string>{"example.org", "mail.example.com",
-                                                        "uni-x.ac.uk", "corp.io"});
+    return local + "@" +
+           pick(std::vector<std::string>{"example.org", "mail.example.com", "uni-x.ac.uk",
+                                         "corp.io"});
   }
   std::string phone() {
     switch (below(6)) {
-      case 0: return fmt::format("+44 20 {} {}", digits(4), digits(4));
-      case 1: return fmt::format("({}) {}-{}", digits(3), digits(3), digits(4));
-      case 2: return fmt::format("{}-{}-{}", digits(3), digits(3), digits(4));
-      case 3: return fmt::format("020 {} {}", digits(4), digits(4));
-      case 4: return fmt::format("+1-202-555-{}", digits(4));
-      default: return fmt::format("+33 1 {} {} {} {}", digits(2), digits(2), digits(2), digits(2));
+      case 0:
+        return fmt::format("+44 20 {} {}", digits(4), digits(4));
+      case 1:
+        return fmt::format("({}) {}-{}", digits(3), digits(3), digits(4));
+      case 2:
+        return fmt::format("{}-{}-{}", digits(3), digits(3), digits(4));
+      case 3:
+        return fmt::format("020 {} {}", digits(4), digits(4));
+      case 4:
+        return fmt::format("+1-202-555-{}", digits(4));
+      default:
+        return fmt::format("+33 1 {} {} {} {}", digits(2), digits(2), digits(2), digits(2));
     }
   }
   std::string ipv4() {
@@ -92,7 +101,7 @@ class Corpus {
     static const std::vector<std::pair<std::string, int>> kCountries = {
         {"DE", 18}, {"FR", 23}, {"NL", 14}, {"ES", 20}, {"IT", 23}, {"GB", 18}};
     const auto& [country, length] = pick(kCountries);
-    std::string bban = country == "GB" ? fmt::format("WEST{}", digits(length - 4))
+    std::string bban = country == "GB"   ? fmt::format("WEST{}", digits(length - 4))
                        : country == "NL" ? fmt::format("ABNA{}", digits(length - 4))
                                          : digits(length);
     std::string s;
@@ -108,14 +117,19 @@ class Corpus {
   }
   std::string date() {
     static const std::vector<std::string> kMonth = {"January", "March", "May",  "July",
-                                                     "October", "Dec.", "Sept", "February"};
+                                                    "October", "Dec.",  "Sept", "February"};
     const int year = 1940 + int(below(70)), month = 1 + int(below(12)), day = 1 + int(below(28));
     switch (below(5)) {
-      case 0: return fmt::format("{}-{:02}-{:02}", year, month, day);
-      case 1: return fmt::format("{:02}/{:02}/{}", day, month, year);
-      case 2: return fmt::format("{}.{}.{}", day, month, year);
-      case 3: return fmt::format("{} {} {}", day, pick(kMonth), year);
-      default: return fmt::format("{} {}, {}", pick(kMonth), day, year);
+      case 0:
+        return fmt::format("{}-{:02}-{:02}", year, month, day);
+      case 1:
+        return fmt::format("{:02}/{:02}/{}", day, month, year);
+      case 2:
+        return fmt::format("{}.{}.{}", day, month, year);
+      case 3:
+        return fmt::format("{} {} {}", day, pick(kMonth), year);
+      default:
+        return fmt::format("{} {}, {}", pick(kMonth), day, year);
     }
   }
   std::string name() {
@@ -130,33 +144,70 @@ class Corpus {
     for (int c = 0; c < clauses; ++c) {
       if (c) text(pick(std::vector<std::string>{"; ", ". ", ", and ", " - "}));
       switch (below(16)) {
-        case 0: text("Please write to "); plant(PiiKind::kEmail, email()); break;
-        case 1: text("call me on "); plant(PiiKind::kPhone, phone()); text(" after six"); break;
-        case 2: text("the login came from "); plant(PiiKind::kIpv4, ipv4()); break;
-        case 3: text("host "); plant(PiiKind::kIpv6, ipv6()); text(" was up"); break;
-        case 4: text("card "); plant(PiiKind::kCard, card()); text(" expires soon"); break;
-        case 5: text("pay into "); plant(PiiKind::kIban, iban()); break;
+        case 0:
+          text("Please write to ");
+          plant(PiiKind::kEmail, email());
+          break;
+        case 1:
+          text("call me on ");
+          plant(PiiKind::kPhone, phone());
+          text(" after six");
+          break;
+        case 2:
+          text("the login came from ");
+          plant(PiiKind::kIpv4, ipv4());
+          break;
+        case 3:
+          text("host ");
+          plant(PiiKind::kIpv6, ipv6());
+          text(" was up");
+          break;
+        case 4:
+          text("card ");
+          plant(PiiKind::kCard, card());
+          text(" expires soon");
+          break;
+        case 5:
+          text("pay into ");
+          plant(PiiKind::kIban, iban());
+          break;
         case 6:
           text(pick(std::vector<std::string>{"born on ", "date of birth: ", "DOB ",
-                                              "whose birthday is "}));
+                                             "whose birthday is "}));
           plant(PiiKind::kBirthDate, date());
           break;
-        case 7: plant(PiiKind::kName, name()); text(" signed the form"); break;
+        case 7:
+          plant(PiiKind::kName, name());
+          text(" signed the form");
+          break;
         // Look-alikes: none of these is personal data.
-        case 8: text(fmt::format("the meeting moved to {} at 10:30:15", date())); break;
-        case 9: text(fmt::format("reference {} was rejected", card(false))); break;
-        case 10: text(fmt::format("the code {} is not an account", iban(false))); break;
-        case 11: text(fmt::format("version {}.{}.{} costs ${},{:03}.{:02}", below(9), below(20),
-                                  below(50), 1 + below(9), below(1000), below(100)));
-                 break;
-        case 12: text(fmt::format("order #{} shipped {} units in {}", digits(8), below(9000),
-                                  1990 + below(30)));
-                 break;
-        case 13: text("follow @tessel_dev or see std::vector and a::b in the docs"); break;
-        case 14: text(fmt::format("Dr. Smith measured {}.{} % at 12:30 on day {}", below(100),
-                                  below(10), below(365)));
-                 break;
-        default: text("nothing personal here, just the weather"); break;
+        case 8:
+          text(fmt::format("the meeting moved to {} at 10:30:15", date()));
+          break;
+        case 9:
+          text(fmt::format("reference {} was rejected", card(false)));
+          break;
+        case 10:
+          text(fmt::format("the code {} is not an account", iban(false)));
+          break;
+        case 11:
+          text(fmt::format("version {}.{}.{} costs ${},{:03}.{:02}", below(9), below(20), below(50),
+                           1 + below(9), below(1000), below(100)));
+          break;
+        case 12:
+          text(fmt::format("order #{} shipped {} units in {}", digits(8), below(9000),
+                           1990 + below(30)));
+          break;
+        case 13:
+          text("follow @tessel_dev or see std::vector and a::b in the docs");
+          break;
+        case 14:
+          text(fmt::format("Dr. Smith measured {}.{} % at 12:30 on day {}", below(100), below(10),
+                           below(365)));
+          break;
+        default:
+          text("nothing personal here, just the weather");
+          break;
       }
     }
   }
@@ -205,16 +256,17 @@ TEST(Anonymise, FindsPlantedDataWithHighRecallAndFewFalsePositives) {
       ++wrong[s.kind];
       if (false_positives.size() < 10) {
         false_positives.push_back(std::string(pii_kind_name(s.kind)) + " '" +
-                                  corpus.line.substr(s.begin, s.end - s.begin) + "' in: " +
-                                  corpus.line);
+                                  corpus.line.substr(s.begin, s.end - s.begin) +
+                                  "' in: " + corpus.line);
       }
     }
   }
   const double recall = double(right) / double(total_planted);
   const double false_positive_rate = double(found - right) / double(found);
-  std::printf("anonymiser on the generated corpus: %lld planted, %lld found, recall %.4f, "
-              "false positives %.4f\n",
-              (long long)total_planted, (long long)found, recall, false_positive_rate);
+  std::printf(
+      "anonymiser on the generated corpus: %lld planted, %lld found, recall %.4f, "
+      "false positives %.4f\n",
+      (long long)total_planted, (long long)found, recall, false_positive_rate);
   for (const auto& [kind, n] : planted) {
     std::printf("  %-10s planted %5lld found %5lld false positives %3lld\n", pii_kind_name(kind),
                 (long long)n, (long long)found_right[kind], (long long)wrong[kind]);

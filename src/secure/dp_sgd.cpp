@@ -29,8 +29,8 @@ struct DpSgd::Layer {
 namespace {
 
 // One example's unfolded input: U[k][pixel] for k = (ci kh + a) kw + b (Conv2d's weight layout).
-void im2col(const float* x, int64_t cin, int64_t h, int64_t w, int64_t kh, int64_t kw,
-            int64_t ho, int64_t wo, const nn::Conv2dOptions& o, std::vector<float>& u) {
+void im2col(const float* x, int64_t cin, int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t ho,
+            int64_t wo, const nn::Conv2dOptions& o, std::vector<float>& u) {
   const int64_t pixels = ho * wo;
   u.assign(size_t(cin * kh * kw * pixels), 0.0f);
   for (int64_t ci = 0; ci < cin; ++ci)
@@ -117,8 +117,8 @@ Expected<Variable> DpSgd::tap(Layer& layer, const Variable& input, Variable outp
     return failed_precondition("DP-SGD: layer '{}' ran twice in one step (not supported)",
                                layer.name);
   if (output.data().dtype() != DType::kF32)
-    return unimplemented("DP-SGD: layer '{}' computes in {} (use precision = \"fp32\")",
-                         layer.name, dtype_name(output.data().dtype()));
+    return unimplemented("DP-SGD: layer '{}' computes in {} (use precision = \"fp32\")", layer.name,
+                         dtype_name(output.data().dtype()));
   layer.input = input.data();
   TESSEL_ASSIGN_OR_RETURN(Tensor zero,
                           Tensor::zeros(output.shape(), DType::kF32, output.data().device()));
@@ -252,8 +252,8 @@ Status DpSgd::privatise(int64_t batch) {
                      seed_.size());
   int64_t noise_count = 0;
   for (const auto& layer : layers_)
-    noise_count += shape_numel(layer->weight->shape) +
-                   (layer->bias ? shape_numel(layer->bias->shape) : 0);
+    noise_count +=
+        shape_numel(layer->weight->shape) + (layer->bias ? shape_numel(layer->bias->shape) : 0);
   std::vector<uint64_t> stream(size_t(2 * noise_count));
   randombytes_buf_deterministic(stream.data(), stream.size() * sizeof(uint64_t), step_seed);
   size_t next = 0;

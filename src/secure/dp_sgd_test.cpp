@@ -37,7 +37,8 @@ Net mlp(int64_t in, int64_t hidden, int64_t out) {
 
 Net cnn() {
   Net n{std::make_unique<nn::Sequential>(), nullptr};
-  n.model->append(std::make_unique<nn::Conv2d>(2, 3, 3, nn::Conv2dOptions{.stride = 1, .padding = 1}));
+  n.model->append(
+      std::make_unique<nn::Conv2d>(2, 3, 3, nn::Conv2dOptions{.stride = 1, .padding = 1}));
   n.model->append(std::make_unique<nn::ReLU>());
   n.model->append(std::make_unique<nn::Conv2d>(3, 2, 2, nn::Conv2dOptions{.stride = 2}));
   n.model->append(std::make_unique<nn::Flatten>());
@@ -106,7 +107,8 @@ void expect_private_gradient_matches(Net n, const Tensor& x, const Tensor& y) {
   const double clip = 0.5 * (sorted[sorted.size() / 2] + sorted[(sorted.size() - 1) / 2]);
   want_norms.clear();
   const std::vector<double> want = reference(n, x, y, clip, want_norms);
-  auto dp = DpSgd::attach(*n.model, *n.params, {.max_grad_norm = clip, .noise_multiplier = 0.0, .seed = {}});
+  auto dp = DpSgd::attach(*n.model, *n.params,
+                          {.max_grad_norm = clip, .noise_multiplier = 0.0, .seed = {}});
   ASSERT_TRUE(dp.ok()) << dp.status().to_string();
   ASSERT_TRUE(backward(n, x, y).ok());
   Status s = (*dp)->privatise(x.shape()[0]);
@@ -138,7 +140,8 @@ TEST(DpSgd, ClippedCnnGradientEqualsThePerExampleReference) {
 
 TEST(DpSgd, ClippedSequenceGradientEqualsThePerExampleReference) {
   const Tensor x = random_tensor({4, 3, 5}, 3);  // [B, T, C]: ghost norms over T x T
-  const Tensor y = Tensor::from_vector<int64_t>({0, 2, 1, 1, 0, 2, 2, 1, 0, 0, 1, 2}, {4, 3}).value();
+  const Tensor y =
+      Tensor::from_vector<int64_t>({0, 2, 1, 1, 0, 2, 2, 1, 0, 0, 1, 2}, {4, 3}).value();
   expect_private_gradient_matches(mlp(5, 6, 3), x, y);
 }
 
@@ -161,7 +164,8 @@ TEST(DpSgd, NoiseHasTheStandardDeviationSigmaTimesClipOverBatch) {
   }
   Net clean = mlp(50, 40, 4);
   {
-    auto dp = DpSgd::attach(*clean.model, *clean.params, {.max_grad_norm = clip, .noise_multiplier = 0, .seed = {}});
+    auto dp = DpSgd::attach(*clean.model, *clean.params,
+                            {.max_grad_norm = clip, .noise_multiplier = 0, .seed = {}});
     ASSERT_TRUE(backward(clean, x, y).ok());
     ASSERT_TRUE((*dp)->privatise(8).ok());
   }

@@ -144,8 +144,8 @@ Status EncryptedFileWriter::push_chunk() {
 Status EncryptedFileWriter::write(const void* data, size_t size) {
   State& s = *state_;
   if (size > s.total - s.written)
-    return failed_precondition("encrypting {}: {} more bytes than the {} announced",
-                               s.out.path(), size - (s.total - s.written), s.total);
+    return failed_precondition("encrypting {}: {} more bytes than the {} announced", s.out.path(),
+                               size - (s.total - s.written), s.total);
   const auto* bytes = static_cast<const uint8_t*>(data);
   while (size > 0) {
     const size_t take = std::min<size_t>(size, s.chunk - s.plain.size());
@@ -161,8 +161,8 @@ Status EncryptedFileWriter::write(const void* data, size_t size) {
 Status EncryptedFileWriter::commit() {
   State& s = *state_;
   if (s.written != s.total)
-    return failed_precondition("encrypting {}: {} bytes written of the {} announced",
-                               s.out.path(), s.written, s.total);
+    return failed_precondition("encrypting {}: {} bytes written of the {} announced", s.out.path(),
+                               s.written, s.total);
   if (s.first) TESSEL_TRY(push_chunk());  // an empty plaintext still gets its FINAL chunk
   return s.out.commit();
 }
@@ -190,8 +190,12 @@ EncryptedFileReader::EncryptedFileReader(EncryptedFileReader&&) noexcept = defau
 EncryptedFileReader& EncryptedFileReader::operator=(EncryptedFileReader&&) noexcept = default;
 EncryptedFileReader::~EncryptedFileReader() = default;
 
-uint64_t EncryptedFileReader::size() const { return state_->total; }
-const std::string& EncryptedFileReader::path() const { return state_->path; }
+uint64_t EncryptedFileReader::size() const {
+  return state_->total;
+}
+const std::string& EncryptedFileReader::path() const {
+  return state_->path;
+}
 
 Expected<EncryptedFileReader> EncryptedFileReader::open(const std::string& path,
                                                         const SecretKey& key) {
@@ -263,10 +267,9 @@ Status EncryptedFileReader::pull_chunk() {
   unsigned long long got = 0;
   unsigned char tag = 0;
   const bool first = s.next_chunk == 0;
-  if (crypto_secretstream_xchacha20poly1305_pull(&s.stream, s.plain.data(), &got, &tag,
-                                                 s.cipher.data(), length + kTagBytes,
-                                                 first ? s.fields : nullptr,
-                                                 first ? kFieldsBytes : 0) != 0 ||
+  if (crypto_secretstream_xchacha20poly1305_pull(
+          &s.stream, s.plain.data(), &got, &tag, s.cipher.data(), length + kTagBytes,
+          first ? s.fields : nullptr, first ? kFieldsBytes : 0) != 0 ||
       got != length) {
     s.plain.clear();
     return invalid_argument(
@@ -297,7 +300,8 @@ Status EncryptedFileReader::read_at(void* data, size_t size, uint64_t offset) {
                         offset + size, s.total);
   auto* out = static_cast<uint8_t*>(data);
   while (size > 0) {
-    while (offset >= s.plain_begin + s.plain.size()) TESSEL_TRY(pull_chunk());
+    while (offset >= s.plain_begin + s.plain.size())
+      TESSEL_TRY(pull_chunk());
     const size_t at = size_t(offset - s.plain_begin);
     const size_t take = std::min(size, s.plain.size() - at);
     std::memcpy(out, s.plain.data() + at, take);
@@ -309,7 +313,8 @@ Status EncryptedFileReader::read_at(void* data, size_t size, uint64_t offset) {
 }
 
 Status EncryptedFileReader::finish() {
-  while (state_->next_chunk < state_->chunks) TESSEL_TRY(pull_chunk());
+  while (state_->next_chunk < state_->chunks)
+    TESSEL_TRY(pull_chunk());
   return ok_status();
 }
 

@@ -17,9 +17,9 @@
 // and what failed.
 //
 //   TESSEL_ASSIGN_OR_RETURN(auto out, EncryptedFileWriter::open(path, key, total_bytes));
-//   TESSEL_TRY(out.write(data, n));  ...  TESSEL_TRY(out.commit());    // atomic, like the plain file
-//   TESSEL_ASSIGN_OR_RETURN(auto in, EncryptedFileReader::open(path, key));
-//   in.size();  TESSEL_TRY(in.read_at(buffer, n, offset));             // offsets only move forward
+//   TESSEL_TRY(out.write(data, n));  ...  TESSEL_TRY(out.commit());    // atomic, like the plain
+//   file TESSEL_ASSIGN_OR_RETURN(auto in, EncryptedFileReader::open(path, key)); in.size();
+//   TESSEL_TRY(in.read_at(buffer, n, offset));             // offsets only move forward
 //   TESSEL_TRY(in.finish());                                          // the rest authenticates too
 #pragma once
 

@@ -189,9 +189,9 @@ TEST(SecretKey, HexRawAndEnvironmentAgree) {
   const SecretKey key = SecretKey::generate();
   ASSERT_TRUE(key.save(dir.file("hex.key")).ok());
   EXPECT_FALSE(key.save(dir.file("hex.key")).ok());  // never overwrites a key
-  EXPECT_EQ(std::filesystem::status(dir.file("hex.key")).permissions() &
-                std::filesystem::perms::all,
-            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(
+      std::filesystem::status(dir.file("hex.key")).permissions() & std::filesystem::perms::all,
+      std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   write_plain(dir.file("raw.key"), std::string(reinterpret_cast<const char*>(key.data()), 32));
   const std::string hex = *read_file(dir.file("hex.key"));
   ::setenv("TESSEL_TEST_KEY", hex.c_str(), 1);

@@ -77,8 +77,8 @@ double rdp_one_step(double q, double sigma, double alpha) {
   if (q == 1.0) return alpha / (2 * sigma * sigma);
   if (std::isinf(alpha)) return kInf;
   const bool integer = alpha == std::floor(alpha);
-  const double log_a = integer ? log_a_integer(q, sigma, int64_t(alpha))
-                               : log_a_fractional(q, sigma, alpha);
+  const double log_a =
+      integer ? log_a_integer(q, sigma, int64_t(alpha)) : log_a_fractional(q, sigma, alpha);
   return log_a / (alpha - 1);
 }
 
@@ -93,8 +93,8 @@ std::vector<double> default_rdp_orders() {
   return orders;
 }
 
-std::vector<double> sampled_gaussian_rdp(double sample_rate, double noise_multiplier,
-                                         int64_t steps, const std::vector<double>& orders) {
+std::vector<double> sampled_gaussian_rdp(double sample_rate, double noise_multiplier, int64_t steps,
+                                         const std::vector<double>& orders) {
   std::vector<double> rdp;
   rdp.reserve(orders.size());
   for (double alpha : orders)
@@ -130,6 +130,8 @@ void RdpAccountant::step(double noise_multiplier, double sample_rate, int64_t st
 PrivacySpent RdpAccountant::spent(double delta) const {
   return rdp_to_epsilon(orders_, rdp_, delta);
 }
-double RdpAccountant::epsilon(double delta) const { return spent(delta).epsilon; }
+double RdpAccountant::epsilon(double delta) const {
+  return spent(delta).epsilon;
+}
 
 }  // namespace tessel::secure

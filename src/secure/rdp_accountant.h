@@ -20,8 +20,8 @@
 namespace tessel::secure {
 
 // The RDP of `steps` steps of the sampled Gaussian mechanism at each order.
-std::vector<double> sampled_gaussian_rdp(double sample_rate, double noise_multiplier,
-                                         int64_t steps, const std::vector<double>& orders);
+std::vector<double> sampled_gaussian_rdp(double sample_rate, double noise_multiplier, int64_t steps,
+                                         const std::vector<double>& orders);
 // The smallest epsilon over the orders for this delta, and the order that gives it.
 struct PrivacySpent {
   double epsilon;

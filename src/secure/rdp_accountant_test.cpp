@@ -18,8 +18,9 @@ namespace {
 TEST(RdpAccountant, MatchesOpacusWithinOnePercent) {
   // ctest sets TESSEL_SOURCE_DIR; run by hand, the source tree is where this file was compiled.
   const char* source = std::getenv("TESSEL_SOURCE_DIR");
-  const std::filesystem::path root = source ? std::filesystem::path(source)
-                                            : std::filesystem::path(__FILE__).parent_path() / "../..";
+  const std::filesystem::path root = source
+                                         ? std::filesystem::path(source)
+                                         : std::filesystem::path(__FILE__).parent_path() / "../..";
   std::ifstream in(root / "src/secure/testdata/rdp_reference.json");
   ASSERT_TRUE(in) << "missing fixture rdp_reference.json";
   const nlohmann::json fixture = nlohmann::json::parse(in);

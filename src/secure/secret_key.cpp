@@ -19,7 +19,9 @@ Status init_sodium() {
   return ok_status();
 }
 
-void SecretKey::Free::operator()(uint8_t* p) const { sodium_free(p); }
+void SecretKey::Free::operator()(uint8_t* p) const {
+  sodium_free(p);
+}
 
 SecretKey::SecretKey() {
   TESSEL_CHECK(init_sodium().ok(), "libsodium did not start");
@@ -41,14 +43,16 @@ SecretKey SecretKey::from_bytes(const uint8_t* bytes) {
 
 Expected<SecretKey> SecretKey::from_hex(const std::string& text, const std::string& what) {
   size_t begin = 0, end = text.size();
-  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin]))) ++begin;
-  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1]))) --end;
+  while (begin < end && std::isspace(static_cast<unsigned char>(text[begin])))
+    ++begin;
+  while (end > begin && std::isspace(static_cast<unsigned char>(text[end - 1])))
+    --end;
   SecretKey key;
   size_t written = 0;
   const char* stop = nullptr;
   if (end - begin != 2 * kBytes ||
-      sodium_hex2bin(key.bytes_.get(), kBytes, text.data() + begin, end - begin, nullptr,
-                     &written, &stop) != 0 ||
+      sodium_hex2bin(key.bytes_.get(), kBytes, text.data() + begin, end - begin, nullptr, &written,
+                     &stop) != 0 ||
       written != kBytes || stop != text.data() + end) {
     return invalid_argument("{}: expected a key of {} hex digits (or, in a key file, {} raw bytes)",
                             what, 2 * kBytes, kBytes);

@@ -48,9 +48,13 @@ PatternEntry& entry_for(const std::shared_ptr<const HostPattern>& p) {
   return e;
 }
 
-Variable index(const Tensor& t) { return Variable(t, false); }
+Variable index(const Tensor& t) {
+  return Variable(t, false);
+}
 
-Expected<ops::OpDef const*> op(std::string_view name) { return find_sparse_op(name); }
+Expected<ops::OpDef const*> op(std::string_view name) {
+  return find_sparse_op(name);
+}
 
 Expected<Variable> record(std::string_view name, const std::vector<Variable>& inputs,
                           const ops::Attrs& attrs = {}) {
@@ -60,8 +64,10 @@ Expected<Variable> record(std::string_view name, const std::vector<Variable>& in
 
 Status check_autograd_format(const SparseVariable& a) {
   if (a.matrix.format() == SparseFormat::kBsr)
-    return invalid_argument("sparse autograd ops take COO or CSR matrices (BSR is for inference: "
-                            "PreparedSpmm), got {}", a.matrix.describe());
+    return invalid_argument(
+        "sparse autograd ops take COO or CSR matrices (BSR is for inference: "
+        "PreparedSpmm), got {}",
+        a.matrix.describe());
   return ok_status();
 }
 
@@ -98,16 +104,18 @@ Expected<Variable> product_as(const SparseVariable& a, const Variable& b, Choice
     }
     case Choice::kBsr: {
       if (a.values.requires_grad() || vector)
-        return invalid_argument("sparse {}: the bsr kernel is a forward spmm only; plan without "
-                                "it for values that need gradients", vector ? "spmv" : "spmm");
+        return invalid_argument(
+            "sparse {}: the bsr kernel is a forward spmm only; plan without "
+            "it for values that need gradients",
+            vector ? "spmv" : "spmm");
       SparseMatrix bsr = m;
       if (m.format() != SparseFormat::kBsr) {
         TESSEL_ASSIGN_OR_RETURN(bsr, m.to(SparseFormat::kBsr));
       }
       TESSEL_ASSIGN_OR_RETURN(const ops::OpDef* def, op("spmm_bsr"));
-      return autograd::apply(*def, {index(bsr.indptr()), index(bsr.col_indices()),
-                                    index(bsr.values()), b},
-                             ops::Attrs().set("rows", m.rows()));
+      return autograd::apply(
+          *def, {index(bsr.indptr()), index(bsr.col_indices()), index(bsr.values()), b},
+          ops::Attrs().set("rows", m.rows()));
     }
   }
   return internal_error("unknown sparse choice");
@@ -120,9 +128,9 @@ Expected<double> time_us(const std::function<Status()>& fn) {
   for (int i = 0; i < 3; ++i) {
     auto start = std::chrono::steady_clock::now();
     TESSEL_TRY(fn());
-    best = std::min(best, std::chrono::duration<double, std::micro>(
-                              std::chrono::steady_clock::now() - start)
-                              .count());
+    best = std::min(
+        best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
+                  .count());
   }
   return best;
 }
@@ -200,16 +208,16 @@ Expected<Variable> spmm(const SparseVariable& a, const Variable& b, const PlanOp
   if (b.shape().size() != 2)
     return invalid_argument("sparse spmm: {} times {}", a.matrix.describe(),
                             shape_string(b.shape()));
-  TESSEL_ASSIGN_OR_RETURN(Plan p, plan_for(a.matrix, SparseOp::kSpmm, b.shape()[1],
-                                           a.values.requires_grad() || b.requires_grad(), o,
-                                           &b.data()));
+  TESSEL_ASSIGN_OR_RETURN(Plan p,
+                          plan_for(a.matrix, SparseOp::kSpmm, b.shape()[1],
+                                   a.values.requires_grad() || b.requires_grad(), o, &b.data()));
   return spmm_as(a, b, p.choice);
 }
 
 Expected<Variable> spmv(const SparseVariable& a, const Variable& x, const PlanOptions& o) {
-  TESSEL_ASSIGN_OR_RETURN(Plan p, plan_for(a.matrix, SparseOp::kSpmv, 1,
-                                           a.values.requires_grad() || x.requires_grad(), o,
-                                           &x.data()));
+  TESSEL_ASSIGN_OR_RETURN(
+      Plan p, plan_for(a.matrix, SparseOp::kSpmv, 1, a.values.requires_grad() || x.requires_grad(),
+                       o, &x.data()));
   return spmv_as(a, x, p.choice);
 }
 
@@ -223,11 +231,10 @@ Expected<Variable> to_dense(const SparseVariable& a) {
 Expected<Variable> add_dense(const SparseVariable& a, const Variable& d, const PlanOptions& o) {
   TESSEL_TRY(check_autograd_format(a));
   if (d.shape() != Shape{a.matrix.rows(), a.matrix.cols()})
-    return invalid_argument("sparse add: {} plus {}", a.matrix.describe(),
-                            shape_string(d.shape()));
-  TESSEL_ASSIGN_OR_RETURN(Plan p, plan_for(a.matrix, SparseOp::kAddDense, 1,
-                                           a.values.requires_grad() || d.requires_grad(), o,
-                                           &d.data()));
+    return invalid_argument("sparse add: {} plus {}", a.matrix.describe(), shape_string(d.shape()));
+  TESSEL_ASSIGN_OR_RETURN(Plan p,
+                          plan_for(a.matrix, SparseOp::kAddDense, 1,
+                                   a.values.requires_grad() || d.requires_grad(), o, &d.data()));
   if (p.choice == Choice::kDense) {
     TESSEL_ASSIGN_OR_RETURN(Variable dense, to_dense(a));
     return autograd::add(dense, d);
@@ -238,8 +245,8 @@ Expected<Variable> add_dense(const SparseVariable& a, const Variable& d, const P
 Expected<SparseVariable> transpose(const SparseVariable& a) {
   TESSEL_TRY(check_autograd_format(a));
   TESSEL_ASSIGN_OR_RETURN(SparseMatrix::Transposed t, a.matrix.transposed());
-  TESSEL_ASSIGN_OR_RETURN(Variable v, record("gather_values", {a.values, index(t.permutation),
-                                                               index(t.inverse)}));
+  TESSEL_ASSIGN_OR_RETURN(
+      Variable v, record("gather_values", {a.values, index(t.permutation), index(t.inverse)}));
   TESSEL_ASSIGN_OR_RETURN(SparseMatrix m, SparseMatrix::from_pattern(t.pattern, v.data()));
   TESSEL_ASSIGN_OR_RETURN(m, m.to(a.matrix.format()));
   return SparseVariable{std::move(m), std::move(v)};

@@ -82,9 +82,9 @@ StructureStats StructureStats::measure(const HostPattern& p, int64_t block) {
         ++s.blocks;
       }
     }
-  s.block_fill = s.blocks == 0 ? 0
-                               : static_cast<double>(s.nnz) /
-                                     (static_cast<double>(s.blocks) * block * block);
+  s.block_fill = s.blocks == 0
+                     ? 0
+                     : static_cast<double>(s.nnz) / (static_cast<double>(s.blocks) * block * block);
   return s;
 }
 
@@ -132,10 +132,11 @@ DeviceFigures DeviceFigures::of(Device* device) {
 }
 
 std::string DeviceFigures::describe() const {
-  return fmt::format("{}: {} threads, {} f32 lanes, {:.0f} GB/s, {:.0f} GFLOP/s, L2 {} KiB, L3 {} "
-                     "MiB ({})",
-                     device, threads, vector_lanes, bandwidth_gbs, peak_gflops, l2_bytes >> 10,
-                     l3_bytes >> 20, source);
+  return fmt::format(
+      "{}: {} threads, {} f32 lanes, {:.0f} GB/s, {:.0f} GFLOP/s, L2 {} KiB, L3 {} "
+      "MiB ({})",
+      device, threads, vector_lanes, bandwidth_gbs, peak_gflops, l2_bytes >> 10, l3_bytes >> 20,
+      source);
 }
 
 Expected<std::optional<Choice>> forced_choice(const PlanOptions& options) {
@@ -165,7 +166,9 @@ struct Terms {
 };
 
 // Microseconds to stream `bytes` at `gbs`.
-double stream_us(double bytes, double gbs) { return bytes / (gbs * 1e3); }
+double stream_us(double bytes, double gbs) {
+  return bytes / (gbs * 1e3);
+}
 
 // Microseconds for `fmas` multiply-adds at `efficiency` of the peak over `threads` of the
 // device's threads.
@@ -212,7 +215,8 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
     case Choice::kCsr: {
       // Rows are blocks claimed dynamically: the longest row bounds one thread's share.
       double share = std::max(nnz / d.threads, static_cast<double>(s.max_row));
-      double eff = op == SparseOp::kSpmv ? 0.02 : kCsrEfficiency * std::min(1.0, nn / d.vector_lanes);
+      double eff =
+          op == SparseOp::kSpmv ? 0.02 : kCsrEfficiency * std::min(1.0, nn / d.vector_lanes);
       t.add("multiply-add", fma_us(share * nn, eff, 1, d));
       t.add("rows of B", stream_us(share * nn * 4, operand_gbs(dense_bytes, d)));
       t.add("indices", stream_us(nnz * 16 + rows * 8, d.bandwidth_gbs));
@@ -222,8 +226,10 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
     }
     case Choice::kCoo: {
       // One block per 64 columns walks every nonzero; a single thread for a vector.
-      int par = op == SparseOp::kSpmv ? 1 : static_cast<int>(std::min<int64_t>(d.threads, (n + 63) / 64));
-      double eff = op == SparseOp::kSpmv ? 0.02 : kCooEfficiency * std::min(1.0, nn / d.vector_lanes);
+      int par =
+          op == SparseOp::kSpmv ? 1 : static_cast<int>(std::min<int64_t>(d.threads, (n + 63) / 64));
+      double eff =
+          op == SparseOp::kSpmv ? 0.02 : kCooEfficiency * std::min(1.0, nn / d.vector_lanes);
       t.add("multiply-add", fma_us(nnz * nn, eff, par, d));
       t.add("rows of B", stream_us(nnz * nn * 4 / par, operand_gbs(dense_bytes, d)));
       t.add("indices", stream_us(nnz * 24 * (op == SparseOp::kSpmv ? 1 : (n + 63) / 64) / par,
@@ -236,7 +242,8 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
       double block_rows = std::ceil(rows / b);
       t.add("block gemms", fma_us(blocks * b * b * nn, kBsrEfficiency, d.threads, d));
       t.add("packing", stream_us(blocks * b * nn * 4 / d.threads, operand_gbs(dense_bytes, d)));
-      t.add("blocks", block_rows * static_cast<double>(col_tiles) * kBlockOverheadUs * 4 / d.threads);
+      t.add("blocks",
+            block_rows * static_cast<double>(col_tiles) * kBlockOverheadUs * 4 / d.threads);
       t.add("output", stream_us(out_bytes, d.bandwidth_gbs));
       break;
     }
@@ -268,14 +275,15 @@ Plan plan_operation(SparseOp op, const StructureStats& stats, const DeviceFigure
   }
   p.choice = p.candidates.front().choice;
   p.reason = "cheapest estimate";
-  if (!forced.ok()) p.reason += " (TESSEL_SPARSE_FORMAT ignored: " + forced.status().message() + ")";
+  if (!forced.ok())
+    p.reason += " (TESSEL_SPARSE_FORMAT ignored: " + forced.status().message() + ")";
   return p;
 }
 
 std::string Plan::explain() const {
-  std::string out = fmt::format("sparse {} plan: {} ({}), N = {}\n  matrix: {}\n  device: {}\n",
-                                op_name(op), choice_name(choice), reason, n, stats.describe(),
-                                device.describe());
+  std::string out =
+      fmt::format("sparse {} plan: {} ({}), N = {}\n  matrix: {}\n  device: {}\n", op_name(op),
+                  choice_name(choice), reason, n, stats.describe(), device.describe());
   for (const Candidate& c : candidates) {
     std::string measured = c.measured_us ? fmt::format(", measured {:.1f} us", *c.measured_us) : "";
     out += fmt::format("  {} {:<5} estimate {:9.1f} us{} = {}\n", c.choice == choice ? "*" : " ",

@@ -256,9 +256,9 @@ TEST(SparseFunctional, EveryChoiceMatchesDenseMatmulWithGradients) {
 
 TEST(SparseFunctional, BsrRefusesGradients) {
   SparseMatrix a = testing::random_matrix(8, 8, 0.5, 1, cpu_device());
-  Expected<Variable> y = spmm_as(SparseVariable::of(a, true),
-                                 Variable(testing::random_dense({8, 2}, 2, cpu_device())),
-                                 Choice::kBsr);
+  Expected<Variable> y =
+      spmm_as(SparseVariable::of(a, true), Variable(testing::random_dense({8, 2}, 2, cpu_device())),
+              Choice::kBsr);
   ASSERT_FALSE(y.ok());
   expect_contains(y.status().message(), "the bsr kernel is a forward spmm only");
 }

@@ -8,19 +8,32 @@ namespace tessel {
 
 const char* code_name(Code code) {
   switch (code) {
-    case Code::kOk: return "ok";
-    case Code::kInvalidArgument: return "invalid argument";
-    case Code::kNotFound: return "not found";
-    case Code::kAlreadyExists: return "already exists";
-    case Code::kOutOfRange: return "out of range";
-    case Code::kFailedPrecondition: return "failed precondition";
-    case Code::kResourceExhausted: return "resource exhausted";
-    case Code::kUnavailable: return "unavailable";
-    case Code::kDeadlineExceeded: return "deadline exceeded";
-    case Code::kAborted: return "aborted";
-    case Code::kIoError: return "i/o error";
-    case Code::kUnimplemented: return "unimplemented";
-    case Code::kInternal: return "internal error";
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalidArgument:
+      return "invalid argument";
+    case Code::kNotFound:
+      return "not found";
+    case Code::kAlreadyExists:
+      return "already exists";
+    case Code::kOutOfRange:
+      return "out of range";
+    case Code::kFailedPrecondition:
+      return "failed precondition";
+    case Code::kResourceExhausted:
+      return "resource exhausted";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kDeadlineExceeded:
+      return "deadline exceeded";
+    case Code::kAborted:
+      return "aborted";
+    case Code::kIoError:
+      return "i/o error";
+    case Code::kUnimplemented:
+      return "unimplemented";
+    case Code::kInternal:
+      return "internal error";
   }
   return "unknown";
 }

@@ -24,18 +24,18 @@ namespace tessel {
 
 enum class Code {
   kOk = 0,
-  kInvalidArgument,    // the caller passed something malformed (config, kernel, shape)
-  kNotFound,           // a file, key, device or symbol that is not there
+  kInvalidArgument,  // the caller passed something malformed (config, kernel, shape)
+  kNotFound,         // a file, key, device or symbol that is not there
   kAlreadyExists,
-  kOutOfRange,         // an index or size outside what is allowed
-  kFailedPrecondition, // the system is not in a state where the call makes sense
-  kResourceExhausted,  // out of memory, tile does not fit fast memory, ...
-  kUnavailable,        // a backend or device not present here (no OpenCL, no CUDA)
-  kDeadlineExceeded,   // a timeout, e.g. a peer rank that stopped answering
-  kAborted,            // the operation was cancelled, e.g. a communicator was aborted
-  kIoError,            // the operating system refused a read or write
-  kUnimplemented,      // a combination tessel does not support (yet); says which
-  kInternal,           // a bug reported as a value because the caller can still go on
+  kOutOfRange,          // an index or size outside what is allowed
+  kFailedPrecondition,  // the system is not in a state where the call makes sense
+  kResourceExhausted,   // out of memory, tile does not fit fast memory, ...
+  kUnavailable,         // a backend or device not present here (no OpenCL, no CUDA)
+  kDeadlineExceeded,    // a timeout, e.g. a peer rank that stopped answering
+  kAborted,             // the operation was cancelled, e.g. a communicator was aborted
+  kIoError,             // the operating system refused a read or write
+  kUnimplemented,       // a combination tessel does not support (yet); says which
+  kInternal,            // a bug reported as a value because the caller can still go on
 };
 
 const char* code_name(Code code);
@@ -65,12 +65,14 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status ok_status() { return Status(); }
+inline Status ok_status() {
+  return Status();
+}
 
-#define TESSEL_DEFINE_STATUS_MAKER(fn, code)                                  \
-  template <typename... Args>                                                 \
-  Status fn(fmt::format_string<Args...> f, Args&&... args) {                  \
-    return Status(Code::code, fmt::format(f, std::forward<Args>(args)...));   \
+#define TESSEL_DEFINE_STATUS_MAKER(fn, code)                                \
+  template <typename... Args>                                               \
+  Status fn(fmt::format_string<Args...> f, Args&&... args) {                \
+    return Status(Code::code, fmt::format(f, std::forward<Args>(args)...)); \
   }
 TESSEL_DEFINE_STATUS_MAKER(invalid_argument, kInvalidArgument)
 TESSEL_DEFINE_STATUS_MAKER(not_found, kNotFound)
@@ -89,7 +91,8 @@ TESSEL_DEFINE_STATUS_MAKER(internal_error, kInternal)
 // io_error with the text of errno appended: "open /x/y: No such file or directory".
 Status errno_error(const std::string& what);
 
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 
 // Thrown by Expected::value() (and * and ->) of a failed Expected: the caller used a value without
 // checking for the error. what() is "value() of a failed Expected: " + the Status.
@@ -108,7 +111,7 @@ class BadExpectedAccess : public std::logic_error {
 template <typename T>
 class [[nodiscard]] Expected {
  public:
-  Expected(T value) : state_(std::move(value)) {}  // NOLINT: implicit by design
+  Expected(T value) : state_(std::move(value)) {}        // NOLINT: implicit by design
   Expected(Status status) : state_(std::move(status)) {  // NOLINT: implicit by design
     if (std::get<Status>(state_).ok())
       check_failed(__FILE__, __LINE__, "!status.ok()", "Expected built from an ok Status");
@@ -137,18 +140,21 @@ class [[nodiscard]] Expected {
     // The message is built here rather than in the thrower: with this inlined shape (the one
     // value() had when it aborted instead) GCC 12 reports no false -Wrestrict in its callers.
     if (!ok())
-      throw_bad_expected_access(
-          std::get<Status>(state_),
-          "value() of a failed Expected: " + std::get<Status>(state_).to_string());
+      throw_bad_expected_access(std::get<Status>(state_), "value() of a failed Expected: " +
+                                                              std::get<Status>(state_).to_string());
     return std::get<T>(state_);
   }
   std::variant<T, Status> state_;
 };
 
 namespace detail {
-inline const Status& status_of(const Status& s) { return s; }
+inline const Status& status_of(const Status& s) {
+  return s;
+}
 template <typename T>
-const Status& status_of(const Expected<T>& e) { return e.status(); }
+const Status& status_of(const Expected<T>& e) {
+  return e.status();
+}
 }  // namespace detail
 
 }  // namespace tessel
@@ -157,11 +163,10 @@ const Status& status_of(const Expected<T>& e) { return e.status(); }
 #define TESSEL_CONCAT(a, b) TESSEL_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function if `expr` (a Status or an Expected) failed.
-#define TESSEL_TRY(expr)                                                            \
-  do {                                                                              \
-    auto&& tessel_try_result_ = (expr);                                             \
-    if (!tessel_try_result_.ok())                                                   \
-      return ::tessel::detail::status_of(tessel_try_result_);                       \
+#define TESSEL_TRY(expr)                                                                  \
+  do {                                                                                    \
+    auto&& tessel_try_result_ = (expr);                                                   \
+    if (!tessel_try_result_.ok()) return ::tessel::detail::status_of(tessel_try_result_); \
   } while (0)
 
 // TESSEL_ASSIGN_OR_RETURN(auto x, make_x()); declares x from a successful Expected.
@@ -173,14 +178,17 @@ const Status& status_of(const Expected<T>& e) { return e.status(); }
   lhs = std::move(tmp).value()
 
 // For bugs only: an invariant that tessel itself broke. Never for user input.
-#define TESSEL_CHECK(cond, ...)                                                      \
-  do {                                                                               \
-    if (!(cond)) ::tessel::check_failed(__FILE__, __LINE__, #cond,                   \
-                                        ::tessel::detail::check_message(__VA_ARGS__)); \
+#define TESSEL_CHECK(cond, ...)                                             \
+  do {                                                                      \
+    if (!(cond))                                                            \
+      ::tessel::check_failed(__FILE__, __LINE__, #cond,                     \
+                             ::tessel::detail::check_message(__VA_ARGS__)); \
   } while (0)
 
 namespace tessel::detail {
-inline std::string check_message() { return {}; }
+inline std::string check_message() {
+  return {};
+}
 template <typename... Args>
 std::string check_message(fmt::format_string<Args...> f, Args&&... args) {
   return fmt::format(f, std::forward<Args>(args)...);

@@ -47,9 +47,9 @@ const ErrorCase kCases[] = {
      "  }\n"
      "}\n",
      "e.tile:3:34: unknown name 'z'"},
-    {"UnknownDtype",
-     "kernel k(x: f33[N]) {\n  grid (N) as (b) { }\n}\n",
-     "e.tile:1:13: unknown dtype 'f33' (expected f32, f16, bf16, f64, i32, i64, ... or a dtype parameter)"},
+    {"UnknownDtype", "kernel k(x: f33[N]) {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:13: unknown dtype 'f33' (expected f32, f16, bf16, f64, i32, i64, ... or a dtype "
+     "parameter)"},
     {"MismatchedTypes",
      "kernel k<T: dtype = f16>(x: T[N], y: f32[N]) {\n"
      "  grid (N) as (b) {\n"
@@ -66,7 +66,8 @@ const ErrorCase kCases[] = {
      "    gemm(As, Bs, acc)\n"
      "  }\n"
      "}\n",
-     "e.tile:6:5: gemm shapes do not agree: 'As' is [16, 32] and 'Bs' is [16, 8]; the inner dimensions 32 and 16 differ"},
+     "e.tile:6:5: gemm shapes do not agree: 'As' is [16, 32] and 'Bs' is [16, 8]; the inner "
+     "dimensions 32 and 16 differ"},
     {"WrongArgumentCount",
      "kernel k(A: f32[M, K]) {\n"
      "  grid (1) as (b) {\n"
@@ -83,7 +84,8 @@ const ErrorCase kCases[] = {
      "    copy(A[0, 0], As)\n"
      "  }\n"
      "}\n",
-     "e.tile:4:5: tile 'acc' does not fit: the tiles of one block need 1.5 MiB (As 512 KiB, acc 1 MiB) but the cpu target has 1 MiB of fast memory per block"},
+     "e.tile:4:5: tile 'acc' does not fit: the tiles of one block need 1.5 MiB (As 512 KiB, acc 1 "
+     "MiB) but the cpu target has 1 MiB of fast memory per block"},
     {"UnknownParameterOverride",
      "kernel k<BM = 4>(x: f32[N]) {\n  grid (N) as (b) { }\n}\n",
      "e.tile:1:8: kernel 'k' has no parameter 'BX' (its parameters: BM)",
@@ -132,7 +134,8 @@ const ErrorCase kCases[] = {
      "    x[b] = 1.0\n"
      "  }\n"
      "}\n",
-     "e.tile:3:5: element assignment outside a parallel loop; wrap it in parallel (...) in ... { }"},
+     "e.tile:3:5: element assignment outside a parallel loop; wrap it in parallel (...) in ... { "
+     "}"},
     {"TileOpInsideParallel",
      "kernel k(x: f32[N]) {\n"
      "  grid (N) as (b) {\n"
@@ -147,7 +150,8 @@ const ErrorCase kCases[] = {
      "    copy(x[b], y[b])\n"
      "  }\n"
      "}\n",
-     "e.tile:3:5: copy needs a shared or fragment tile on at least one side; both 'x' and 'y' are global tensors"},
+     "e.tile:3:5: copy needs a shared or fragment tile on at least one side; both 'x' and 'y' are "
+     "global tensors"},
     {"GemmOnGlobal",
      "kernel k(A: f32[M, K]) {\n"
      "  grid (1) as (b) {\n"
@@ -156,7 +160,8 @@ const ErrorCase kCases[] = {
      "    gemm(A[0, 0], Bs, acc)\n"
      "  }\n"
      "}\n",
-     "e.tile:5:10: gemm operand 'A' is a global tensor; copy a tile of it into shared memory first"},
+     "e.tile:5:10: gemm operand 'A' is a global tensor; copy a tile of it into shared memory "
+     "first"},
     {"GemmAccumulatorNotF32Fragment",
      "kernel k(A: f32[M, K]) {\n"
      "  grid (1) as (b) {\n"
@@ -228,17 +233,13 @@ const ErrorCase kCases[] = {
      "  }\n"
      "}\n",
      "e.tile:5:5: copy between tiles of different shapes: 's'.T is [8, 4] and 't' is [4, 8]"},
-    {"MissingParenthesis",
-     "kernel k(x: f32[N] {\n  grid (N) as (b) { }\n}\n",
+    {"MissingParenthesis", "kernel k(x: f32[N] {\n  grid (N) as (b) { }\n}\n",
      "e.tile:1:20: expected ')' to close the argument list, found '{'"},
-    {"UnclosedBrace",
-     "kernel k(x: f32[N]) {\n  grid (N) as (b) {\n",
+    {"UnclosedBrace", "kernel k(x: f32[N]) {\n  grid (N) as (b) {\n",
      "e.tile:2:19: this '{' is never closed"},
-    {"GridNamesCount",
-     "kernel k(x: f32[M, N]) {\n  grid (M, N) as (b) { }\n}\n",
+    {"GridNamesCount", "kernel k(x: f32[M, N]) {\n  grid (M, N) as (b) { }\n}\n",
      "e.tile:2:3: grid has 2 dimensions but names 1 block index"},
-    {"StatementsOutsideGrid",
-     "kernel k(x: f32[N]) {\n  grid (N) as (b) { }\n  v = 1\n}\n",
+    {"StatementsOutsideGrid", "kernel k(x: f32[N]) {\n  grid (N) as (b) { }\n  v = 1\n}\n",
      "e.tile:3:3: statements after the grid; everything belongs inside it"},
     {"MathOnInteger",
      "kernel k(x: f32[N]) {\n"
@@ -268,11 +269,9 @@ const ErrorCase kCases[] = {
      "  }\n"
      "}\n",
      "e.tile:3:29: index 0 of 'x' must be an integer, got f32"},
-    {"UnexpectedCharacter",
-     "kernel k(x: f32[N]) {\n  grid (N) as (b) { @ }\n}\n",
+    {"UnexpectedCharacter", "kernel k(x: f32[N]) {\n  grid (N) as (b) { @ }\n}\n",
      "e.tile:2:21: unexpected character '@'"},
-    {"ReservedName",
-     "kernel k(_x: f32[N]) {\n  grid (N) as (b) { }\n}\n",
+    {"ReservedName", "kernel k(_x: f32[N]) {\n  grid (N) as (b) { }\n}\n",
      "e.tile:1:10: names starting with '_' are reserved for the compiler: '_x'"},
     {"NestedParallel",
      "kernel k(x: f32[N]) {\n"
@@ -280,7 +279,8 @@ const ErrorCase kCases[] = {
      "    parallel (i) in [2] { parallel (j) in [2] { } }\n"
      "  }\n"
      "}\n",
-     "e.tile:3:27: parallel loops do not nest; list every dimension in one: parallel (i, j) in ..."},
+     "e.tile:3:27: parallel loops do not nest; list every dimension in one: parallel (i, j) in "
+     "..."},
     {"RegisterFragmentTooLargeForGpu",
      "kernel k(C: f32[M, N]) {\n"
      "  grid (1) as (b) {\n"
@@ -289,7 +289,8 @@ const ErrorCase kCases[] = {
      "    copy(acc, C[0, 0])\n"
      "  }\n"
      "}\n",
-     "e.tile:3:5: fragment 'acc' [256, 256] needs 512 registers per thread (fragments so far: 512); the opencl target allows 128 with 128 threads per block; use smaller tiles",
+     "e.tile:3:5: fragment 'acc' [256, 256] needs 512 registers per thread (fragments so far: "
+     "512); the opencl target allows 128 with 128 threads per block; use smaller tiles",
      {},
      Target::opencl()},
     {"UnknownFunction",
@@ -309,8 +310,7 @@ const ErrorCase kCases[] = {
     {"TargetDefaultForUnknownParameter",
      "kernel k<BM = 4>(x: f32[N]) on gpu <BN = 2> {\n  grid (N) as (b) { }\n}\n",
      "e.tile:1:37: 'on gpu' sets 'BN', which is not a parameter"},
-    {"UnknownTarget",
-     "kernel k<BM = 4>(x: f32[N]) on tpu <BM = 2> {\n  grid (N) as (b) { }\n}\n",
+    {"UnknownTarget", "kernel k<BM = 4>(x: f32[N]) on tpu <BM = 2> {\n  grid (N) as (b) { }\n}\n",
      "e.tile:1:32: unknown target 'tpu' (expected cpu, gpu, opencl or cuda)"},
     {"BlockThreadsNotPositive",
      "kernel k<R = 2>(x: f32[N]) {\n"
@@ -444,7 +444,8 @@ const ErrorCase kCases[] = {
 // first construct past the limit, instead of overflowing the stack.
 std::string repeat(const std::string& s, int n) {
   std::string out;
-  for (int i = 0; i < n; ++i) out += s;
+  for (int i = 0; i < n; ++i)
+    out += s;
   return out;
 }
 
@@ -452,11 +453,15 @@ TEST(TileErrors, DeepNestingAndLongExpressionsGetLocatedErrors) {
   const std::string head = "kernel k(x: f32[N]) {\n  grid (N) as (b) {\n";
   const std::string tail = "\n  }\n}\n";
   // 10,700 parentheses: with the grid and the statement, the 99th (column 9 + 98) is level 101.
-  EXPECT_EQ(first_error({"", (head + "    v = " + repeat("(", 10700) + "1" + repeat(")", 10700) + tail).c_str(), ""}),
-            "e.tile:3:107: nested more than 100 levels deep; split the expression or the block");
+  EXPECT_EQ(
+      first_error(
+          {"", (head + "    v = " + repeat("(", 10700) + "1" + repeat(")", 10700) + tail).c_str(),
+           ""}),
+      "e.tile:3:107: nested more than 100 levels deep; split the expression or the block");
   // 4,850 nested ifs, one per line from line 3: the condition of the 99th is level 101.
   std::string ifs = head;
-  for (int i = 0; i < 4850; ++i) ifs += "    if b > 0 {\n";
+  for (int i = 0; i < 4850; ++i)
+    ifs += "    if b > 0 {\n";
   ifs += repeat("}", 4850) + tail;
   EXPECT_EQ(first_error({"", ifs.c_str(), ""}),
             "e.tile:101:8: nested more than 100 levels deep; split the expression or the block");
@@ -465,9 +470,11 @@ TEST(TileErrors, DeepNestingAndLongExpressionsGetLocatedErrors) {
   EXPECT_EQ(first_error({"", chain.c_str(), ""}).rfind("e.tile:3:", 0), 0u);
   // A flat sum of 18,400 terms: the 1001st '+' (" + 1" each, after "v = 1") is refused.
   std::string sum = head + "    v = 1" + repeat(" + 1", 18400) + tail;
-  EXPECT_EQ(first_error({"", sum.c_str(), ""}),
-            fmt::format("e.tile:3:{}: more than 1000 operators in one statement; split it with named values",
-                        10 + 4 * 1000 + 1));
+  EXPECT_EQ(
+      first_error({"", sum.c_str(), ""}),
+      fmt::format(
+          "e.tile:3:{}: more than 1000 operators in one statement; split it with named values",
+          10 + 4 * 1000 + 1));
   // Unary minus chains nest like parentheses.
   std::string minus = head + "    v = " + repeat("-", 20000) + "1" + tail;
   EXPECT_EQ(first_error({"", minus.c_str(), ""}).rfind("e.tile:3:", 0), 0u);
@@ -475,7 +482,8 @@ TEST(TileErrors, DeepNestingAndLongExpressionsGetLocatedErrors) {
 
 // Just inside the limits (90 parentheses, 901 operators) a kernel still compiles.
 TEST(TileErrors, NestingUpToTheLimitStillCompiles) {
-  const std::string head = "kernel k(x: f32[N]) {\n  grid (N) as (b) {\n    parallel (i) in [1] {\n";
+  const std::string head =
+      "kernel k(x: f32[N]) {\n  grid (N) as (b) {\n    parallel (i) in [1] {\n";
   const std::string tail = "\n    }\n  }\n}\n";
   std::string src = head + "      x[b] = f32(" + repeat("(", 90) + "b" + repeat(")", 90) + " + " +
                     "1" + repeat(" + 1", 900) + ")" + tail;
@@ -484,12 +492,16 @@ TEST(TileErrors, NestingUpToTheLimitStillCompiles) {
 
 class TileErrors : public ::testing::TestWithParam<ErrorCase> {};
 
-TEST_P(TileErrors, ReportsLocationAndMessage) { EXPECT_EQ(first_error(GetParam()), GetParam().expected); }
+TEST_P(TileErrors, ReportsLocationAndMessage) {
+  EXPECT_EQ(first_error(GetParam()), GetParam().expected);
+}
 
 INSTANTIATE_TEST_SUITE_P(All, TileErrors, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(info.param.name); });
 
-TEST(TileErrors, ThereAreAtLeastTwentyCases) { EXPECT_GE(std::size(kCases), 20u); }
+TEST(TileErrors, ThereAreAtLeastTwentyCases) {
+  EXPECT_GE(std::size(kCases), 20u);
+}
 
 // Random edits of the real kernels (insert, delete or replace text with pieces of the language):
 // each result either compiles for every target, or fails with a user error that starts with
@@ -497,17 +509,62 @@ TEST(TileErrors, ThereAreAtLeastTwentyCases) { EXPECT_GE(std::size(kCases), 20u)
 TEST(TileErrors, MutatedKernelsGetLocatedErrorsNeverCrashes) {
   const char* dir = std::getenv("TESSEL_SOURCE_DIR");
   std::vector<std::string> sources;
-  for (const auto& e : std::filesystem::directory_iterator(std::string(dir ? dir : ".") + "/kernels")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(std::string(dir ? dir : ".") + "/kernels")) {
     std::ifstream f(e.path());
     std::stringstream ss;
     ss << f.rdbuf();
     sources.push_back(ss.str());
   }
   ASSERT_FALSE(sources.empty());
-  const char* pieces[] = {"(", ")", "[", "]", "{", "}", ",", "=", "+", "-", "*", "/", "<", ">", ".T", "0",
-                          "-1", "0.5", "inf", "i", "k", "M", "BM", "acc", "As", "T", "f32", "bf16", "i32",
-                          "copy", "gemm", "fill", "reduce", "parallel", "for", "if", "else", "grid", "shared",
-                          "fragment", "select", "exp", "axis=", "pad=", " ", "\n", "on gpu <BM = 0>", "_x"};
+  const char* pieces[] = {"(",
+                          ")",
+                          "[",
+                          "]",
+                          "{",
+                          "}",
+                          ",",
+                          "=",
+                          "+",
+                          "-",
+                          "*",
+                          "/",
+                          "<",
+                          ">",
+                          ".T",
+                          "0",
+                          "-1",
+                          "0.5",
+                          "inf",
+                          "i",
+                          "k",
+                          "M",
+                          "BM",
+                          "acc",
+                          "As",
+                          "T",
+                          "f32",
+                          "bf16",
+                          "i32",
+                          "copy",
+                          "gemm",
+                          "fill",
+                          "reduce",
+                          "parallel",
+                          "for",
+                          "if",
+                          "else",
+                          "grid",
+                          "shared",
+                          "fragment",
+                          "select",
+                          "exp",
+                          "axis=",
+                          "pad=",
+                          " ",
+                          "\n",
+                          "on gpu <BM = 0>",
+                          "_x"};
   std::mt19937 rng(2024);
   int compiled = 0, located = 0;
   for (int it = 0; it < 400; ++it) {
@@ -516,9 +573,14 @@ TEST(TileErrors, MutatedKernelsGetLocatedErrorsNeverCrashes) {
       size_t pos = rng() % (s.size() + 1);
       std::string piece = pieces[rng() % std::size(pieces)];
       switch (rng() % 3) {
-        case 0: s.insert(pos, piece); break;
-        case 1: s.erase(pos, 1 + rng() % 6); break;
-        default: s.replace(pos, 1 + rng() % 4, piece);
+        case 0:
+          s.insert(pos, piece);
+          break;
+        case 1:
+          s.erase(pos, 1 + rng() % 6);
+          break;
+        default:
+          s.replace(pos, 1 + rng() % 4, piece);
       }
     }
     auto expect_located = [&](const Status& st) {

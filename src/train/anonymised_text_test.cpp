@@ -14,8 +14,8 @@ namespace tessel::train {
 namespace {
 
 TEST(AnonymisedText, TrainsOnPseudonymsOnly) {
-  const auto folder = std::filesystem::temp_directory_path() /
-                      fmt::format("tessel_anonymised_text_{}", getpid());
+  const auto folder =
+      std::filesystem::temp_directory_path() / fmt::format("tessel_anonymised_text_{}", getpid());
   std::filesystem::create_directories(folder);
   std::string raw;
   for (int i = 0; i < 200; ++i)
@@ -29,8 +29,7 @@ TEST(AnonymisedText, TrainsOnPseudonymsOnly) {
   const std::string table = fmt::format(
       "name = \"text\"\npath = \"{}\"\nblock_size = 8\nanonymise_key_file = \"{}\"\n"
       "anonymise_names = \"{}\"\n",
-      (folder / "text.txt").string(), (folder / "k.key").string(),
-      (folder / "names.txt").string());
+      (folder / "text.txt").string(), (folder / "k.key").string(), (folder / "names.txt").string());
   Expected<DataConfig> config = parse_data_config(Config::parse(table, "t.toml").value());
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   Expected<std::unique_ptr<DataSource>> source = DataSource::open(*config, 1, "t.toml");

@@ -33,8 +33,12 @@ class ImageFolderSource : public DataSource {
  public:
   ImageFolderSource(const DataConfig& config, uint64_t seed, ImageDataset train, ImageDataset test,
                     float mean, float std)
-      : config_(config), seed_(seed), train_(std::move(train)), test_(std::move(test)),
-        mean_(mean), std_(std) {}
+      : config_(config),
+        seed_(seed),
+        train_(std::move(train)),
+        test_(std::move(test)),
+        mean_(mean),
+        std_(std) {}
 
   DataTask task() const override { return DataTask::kClassification; }
   Shape example_shape() const override {
@@ -94,9 +98,9 @@ Expected<std::unique_ptr<DataSource>> open_image_folder(const DataConfig& c, uin
   Expected<ImageDataset> test = load_mnist(c.path, "test");
   if (!test.ok()) return test.status().with_context("{}: [data]", source);
   const bool fashion = c.name == "fashion_mnist";
-  auto data = std::make_unique<ImageFolderSource>(
-      c, seed, std::move(*train), std::move(*test), fashion ? kFashionMnistMean : kMnistMean,
-      fashion ? kFashionMnistStd : kMnistStd);
+  auto data = std::make_unique<ImageFolderSource>(c, seed, std::move(*train), std::move(*test),
+                                                  fashion ? kFashionMnistMean : kMnistMean,
+                                                  fashion ? kFashionMnistStd : kMnistStd);
   Status ok = data->check();
   if (!ok.ok()) return ok.with_context("{}: [data]", source);
   return std::unique_ptr<DataSource>(std::move(data));
@@ -126,8 +130,8 @@ Expected<std::unique_ptr<DataSource>> open_synthetic(const DataConfig& c, uint64
                                                      const std::string& source) {
   if (c.samples < c.batch_size)
     return invalid_argument(
-        "{}: key 'data.samples': {} samples make no full batch of batch_size {}", source,
-        c.samples, c.batch_size);
+        "{}: key 'data.samples': {} samples make no full batch of batch_size {}", source, c.samples,
+        c.batch_size);
   TESSEL_ASSIGN_OR_RETURN(ImageDataset train, random_images(c.shape, c.samples, c.classes,
                                                             Pcg32(seed, kSyntheticTrainStream)));
   TESSEL_ASSIGN_OR_RETURN(ImageDataset test, random_images(c.shape, c.eval_samples, c.classes,
@@ -154,9 +158,9 @@ class TextSource : public DataSource {
   const CharDataset* text() const override { return &text_; }
 
   Expected<std::unique_ptr<BatchSource>> train_batches() override {
-    TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<TextBatches> b,
-                            TextBatches::make(text_, "train", config_.batch_size,
-                                              config_.block_size, 0));
+    TESSEL_ASSIGN_OR_RETURN(
+        std::unique_ptr<TextBatches> b,
+        TextBatches::make(text_, "train", config_.batch_size, config_.block_size, 0));
     // The generator of the run's seed on a stream of its own (TextBatches' seed is a stream-0
     // seed; the position holds the whole state, so restoring it is all it takes).
     TESSEL_TRY(b->restore({0, 0, Pcg32(seed_, kTextTrainStream)}));
@@ -164,9 +168,9 @@ class TextSource : public DataSource {
   }
   int64_t batches_per_epoch() const override { return 0; }
   Expected<std::unique_ptr<BatchSource>> eval_batches() override {
-    TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<TextBatches> b,
-                            TextBatches::make(text_, "val", config_.eval_batch_size,
-                                              config_.block_size, 0));
+    TESSEL_ASSIGN_OR_RETURN(
+        std::unique_ptr<TextBatches> b,
+        TextBatches::make(text_, "val", config_.eval_batch_size, config_.block_size, 0));
     TESSEL_TRY(b->restore({0, 0, Pcg32(seed_, kTextEvalStream)}));
     return std::unique_ptr<BatchSource>(std::move(b));
   }
@@ -180,7 +184,8 @@ class TextSource : public DataSource {
 
 // The text file with its personal data replaced by pseudonyms, in memory only.
 Expected<CharDataset> anonymised_text(const DataConfig& c) {
-  TESSEL_ASSIGN_OR_RETURN(secure::SecretKey key, secure::SecretKey::from_file(c.anonymise_key_file));
+  TESSEL_ASSIGN_OR_RETURN(secure::SecretKey key,
+                          secure::SecretKey::from_file(c.anonymise_key_file));
   secure::AnonymiseOptions options;
   if (!c.anonymise_names.empty()) {
     TESSEL_ASSIGN_OR_RETURN(options.names, secure::read_name_list(c.anonymise_names));
@@ -258,9 +263,8 @@ Expected<DataConfig> parse_data_config(const Config& t) {
   } else {  // synthetic
     TESSEL_TRY(keys({"shape", "classes", "samples", "eval_samples"}));
     TESSEL_ASSIGN_OR_RETURN(d.shape, t.get<std::vector<int64_t>>("shape"));
-    if (d.shape.empty() || std::any_of(d.shape.begin(), d.shape.end(), [](int64_t n) {
-          return n < 1;
-        }))
+    if (d.shape.empty() ||
+        std::any_of(d.shape.begin(), d.shape.end(), [](int64_t n) { return n < 1; }))
       return invalid_argument("{}: key '{}': expected a list of sizes >= 1, e.g. [3, 32, 32]",
                               t.source(), full_key(t, "shape"));
     TESSEL_ASSIGN_OR_RETURN(d.classes, get_at_least<int64_t>(t, "classes", d.classes, 2));

@@ -80,8 +80,13 @@ TEST(DataConfig, ReadsEachKindsKeysAndNamesTheWrongOnes) {
 TEST(TextSource, WindowsComeFromTheirSplitAndTargetsAreTheNextBytes) {
   const std::string bytes = sample_text();
   TextFile file(bytes);
-  DataConfig c{.name = "text", .batch_size = 4, .eval_batch_size = 3, .path = file.path(),
-               .block_size = 16, .val_fraction = 0.1, .eval_batches = 2};
+  DataConfig c{.name = "text",
+               .batch_size = 4,
+               .eval_batch_size = 3,
+               .path = file.path(),
+               .block_size = 16,
+               .val_fraction = 0.1,
+               .eval_batches = 2};
   auto source = DataSource::open(c, /*seed=*/5, "run.toml").value();
   EXPECT_EQ(source->task(), DataTask::kLanguageModel);
   EXPECT_EQ(source->example_shape(), (Shape{16}));
@@ -150,8 +155,13 @@ TEST(TextSource, ASplitShorterThanAWindowIsAnError) {
 }
 
 TEST(SyntheticSource, SeededImagesOfTheShapeWithLabelsInRange) {
-  DataConfig c{.name = "synthetic", .batch_size = 8, .eval_batch_size = 5, .shape = {3, 4, 5},
-               .classes = 7, .samples = 64, .eval_samples = 10};
+  DataConfig c{.name = "synthetic",
+               .batch_size = 8,
+               .eval_batch_size = 5,
+               .shape = {3, 4, 5},
+               .classes = 7,
+               .samples = 64,
+               .eval_samples = 10};
   auto a = DataSource::open(c, 1, "run.toml").value();
   auto b = DataSource::open(c, 1, "run.toml").value();
   auto other = DataSource::open(c, 2, "run.toml").value();

@@ -55,8 +55,8 @@ Status check_shared_settings(dist::ProcessGroup& group, const Settings& settings
     const std::string v = fit_slot(settings[i].second);
     std::memcpy(&mine[i * kSlot], v.data(), v.size());
   }
-  TESSEL_ASSIGN_OR_RETURN(dist::Work work,
-                          group.all_gather(mine.data(), all.data(), mine.size(), dist::DataType::kUint8));
+  TESSEL_ASSIGN_OR_RETURN(dist::Work work, group.all_gather(mine.data(), all.data(), mine.size(),
+                                                            dist::DataType::kUint8));
   Status gathered = work.wait();
   if (!gathered.ok()) return gathered.with_context("{}: comparing the ranks' settings", source);
   auto value = [&](int rank, size_t i) {
@@ -66,13 +66,14 @@ Status check_shared_settings(dist::ProcessGroup& group, const Settings& settings
   std::string differences;
   for (size_t i = 0; i < n; ++i) {
     bool same = true;
-    for (int r = 1; r < ranks; ++r) same &= value(r, i) == value(0, i);
+    for (int r = 1; r < ranks; ++r)
+      same &= value(r, i) == value(0, i);
     if (same) continue;
     std::string each;
     for (int r = 0; r < ranks; ++r)
       each += fmt::format("{}rank {}: {}", each.empty() ? "" : "; ", r, value(r, i));
-    differences += fmt::format("{}'{}': {}", differences.empty() ? "" : ", and in ",
-                               settings[i].first, each);
+    differences +=
+        fmt::format("{}'{}': {}", differences.empty() ? "" : ", and in ", settings[i].first, each);
   }
   if (differences.empty()) return ok_status();
   return invalid_argument("{}: the ranks of this job differ in {}", source, differences);

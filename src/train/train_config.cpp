@@ -58,14 +58,15 @@ Status parse_schedule(const Config& cfg, double lr, optim::Schedule& out) {
   if (out.min_lr > lr)
     return invalid_argument("{}: key 'schedule.min_lr': must be <= the optimizer's lr ({}), got {}",
                             t.source(), lr, out.min_lr);
-  const bool warmup =
-      out.kind == optim::ScheduleKind::kWarmupConstant || out.kind == optim::ScheduleKind::kWarmupCosine;
+  const bool warmup = out.kind == optim::ScheduleKind::kWarmupConstant ||
+                      out.kind == optim::ScheduleKind::kWarmupCosine;
   if (!warmup && t.has("warmup_steps"))
-    return invalid_argument("{}: key 'schedule.warmup_steps' needs name = 'warmup_constant' or "
-                            "'warmup_cosine', not '{}'",
-                            t.source(), name);
-  TESSEL_ASSIGN_OR_RETURN(out.warmup_steps,
-                          get_at_least<int64_t>(t, "warmup_steps", warmup ? 100 : 0, warmup ? 1 : 0));
+    return invalid_argument(
+        "{}: key 'schedule.warmup_steps' needs name = 'warmup_constant' or "
+        "'warmup_cosine', not '{}'",
+        t.source(), name);
+  TESSEL_ASSIGN_OR_RETURN(
+      out.warmup_steps, get_at_least<int64_t>(t, "warmup_steps", warmup ? 100 : 0, warmup ? 1 : 0));
   return ok_status();
 }
 
@@ -82,7 +83,8 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
     return invalid_argument("{}: key 'distributed.zero_stage': must be 0 (DDP), 1, 2 or 3, got {}",
                             t.source(), stage);
   d.zero_stage = int(stage);
-  TESSEL_ASSIGN_OR_RETURN(d.bucket_cap_mb, get_at_least(t, "bucket_cap_mb", d.bucket_cap_mb, 0.001));
+  TESSEL_ASSIGN_OR_RETURN(d.bucket_cap_mb,
+                          get_at_least(t, "bucket_cap_mb", d.bucket_cap_mb, 0.001));
   TESSEL_ASSIGN_OR_RETURN(d.first_bucket_mb,
                           get_at_least(t, "first_bucket_mb", d.first_bucket_mb, 0.001));
   TESSEL_ASSIGN_OR_RETURN(d.overlap, t.get_or<bool>("overlap", d.overlap));
@@ -145,8 +147,8 @@ Status parse_privacy(const Config& cfg, TrainConfig& out) {
   p.enabled = cfg.has("privacy");
   if (!p.enabled) return ok_status();
   TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("privacy"));
-  TESSEL_TRY(t.check_keys(
-      {"noise_multiplier", "max_grad_norm", "delta", "target_epsilon", "seed"}));
+  TESSEL_TRY(
+      t.check_keys({"noise_multiplier", "max_grad_norm", "delta", "target_epsilon", "seed"}));
   TESSEL_ASSIGN_OR_RETURN(p.noise_multiplier, t.get<double>("noise_multiplier"));
   if (!(p.noise_multiplier > 0))
     return invalid_argument("{}: key 'privacy.noise_multiplier': must be > 0, got {}", t.source(),
@@ -161,14 +163,14 @@ Status parse_privacy(const Config& cfg, TrainConfig& out) {
                             p.delta);
   TESSEL_ASSIGN_OR_RETURN(p.target_epsilon, get_at_least(t, "target_epsilon", 0.0, 0.0));
   TESSEL_ASSIGN_OR_RETURN(p.seed, get_at_least<int64_t>(t, "seed", -1, -1));
-  const char* conflict = cfg.has("distributed") ? "[distributed]"
-                         : out.precision != "fp32" ? "train.precision other than fp32"
+  const char* conflict = cfg.has("distributed")      ? "[distributed]"
+                         : out.precision != "fp32"   ? "train.precision other than fp32"
                          : out.grad_accum_steps != 1 ? "train.grad_accum_steps > 1"
-                         : out.clip_grad_norm > 0 ? "train.clip_grad_norm (DP-SGD clips each example)"
+                         : out.clip_grad_norm > 0
+                             ? "train.clip_grad_norm (DP-SGD clips each example)"
                          : out.data.name == "text" ? "text data (no epochs to sample from)"
                                                    : nullptr;
-  if (conflict)
-    return invalid_argument("{}: [privacy] does not go with {}", t.source(), conflict);
+  if (conflict) return invalid_argument("{}: [privacy] does not go with {}", t.source(), conflict);
   return ok_status();
 }
 
@@ -177,17 +179,18 @@ Status parse_federated(const Config& cfg, TrainConfig& out) {
   f.enabled = cfg.has("federated");
   if (!f.enabled) return ok_status();
   TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("federated"));
-  TESSEL_TRY(t.check_keys(
-      {"local_steps", "secure", "key_file", "key_env", "modulus_bits", "backend"}));
+  TESSEL_TRY(
+      t.check_keys({"local_steps", "secure", "key_file", "key_env", "modulus_bits", "backend"}));
   TESSEL_ASSIGN_OR_RETURN(f.local_steps, get_at_least<int64_t>(t, "local_steps", 50, 1));
   TESSEL_ASSIGN_OR_RETURN(f.secure, t.get_or<bool>("secure", true));
   TESSEL_ASSIGN_OR_RETURN(f.key_file, t.get_or<std::string>("key_file", ""));
   TESSEL_ASSIGN_OR_RETURN(f.key_env, t.get_or<std::string>("key_env", ""));
   TESSEL_ASSIGN_OR_RETURN(f.modulus_bits, get_at_least<int64_t>(t, "modulus_bits", 2048, 2048));
   if (f.modulus_bits % 64 != 0 || f.modulus_bits > 8192)
-    return invalid_argument("{}: key 'federated.modulus_bits': a multiple of 64 in [2048, 8192], "
-                            "got {}",
-                            t.source(), f.modulus_bits);
+    return invalid_argument(
+        "{}: key 'federated.modulus_bits': a multiple of 64 in [2048, 8192], "
+        "got {}",
+        t.source(), f.modulus_bits);
   TESSEL_ASSIGN_OR_RETURN(f.backend, get_choice(t, "backend", {"shm", "mpi"}, "shm"));
   if (f.secure && f.key_file.empty() == f.key_env.empty())
     return invalid_argument(
@@ -195,9 +198,10 @@ Status parse_federated(const Config& cfg, TrainConfig& out) {
         "'federated.key_env' (the owners' shared secret)",
         t.source());
   if (out.steps == 0 || out.steps % f.local_steps != 0)
-    return invalid_argument("{}: [federated] needs 'train.steps', a multiple of "
-                            "'federated.local_steps' ({})",
-                            t.source(), f.local_steps);
+    return invalid_argument(
+        "{}: [federated] needs 'train.steps', a multiple of "
+        "'federated.local_steps' ({})",
+        t.source(), f.local_steps);
   if (cfg.has("distributed"))
     return invalid_argument("{}: [federated] and [distributed] do not go together", t.source());
   return ok_status();
@@ -212,9 +216,9 @@ Expected<ops::TargetChoice> resolve_train_target(const TrainConfig& config) {
 Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TrainConfig out;
   out.source = cfg.source();
-  TESSEL_TRY(cfg.check_keys({"seed", "device", "target", "model", "data", "optimizer",
-                             "schedule", "train", "sample", "distributed", "checkpoint",
-                             "federated", "privacy"}));
+  TESSEL_TRY(
+      cfg.check_keys({"seed", "device", "target", "model", "data", "optimizer", "schedule", "train",
+                      "sample", "distributed", "checkpoint", "federated", "privacy"}));
   TESSEL_ASSIGN_OR_RETURN(int64_t seed, get_at_least<int64_t>(cfg, "seed", 0, 0));
   out.seed = static_cast<uint64_t>(seed);
   TESSEL_ASSIGN_OR_RETURN(out.target, ops::parse_target_setting(cfg));
@@ -240,9 +244,10 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
     return invalid_argument("{}: [train] needs exactly one of 'train.steps' and 'train.epochs'",
                             out.source);
   if (out.epochs > 0 && out.data.name == "text")
-    return invalid_argument("{}: key 'train.epochs': text data is drawn as random windows and has "
-                            "no epochs; use 'train.steps'",
-                            out.source);
+    return invalid_argument(
+        "{}: key 'train.epochs': text data is drawn as random windows and has "
+        "no epochs; use 'train.steps'",
+        out.source);
   TESSEL_ASSIGN_OR_RETURN(out.clip_grad_norm, get_at_least(t, "clip_grad_norm", 0.0, 0.0));
   TESSEL_ASSIGN_OR_RETURN(out.log_interval, get_at_least<int64_t>(t, "log_interval", 50, 1));
   TESSEL_ASSIGN_OR_RETURN(out.eval_interval, get_at_least<int64_t>(t, "eval_interval", 0, 0));
@@ -250,8 +255,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
                           get_at_least<int64_t>(t, "checkpoint_interval", 0, 0));
   TESSEL_ASSIGN_OR_RETURN(out.checkpoint_path, t.get_or<std::string>("checkpoint_path", ""));
   TESSEL_ASSIGN_OR_RETURN(out.metrics_path, t.get_or<std::string>("metrics_path", ""));
-  TESSEL_ASSIGN_OR_RETURN(out.grad_accum_steps,
-                          get_at_least<int64_t>(t, "grad_accum_steps", 1, 1));
+  TESSEL_ASSIGN_OR_RETURN(out.grad_accum_steps, get_at_least<int64_t>(t, "grad_accum_steps", 1, 1));
   TESSEL_ASSIGN_OR_RETURN(out.precision,
                           get_choice(t, "precision", {"fp32", "bf16", "fp16"}, "fp32"));
   TESSEL_TRY(parse_sample(cfg, out));

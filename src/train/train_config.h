@@ -52,8 +52,8 @@
 #include "ops/target_config.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "train/data_source.h"
 #include "support/config.h"
+#include "train/data_source.h"
 
 namespace tessel::train {
 
@@ -89,8 +89,8 @@ struct DistributedConfig {
 struct FederatedConfig {
   bool enabled = false;
   int64_t local_steps = 50;
-  bool secure = true;         // Paillier aggregation; false: the plaintext baseline
-  std::string key_file;       // the owners' shared secret (secure only): one of these two
+  bool secure = true;    // Paillier aggregation; false: the plaintext baseline
+  std::string key_file;  // the owners' shared secret (secure only): one of these two
   std::string key_env;
   int64_t modulus_bits = 2048;
   std::string backend = "shm";
@@ -102,8 +102,8 @@ struct PrivacyConfig {
   double noise_multiplier = 1.0;  // sigma: required
   double max_grad_norm = 1.0;     // C, each example's clipping norm
   double delta = 1e-5;
-  double target_epsilon = 0.0;    // stop before a step would pass it; 0: no budget
-  int64_t seed = -1;              // the noise's seed; -1: fresh randomness (not replayable)
+  double target_epsilon = 0.0;  // stop before a step would pass it; 0: no budget
+  int64_t seed = -1;            // the noise's seed; -1: fresh randomness (not replayable)
 };
 
 // The [checkpoint] table: how checkpoints are protected (the path is [train] checkpoint_path).
@@ -116,14 +116,14 @@ struct CheckpointConfig {
 struct TrainConfig {
   std::string source;  // the file, for messages
   uint64_t seed = 0;
-  ops::TargetSetting target;  // [target]: the device and the compiler's options for it
+  ops::TargetSetting target;    // [target]: the device and the compiler's options for it
   std::optional<Config> model;  // the [model] table, read by the model's factory
   DataConfig data;
   SampleConfig sample;
   OptimizerConfig optimizer;
   // total_steps is filled in by the trainer once the run's length is known.
   optim::Schedule schedule;
-  int64_t steps = 0;   // exactly one of steps and epochs is > 0
+  int64_t steps = 0;  // exactly one of steps and epochs is > 0
   int64_t epochs = 0;
   double clip_grad_norm = 0.0;
   int64_t log_interval = 50;

@@ -46,7 +46,8 @@ std::vector<std::vector<double>> run_ranks(int n, const TrainConfig& c, int64_t 
   std::vector<std::thread> threads;
   for (int r = 0; r < n; ++r)
     threads.emplace_back([&, r] {
-      auto trainer = Trainer::create(c, {.progress = nullptr, .process_group = groups[size_t(r)].get()});
+      auto trainer =
+          Trainer::create(c, {.progress = nullptr, .process_group = groups[size_t(r)].get()});
       ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
       if (!resume_from.empty()) {
         Status s = (*trainer)->resume(resume_from);
@@ -94,15 +95,15 @@ TEST(TrainerDistributed, ClippingByTheGlobalNormEqualsOneProcessUnderEveryZeroSt
   EXPECT_GT(std::abs(want.back() - unclipped.back()), 1e-3) << "the threshold clipped nothing";
   for (int stage = 0; stage <= 3; ++stage) {
     auto losses = run_ranks(
-        2, config(8, clip, fmt::format("[distributed]\nzero_stage = {}\nbucket_cap_mb = 0.01\n",
-                                       stage)));
+        2, config(8, clip,
+                  fmt::format("[distributed]\nzero_stage = {}\nbucket_cap_mb = 0.01\n", stage)));
     expect_same(losses[0], want, fmt::format("stage {} rank 0", stage));
     expect_same(losses[1], want, fmt::format("stage {} rank 1", stage));
   }
 }
 
-// ZeRO 1/2/3 checkpoints: the ranks gather the sharded parameters (stage 3) and optimizer state into
-// the file a single-process run writes, and resuming scatters it back. A run cut after 5 steps
+// ZeRO 1/2/3 checkpoints: the ranks gather the sharded parameters (stage 3) and optimizer state
+// into the file a single-process run writes, and resuming scatters it back. A run cut after 5 steps
 // and resumed continues the uninterrupted run's losses, on 2 ranks and in one process alike.
 TEST(TrainerDistributed, AZeroCheckpointResumesOnRanksAndInOneProcess) {
   for (int stage : {1, 2, 3}) {
@@ -141,19 +142,24 @@ TEST(TrainerDistributed, RanksThatDifferInBatchSizeOrModelFailAtStartNamingTheSe
   TrainConfig wide = config(8, "", dist);
   wide.model = Config::parse("name = \"mlp\"\nhidden = [64]", "ddp.toml").value();
   const std::pair<TrainConfig, std::string> cases[] = {
-      {config(16, "", dist), "ddp.toml: the ranks of this job differ in 'data.batch_size': rank 0: 8; rank 1: 16"},
-      {wide, "ddp.toml: the ranks of this job differ in 'model': rank 0: mlp: 25450 parameters in 4 tensors"}};
+      {config(16, "", dist),
+       "ddp.toml: the ranks of this job differ in 'data.batch_size': rank 0: 8; rank 1: 16"},
+      {wide,
+       "ddp.toml: the ranks of this job differ in 'model': rank 0: mlp: 25450 parameters in 4 "
+       "tensors"}};
   for (const auto& [other, want] : cases) {
     auto groups = dist::ProcessGroup::in_process(2).value();
     std::vector<std::string> errors(2);
     std::vector<std::thread> threads;
     for (int r = 0; r < 2; ++r)
       threads.emplace_back([&, r] {
-        auto trainer = Trainer::create(r == 0 ? config(8, "", dist) : other,
-                                       {.progress = nullptr, .process_group = groups[size_t(r)].get()});
+        auto trainer =
+            Trainer::create(r == 0 ? config(8, "", dist) : other,
+                            {.progress = nullptr, .process_group = groups[size_t(r)].get()});
         errors[size_t(r)] = trainer.ok() ? "" : trainer.status().message();
       });
-    for (auto& t : threads) t.join();
+    for (auto& t : threads)
+      t.join();
     for (int r = 0; r < 2; ++r)
       EXPECT_EQ(errors[size_t(r)].rfind(want, 0), 0u) << "rank " << r << ": " << errors[size_t(r)];
   }
@@ -161,9 +167,10 @@ TEST(TrainerDistributed, RanksThatDifferInBatchSizeOrModelFailAtStartNamingTheSe
 
 TEST(TrainerDistributed, ConfigRejectsAnUnknownBackend) {
   auto bad = parse_train_config(
-      Config::parse("[model]\nname = \"mlp\"\n[data]\nname = \"fashion_mnist\"\n[train]\nsteps = 1\n"
-                    "[distributed]\nbackend = \"tcp\"\n",
-                    "b.toml")
+      Config::parse(
+          "[model]\nname = \"mlp\"\n[data]\nname = \"fashion_mnist\"\n[train]\nsteps = 1\n"
+          "[distributed]\nbackend = \"tcp\"\n",
+          "b.toml")
           .value());
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("allowed: shm, mpi, nccl"), std::string::npos)

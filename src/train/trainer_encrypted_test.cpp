@@ -55,8 +55,11 @@ TEST(TrainerEncrypted, AResumedRunContinuesTheSameLosses) {
   const secure::SecretKey key = secure::SecretKey::generate();
   ASSERT_TRUE(key.save(folder + "/run.key").ok());
   const std::string key_line = fmt::format("key_file = \"{}/run.key\"", folder);
-  const std::vector<double> whole =
-      Trainer::create(config(folder, 8, key_line, ""), check::quiet()).value()->run().value().losses;
+  const std::vector<double> whole = Trainer::create(config(folder, 8, key_line, ""), check::quiet())
+                                        .value()
+                                        ->run()
+                                        .value()
+                                        .losses;
   auto head = Trainer::create(config(folder, 8, key_line, ""), check::quiet()).value();
   ASSERT_TRUE(head->run(/*stop_at=*/5).ok());
   const std::string path = folder + "/checkpoint.safetensors";
@@ -77,10 +80,10 @@ TEST(TrainerEncrypted, AResumedRunContinuesTheSameLosses) {
 
   // Another key: the trainer refuses the checkpoint and says why.
   ASSERT_TRUE(secure::SecretKey::generate().save(folder + "/other.key").ok());
-  auto other = Trainer::create(
-                   config(folder, 8, fmt::format("key_file = \"{}/other.key\"", folder), ""),
-                   check::quiet())
-                   .value();
+  auto other =
+      Trainer::create(config(folder, 8, fmt::format("key_file = \"{}/other.key\"", folder), ""),
+                      check::quiet())
+          .value();
   s = other->resume(path);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("wrong key"), std::string::npos) << s.message();
@@ -136,9 +139,10 @@ TEST(TrainerEncrypted, ConfigNeedsExactlyOneKeySource) {
         << c.status().message();
   }
   Expected<TrainConfig> c = parse_train_config(
-      Config::parse("[model]\nname = \"mlp\"\n[data]\nname = \"fashion_mnist\"\n[train]\nsteps = 1\n"
-                    "[checkpoint]\nkey = \"00\"\n",
-                    "bad.toml")
+      Config::parse(
+          "[model]\nname = \"mlp\"\n[data]\nname = \"fashion_mnist\"\n[train]\nsteps = 1\n"
+          "[checkpoint]\nkey = \"00\"\n",
+          "bad.toml")
           .value());
   ASSERT_FALSE(c.ok());  // a key in the config itself is not a thing
   EXPECT_NE(c.status().message().find("checkpoint.key"), std::string::npos) << c.status().message();

@@ -42,7 +42,8 @@ seed = 9
 TEST(TrainerPrivacy, StopsAtTheBudgetAndReportsEpsilon) {
   const std::string folder = check::temp_folder("TrainerPrivacy", "budget");
   const TrainConfig config =
-      parse_train_config(Config::parse(fmt::format(fmt::runtime(kConfig), folder, ""), "dp.toml").value())
+      parse_train_config(
+          Config::parse(fmt::format(fmt::runtime(kConfig), folder, ""), "dp.toml").value())
           .value();
   auto trainer = Trainer::create(config, check::quiet()).value();
   RunSummary summary = trainer->run().value();
@@ -55,7 +56,8 @@ TEST(TrainerPrivacy, StopsAtTheBudgetAndReportsEpsilon) {
         .epsilon;
   };
   int64_t want = 0;
-  while (epsilon_after(want + 1) <= 2.7) ++want;
+  while (epsilon_after(want + 1) <= 2.7)
+    ++want;
   ASSERT_GT(want, 5);
   ASSERT_LT(want, 100);
   EXPECT_TRUE(summary.budget_reached);
@@ -76,7 +78,8 @@ TEST(TrainerPrivacy, StopsAtTheBudgetAndReportsEpsilon) {
 
 TEST(TrainerPrivacy, RefusesWhatDpSgdCannotHonour) {
   for (const char* extra : {"[distributed]\n", "[schedule]\nname = \"cosine\"\n[bad]\n"}) {
-    Expected<Config> c = Config::parse(fmt::format(fmt::runtime(kConfig), "/tmp", extra), "dp.toml");
+    Expected<Config> c =
+        Config::parse(fmt::format(fmt::runtime(kConfig), "/tmp", extra), "dp.toml");
     ASSERT_TRUE(c.ok());
     EXPECT_FALSE(parse_train_config(*c).ok()) << extra;
   }

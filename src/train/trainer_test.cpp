@@ -137,9 +137,11 @@ TEST(Trainer, ResumeRefusesMetadataOutOfRange) {
   auto trainer = Trainer::create(tiny_config(folder, 3), {.progress = nullptr}).value();
   ASSERT_TRUE(trainer->run().ok());
   const std::string path = folder + "/checkpoint.safetensors";
-  const std::pair<const char*, const char*> bad[] = {
-      {"step", "-50"}, {"step", "9223372036854775807"}, {"step", "4"},
-      {"optimizer.step_count", "-7"}, {"optimizer.step_count", "4"}};
+  const std::pair<const char*, const char*> bad[] = {{"step", "-50"},
+                                                     {"step", "9223372036854775807"},
+                                                     {"step", "4"},
+                                                     {"optimizer.step_count", "-7"},
+                                                     {"optimizer.step_count", "4"}};
   for (auto [key, value] : bad) {
     Checkpoint ckpt = load_checkpoint(path).value();
     ckpt.metadata[key] = value;
@@ -148,8 +150,9 @@ TEST(Trainer, ResumeRefusesMetadataOutOfRange) {
     auto fresh = Trainer::create(tiny_config(folder, 3), {.progress = nullptr}).value();
     Status s = fresh->resume(edited);
     ASSERT_FALSE(s.ok()) << key << " = " << value;
-    EXPECT_NE(s.message().find(fmt::format("metadata '{}' is {}, expected a value in [0, ", key, value)),
-              std::string::npos)
+    EXPECT_NE(
+        s.message().find(fmt::format("metadata '{}' is {}, expected a value in [0, ", key, value)),
+        std::string::npos)
         << s.message();
   }
   std::filesystem::remove_all(folder);
@@ -173,9 +176,10 @@ TEST(Trainer, AnUnwritableCheckpointPathOrAnEmptyRunFailsAtStart) {
   c.grad_accum_steps = 10000;
   t = Trainer::create(c, {.progress = nullptr});
   ASSERT_FALSE(t.ok());
-  EXPECT_EQ(t.status().message(),
-            "tiny.toml: key 'train.grad_accum_steps': 10000 micro-batches per step, but the run has "
-            "7500 batches (1 epochs of 7500): it would take no step");
+  EXPECT_EQ(
+      t.status().message(),
+      "tiny.toml: key 'train.grad_accum_steps': 10000 micro-batches per step, but the run has "
+      "7500 batches (1 epochs of 7500): it would take no step");
   std::filesystem::remove_all(folder);
 }
 

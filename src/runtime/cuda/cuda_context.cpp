@@ -40,7 +40,8 @@ void CudaContext::close() {
 }
 
 Status CudaContext::make_current() const {
-  if (closed_) return failed_precondition("CUDA device {} ({}) was closed", info_.ordinal, info_.name);
+  if (closed_)
+    return failed_precondition("CUDA device {} ({}) was closed", info_.ordinal, info_.name);
   cuda::CUcontext current = nullptr;
   if (api_->cuCtxGetCurrent(&current) == cuda::kCudaSuccess && current == context_)
     return ok_status();

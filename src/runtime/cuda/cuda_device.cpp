@@ -60,7 +60,8 @@ std::vector<CudaDevice*>& open_devices() {
 }
 
 void close_cuda_devices() {
-  for (CudaDevice* d : open_devices()) d->close();
+  for (CudaDevice* d : open_devices())
+    d->close();
 }
 
 [[maybe_unused]] const bool kRegistered =
@@ -201,7 +202,8 @@ Expected<std::vector<std::unique_ptr<Device>>> enumerate_cuda_devices() {
                             CudaContext::create(info.ordinal));
     devices.push_back(std::make_unique<CudaDevice>(info.ordinal, std::move(context)));
   }
-  for (const auto& d : devices) open_devices().push_back(static_cast<CudaDevice*>(d.get()));
+  for (const auto& d : devices)
+    open_devices().push_back(static_cast<CudaDevice*>(d.get()));
   // Registered after the devices exist, so it runs before the static destructors of anything
   // made later (an atexit handler runs in reverse order of registration).
   std::atexit(close_cuda_devices);

@@ -3,9 +3,10 @@
 // (cuda_context.h). build() compiles CUDA C++ with NVRTC to PTX for the GPU's own compute
 // capability (the newest NVRTC knows that is not newer) and loads it; launch() packs buffer +
 // offset arguments as device addresses; a grid past gridDim.y/z's 65535 is launched folded into x,
-// which the renderer's kernels undo (they index blocks by the linear block index). Registered as "cuda:N" in the driver's device order;
-// where there is no driver or no GPU the registry answers "no CUDA device: ..." (why, and what
-// was looked for). Every CUDA device is closed at process exit (CudaContext::close).
+// which the renderer's kernels undo (they index blocks by the linear block index). Registered as
+// "cuda:N" in the driver's device order; where there is no driver or no GPU the registry answers
+// "no CUDA device: ..." (why, and what was looked for). Every CUDA device is closed at process exit
+// (CudaContext::close).
 #pragma once
 
 #include <cstdint>

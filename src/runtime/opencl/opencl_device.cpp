@@ -95,9 +95,9 @@ DeviceLimits OpenClDevice::limits() const {
 
 Expected<std::shared_ptr<Event>> OpenClDevice::record_event() {
   cl_event event = nullptr;
-  TESSEL_TRY(opencl_check(context_->api().clEnqueueMarkerWithWaitList(context_->queue(), 0,
-                                                                        nullptr, &event),
-                          "clEnqueueMarkerWithWaitList")
+  TESSEL_TRY(opencl_check(
+                 context_->api().clEnqueueMarkerWithWaitList(context_->queue(), 0, nullptr, &event),
+                 "clEnqueueMarkerWithWaitList")
                  .with_context("{}", id()));
   return std::shared_ptr<Event>(std::make_shared<OpenClEvent>(context_, event));
 }
@@ -116,8 +116,8 @@ Expected<std::shared_ptr<KernelModule>> OpenClDevice::do_build(const KernelImage
   TESSEL_ASSIGN_OR_RETURN(OpenClProgram program,
                           OpenClProgram::build(context_, image.code, image.options, image.name));
   TESSEL_ASSIGN_OR_RETURN(OpenClKernel kernel, program.kernel(image.entry));
-  return std::shared_ptr<KernelModule>(std::make_shared<OpenClModule>(
-      this, image.name, std::move(program), std::move(kernel)));
+  return std::shared_ptr<KernelModule>(
+      std::make_shared<OpenClModule>(this, image.name, std::move(program), std::move(kernel)));
 }
 
 Status OpenClDevice::do_launch(const KernelModule& module, const LaunchGrid& grid,
@@ -127,7 +127,8 @@ Status OpenClDevice::do_launch(const KernelModule& module, const LaunchGrid& gri
   // A buffer at an offset is a sub-buffer for the launch (the queued kernel keeps it alive).
   std::vector<cl_mem> sub_buffers;
   auto release = [&] {
-    for (cl_mem s : sub_buffers) cl.clReleaseMemObject(s);
+    for (cl_mem s : sub_buffers)
+      cl.clReleaseMemObject(s);
   };
   std::lock_guard<std::mutex> lock(m.mutex());
   Status status;
@@ -142,12 +143,13 @@ Status OpenClDevice::do_launch(const KernelModule& module, const LaunchGrid& gri
     if (a.offset != 0) {
       cl_buffer_region region{a.offset, a.buffer.bytes - a.offset};
       cl_int err = CL_SUCCESS;
-      mem = cl.clCreateSubBuffer(mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region,
-                                 &err);
+      mem =
+          cl.clCreateSubBuffer(mem, CL_MEM_READ_WRITE, CL_BUFFER_CREATE_TYPE_REGION, &region, &err);
       status = opencl_check(err, "clCreateSubBuffer")
-                   .with_context("argument {} at byte offset {} (OpenCL needs offsets aligned to "
-                                 "the device's base address alignment)",
-                                 i, a.offset);
+                   .with_context(
+                       "argument {} at byte offset {} (OpenCL needs offsets aligned to "
+                       "the device's base address alignment)",
+                       i, a.offset);
       if (!status.ok()) break;
       sub_buffers.push_back(mem);
     }
@@ -157,10 +159,10 @@ Status OpenClDevice::do_launch(const KernelModule& module, const LaunchGrid& gri
     const size_t threads = static_cast<size_t>(grid.threads_per_block);
     const size_t x = grid.block_columns > 0 ? static_cast<size_t>(grid.block_columns) : threads;
     const size_t y = threads / x;
-    status = m.kernel().launch({static_cast<size_t>(grid.blocks[0]) * x,
-                                static_cast<size_t>(grid.blocks[1]) * y,
-                                static_cast<size_t>(grid.blocks[2])},
-                               {x, y, 1});
+    status = m.kernel().launch(
+        {static_cast<size_t>(grid.blocks[0]) * x, static_cast<size_t>(grid.blocks[1]) * y,
+         static_cast<size_t>(grid.blocks[2])},
+        {x, y, 1});
   }
   release();
   return status;

@@ -13,7 +13,8 @@ std::string SourceLoc::to_string() const {
 const char* node_kind_name(NodeKind kind) {
   switch (kind) {
 #define TESSEL_TILE_KIND_NAME(name) \
-  case NodeKind::k##name: return #name;
+  case NodeKind::k##name:           \
+    return #name;
     TESSEL_TILE_EXPR_KINDS(TESSEL_TILE_KIND_NAME)
     TESSEL_TILE_STMT_KINDS(TESSEL_TILE_KIND_NAME)
 #undef TESSEL_TILE_KIND_NAME
@@ -23,26 +24,34 @@ const char* node_kind_name(NodeKind kind) {
 
 const char* scope_name(Scope scope) {
   switch (scope) {
-    case Scope::kGlobal: return "global";
-    case Scope::kShared: return "shared";
-    case Scope::kFragment: return "fragment";
+    case Scope::kGlobal:
+      return "global";
+    case Scope::kShared:
+      return "shared";
+    case Scope::kFragment:
+      return "fragment";
   }
   return "?";
 }
 
 const char* layout_name(Layout layout) {
   switch (layout) {
-    case Layout::kRowMajor: return "row_major";
-    case Layout::kPackedA: return "packed_a";
-    case Layout::kPackedB: return "packed_b";
-    case Layout::kRegisters: return "registers";
+    case Layout::kRowMajor:
+      return "row_major";
+    case Layout::kPackedA:
+      return "packed_a";
+    case Layout::kPackedB:
+      return "packed_b";
+    case Layout::kRegisters:
+      return "registers";
   }
   return "?";
 }
 
 int64_t BufferNode::const_elements() const {
   int64_t n = 1;
-  for (int d = 0; d < rank(); ++d) n *= const_dim(d);
+  for (int d = 0; d < rank(); ++d)
+    n *= const_dim(d);
   return n;
 }
 
@@ -55,7 +64,8 @@ int64_t BufferNode::const_dim(int d) const {
 Buffer make_buffer(std::string name, DType dtype, Scope scope, std::vector<Expr> shape,
                    SourceLoc loc) {
   TESSEL_CHECK(!name.empty());
-  for (const Expr& e : shape) TESSEL_CHECK(e && e->type.is_int(), "buffer '{}': bad dimension", name);
+  for (const Expr& e : shape)
+    TESSEL_CHECK(e && e->type.is_int(), "buffer '{}': bad dimension", name);
   auto b = std::make_shared<BufferNode>();
   b->name = std::move(name);
   b->dtype = std::move(dtype);
@@ -92,30 +102,52 @@ struct BinaryInfo {
 };
 BinaryInfo binary_info(BinaryOp op) {
   switch (op) {
-    case BinaryOp::kAdd: return {"+", false, false};
-    case BinaryOp::kSub: return {"-", false, false};
-    case BinaryOp::kMul: return {"*", false, false};
-    case BinaryOp::kDiv: return {"/", false, false};
-    case BinaryOp::kMod: return {"%", false, false};
-    case BinaryOp::kMin: return {"min", false, true};
-    case BinaryOp::kMax: return {"max", false, true};
-    case BinaryOp::kCDiv: return {"cdiv", false, true};
-    case BinaryOp::kLt: return {"<", true, false};
-    case BinaryOp::kLe: return {"<=", true, false};
-    case BinaryOp::kGt: return {">", true, false};
-    case BinaryOp::kGe: return {">=", true, false};
-    case BinaryOp::kEq: return {"==", true, false};
-    case BinaryOp::kNe: return {"!=", true, false};
-    case BinaryOp::kAnd: return {"&&", false, false};
-    case BinaryOp::kOr: return {"||", false, false};
+    case BinaryOp::kAdd:
+      return {"+", false, false};
+    case BinaryOp::kSub:
+      return {"-", false, false};
+    case BinaryOp::kMul:
+      return {"*", false, false};
+    case BinaryOp::kDiv:
+      return {"/", false, false};
+    case BinaryOp::kMod:
+      return {"%", false, false};
+    case BinaryOp::kMin:
+      return {"min", false, true};
+    case BinaryOp::kMax:
+      return {"max", false, true};
+    case BinaryOp::kCDiv:
+      return {"cdiv", false, true};
+    case BinaryOp::kLt:
+      return {"<", true, false};
+    case BinaryOp::kLe:
+      return {"<=", true, false};
+    case BinaryOp::kGt:
+      return {">", true, false};
+    case BinaryOp::kGe:
+      return {">=", true, false};
+    case BinaryOp::kEq:
+      return {"==", true, false};
+    case BinaryOp::kNe:
+      return {"!=", true, false};
+    case BinaryOp::kAnd:
+      return {"&&", false, false};
+    case BinaryOp::kOr:
+      return {"||", false, false};
   }
   return {"?", false, false};
 }
 }  // namespace
 
-const char* binary_op_name(BinaryOp op) { return binary_info(op).name; }
-bool is_comparison(BinaryOp op) { return binary_info(op).comparison; }
-bool is_function_style(BinaryOp op) { return binary_info(op).function_style; }
+const char* binary_op_name(BinaryOp op) {
+  return binary_info(op).name;
+}
+bool is_comparison(BinaryOp op) {
+  return binary_info(op).comparison;
+}
+bool is_function_style(BinaryOp op) {
+  return binary_info(op).function_style;
+}
 
 Expr Binary::make(BinaryOp op, Expr a, Expr b, SourceLoc loc) {
   TESSEL_CHECK(a && b);
@@ -155,8 +187,12 @@ constexpr MathInfo kMathFns[] = {
 };
 }  // namespace
 
-const char* math_fn_name(MathFn fn) { return kMathFns[static_cast<int>(fn)].name; }
-int math_fn_arity(MathFn fn) { return kMathFns[static_cast<int>(fn)].arity; }
+const char* math_fn_name(MathFn fn) {
+  return kMathFns[static_cast<int>(fn)].name;
+}
+int math_fn_arity(MathFn fn) {
+  return kMathFns[static_cast<int>(fn)].arity;
+}
 bool math_fn_from_name(std::string_view name, MathFn* fn) {
   for (const MathInfo& m : kMathFns)
     if (name == m.name) {
@@ -194,9 +230,10 @@ Expr Select::make(Expr cond, Expr t, Expr f, SourceLoc loc) {
 namespace {
 void check_indices(const Buffer& buffer, const std::vector<Expr>& indices) {
   TESSEL_CHECK(buffer);
-  TESSEL_CHECK(static_cast<int>(indices.size()) == buffer->rank(), "{} indices into '{}' of rank {}",
-               indices.size(), buffer->name, buffer->rank());
-  for (const Expr& i : indices) TESSEL_CHECK(i && i->type.is_int(), "non-integer index into '{}'", buffer->name);
+  TESSEL_CHECK(static_cast<int>(indices.size()) == buffer->rank(),
+               "{} indices into '{}' of rank {}", indices.size(), buffer->name, buffer->rank());
+  for (const Expr& i : indices)
+    TESSEL_CHECK(i && i->type.is_int(), "non-integer index into '{}'", buffer->name);
 }
 }  // namespace
 
@@ -213,20 +250,24 @@ Expr Load::make(Buffer buffer, std::vector<Expr> indices, SourceLoc loc, Expr pr
 // ----- statements -------------------------------------------------------------------------------
 
 Stmt Seq::make(std::vector<Stmt> stmts, SourceLoc loc) {
-  for (const Stmt& s : stmts) TESSEL_CHECK(s);
+  for (const Stmt& s : stmts)
+    TESSEL_CHECK(s);
   return std::make_shared<Seq>(std::move(stmts), std::move(loc));
 }
 
 Stmt Grid::make(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc,
                 std::vector<Expr> threads) {
   TESSEL_CHECK(!extents.empty() && extents.size() <= 3 && extents.size() == vars.size());
-  for (const Expr& v : vars) TESSEL_CHECK(v->as<Var>() && v->as<Var>()->var_kind == VarKind::kBlock);
-  for (const Expr& e : extents) TESSEL_CHECK(e && e->type.is_int());
+  for (const Expr& v : vars)
+    TESSEL_CHECK(v->as<Var>() && v->as<Var>()->var_kind == VarKind::kBlock);
+  for (const Expr& e : extents)
+    TESSEL_CHECK(e && e->type.is_int());
   TESSEL_CHECK(threads.size() <= 2);
-  for (const Expr& e : threads) TESSEL_CHECK(e && e->type.is_int());
+  for (const Expr& e : threads)
+    TESSEL_CHECK(e && e->type.is_int());
   TESSEL_CHECK(body);
-  return std::make_shared<Grid>(std::move(extents), std::move(vars), std::move(body), std::move(loc),
-                                std::move(threads));
+  return std::make_shared<Grid>(std::move(extents), std::move(vars), std::move(body),
+                                std::move(loc), std::move(threads));
 }
 
 Stmt Alloc::make(Buffer buffer, SourceLoc loc) {
@@ -252,7 +293,8 @@ Stmt Parallel::make(std::vector<Expr> vars, std::vector<Expr> extents, Stmt body
                     std::vector<Expr> limits) {
   TESSEL_CHECK(!vars.empty() && vars.size() == extents.size() && body);
   TESSEL_CHECK(limits.empty() || limits.size() == vars.size());
-  for (const Expr& v : vars) TESSEL_CHECK(v->as<Var>());
+  for (const Expr& v : vars)
+    TESSEL_CHECK(v->as<Var>());
   return std::make_shared<Parallel>(std::move(vars), std::move(extents), std::move(body),
                                     std::move(limits), std::move(loc));
 }
@@ -309,9 +351,12 @@ Stmt Fill::make(Buffer dst, Expr value, SourceLoc loc) {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kMin: return "min";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kMin:
+      return "min";
   }
   return "?";
 }
@@ -323,7 +368,9 @@ Stmt Reduce::make(Buffer src, Buffer dst, int axis, ReduceOp op, SourceLoc loc) 
   return std::make_shared<Reduce>(std::move(src), std::move(dst), axis, op, std::move(loc));
 }
 
-Stmt Barrier::make(SourceLoc loc) { return std::make_shared<Barrier>(std::move(loc)); }
+Stmt Barrier::make(SourceLoc loc) {
+  return std::make_shared<Barrier>(std::move(loc));
+}
 
 // ----- kernels ----------------------------------------------------------------------------------
 
@@ -349,6 +396,8 @@ bool is_const_int(const Expr& e, int64_t value) {
   return v && *v == value;
 }
 
-Expr make_int(int64_t value) { return IntImm::make(value, kI64); }
+Expr make_int(int64_t value) {
+  return IntImm::make(value, kI64);
+}
 
 }  // namespace tessel::tile

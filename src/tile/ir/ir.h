@@ -12,8 +12,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <string_view>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "support/status.h"
@@ -37,9 +37,10 @@ Status error_at(const SourceLoc& loc, fmt::format_string<Args...> f, Args&&... a
 
 #define TESSEL_TILE_EXPR_KINDS(X) \
   X(IntImm) X(FloatImm) X(Var) X(Binary) X(Unary) X(Call) X(Cast) X(Select) X(Load)
-#define TESSEL_TILE_STMT_KINDS(X)                                                             \
-  X(Seq) X(Grid) X(Alloc) X(Let) X(For) X(Parallel) X(IfThenElse) X(Store) X(Copy) X(Gemm) \
-  X(Fill) X(Reduce) X(Barrier)
+#define TESSEL_TILE_STMT_KINDS(X)                                                           \
+  X(Seq)                                                                                    \
+  X(Grid) X(Alloc) X(Let) X(For) X(Parallel) X(IfThenElse) X(Store) X(Copy) X(Gemm) X(Fill) \
+      X(Reduce) X(Barrier)
 
 enum class NodeKind {
 #define TESSEL_TILE_KIND_ENUM(name) k##name,
@@ -86,7 +87,8 @@ struct BufferNode {
   std::string name;
   DType dtype;
   Scope scope;
-  std::vector<Expr> shape;  // global: run-time sizes; shared/fragment: compile-time after specialise
+  std::vector<Expr>
+      shape;  // global: run-time sizes; shared/fragment: compile-time after specialise
   Layout layout = Layout::kRowMajor;
   // For kPackedA/kPackedB: the gemm reads this tile transposed, so packing swaps its axes.
   bool packed_transposed = false;
@@ -152,8 +154,24 @@ struct Var : ExprNode {
       : ExprNode(kKind, std::move(t), std::move(l)), name(std::move(n)), var_kind(k) {}
 };
 
-enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMod, kMin, kMax, kCDiv, kLt, kLe, kGt, kGe, kEq,
-                      kNe, kAnd, kOr };
+enum class BinaryOp {
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kMod,
+  kMin,
+  kMax,
+  kCDiv,
+  kLt,
+  kLe,
+  kGt,
+  kGe,
+  kEq,
+  kNe,
+  kAnd,
+  kOr
+};
 const char* binary_op_name(BinaryOp op);  // "+", "min", "cdiv", ...
 bool is_comparison(BinaryOp op);
 bool is_function_style(BinaryOp op);  // min, max, cdiv print as calls
@@ -179,10 +197,11 @@ struct Unary : ExprNode {
 };
 
 // Scalar math on floats. Every code generator spells each of them (codegen/c_renderer.h).
-#define TESSEL_TILE_MATH_FNS(X)                                                               \
-  X(kExp, "exp", 1) X(kLog, "log", 1) X(kTanh, "tanh", 1) X(kErf, "erf", 1) X(kSqrt, "sqrt", 1) \
-  X(kRsqrt, "rsqrt", 1) X(kAbs, "abs", 1) X(kFloor, "floor", 1) X(kCeil, "ceil", 1)           \
-  X(kSigmoid, "sigmoid", 1) X(kRelu, "relu", 1) X(kGelu, "gelu", 1) X(kPow, "pow", 2)
+#define TESSEL_TILE_MATH_FNS(X)                                                         \
+  X(kExp, "exp", 1)                                                                     \
+  X(kLog, "log", 1) X(kTanh, "tanh", 1) X(kErf, "erf", 1) X(kSqrt, "sqrt", 1)           \
+      X(kRsqrt, "rsqrt", 1) X(kAbs, "abs", 1) X(kFloor, "floor", 1) X(kCeil, "ceil", 1) \
+          X(kSigmoid, "sigmoid", 1) X(kRelu, "relu", 1) X(kGelu, "gelu", 1) X(kPow, "pow", 2)
 
 enum class MathFn {
 #define TESSEL_TILE_MATH_ENUM(e, name, arity) e,
@@ -206,7 +225,8 @@ struct Cast : ExprNode {
   static constexpr NodeKind kKind = NodeKind::kCast;
   Expr a;
   static Expr make(DType type, Expr a, SourceLoc loc = {});
-  Cast(DType t, Expr x, SourceLoc l) : ExprNode(kKind, std::move(t), std::move(l)), a(std::move(x)) {}
+  Cast(DType t, Expr x, SourceLoc l)
+      : ExprNode(kKind, std::move(t), std::move(l)), a(std::move(x)) {}
 };
 
 struct Select : ExprNode {
@@ -214,7 +234,9 @@ struct Select : ExprNode {
   Expr cond, t, f;
   static Expr make(Expr cond, Expr t, Expr f, SourceLoc loc = {});
   Select(Expr c, Expr x, Expr y, DType ty, SourceLoc l)
-      : ExprNode(kKind, std::move(ty), std::move(l)), cond(std::move(c)), t(std::move(x)),
+      : ExprNode(kKind, std::move(ty), std::move(l)),
+        cond(std::move(c)),
+        t(std::move(x)),
         f(std::move(y)) {}
 };
 
@@ -229,8 +251,11 @@ struct Load : ExprNode {
   static Expr make(Buffer buffer, std::vector<Expr> indices, SourceLoc loc = {},
                    Expr predicate = nullptr, Expr other = nullptr);
   Load(Buffer b, std::vector<Expr> i, Expr p, Expr o, SourceLoc l)
-      : ExprNode(kKind, b->dtype, std::move(l)), buffer(std::move(b)), indices(std::move(i)),
-        predicate(std::move(p)), other(std::move(o)) {}
+      : ExprNode(kKind, b->dtype, std::move(l)),
+        buffer(std::move(b)),
+        indices(std::move(i)),
+        predicate(std::move(p)),
+        other(std::move(o)) {}
 };
 
 // ----- statements -------------------------------------------------------------------------------
@@ -256,7 +281,10 @@ struct Grid : StmtNode {
   static Stmt make(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc = {},
                    std::vector<Expr> threads = {});
   Grid(std::vector<Expr> e, std::vector<Expr> v, Stmt b, SourceLoc l, std::vector<Expr> t)
-      : StmtNode(kKind, std::move(l)), extents(std::move(e)), vars(std::move(v)), body(std::move(b)),
+      : StmtNode(kKind, std::move(l)),
+        extents(std::move(e)),
+        vars(std::move(v)),
+        body(std::move(b)),
         threads(std::move(t)) {}
 };
 
@@ -274,7 +302,8 @@ struct Let : StmtNode {
   Expr var;  // Var, kLet
   Expr value;
   static Stmt make(Expr var, Expr value, SourceLoc loc = {});
-  Let(Expr v, Expr x, SourceLoc l) : StmtNode(kKind, std::move(l)), var(std::move(v)), value(std::move(x)) {}
+  Let(Expr v, Expr x, SourceLoc l)
+      : StmtNode(kKind, std::move(l)), var(std::move(v)), value(std::move(x)) {}
 };
 
 enum class ForKind { kSerial, kPipelined };
@@ -291,8 +320,12 @@ struct For : StmtNode {
   Stmt body;
   static Stmt make(Expr var, Expr extent, ForKind kind, Expr stages, Stmt body, SourceLoc loc = {});
   For(Expr v, Expr e, ForKind k, Expr s, Stmt b, SourceLoc l)
-      : StmtNode(kKind, std::move(l)), var(std::move(v)), extent(std::move(e)), for_kind(k),
-        stages(std::move(s)), body(std::move(b)) {}
+      : StmtNode(kKind, std::move(l)),
+        var(std::move(v)),
+        extent(std::move(e)),
+        for_kind(k),
+        stages(std::move(s)),
+        body(std::move(b)) {}
 };
 
 // Element loop: every point of [extents] once, in any order and in parallel. `limits`, when
@@ -304,10 +337,13 @@ struct Parallel : StmtNode {
   std::vector<Expr> extents;
   Stmt body;
   std::vector<Expr> limits;  // empty, or one per dimension
-  static Stmt make(std::vector<Expr> vars, std::vector<Expr> extents, Stmt body,
-                   SourceLoc loc = {}, std::vector<Expr> limits = {});
+  static Stmt make(std::vector<Expr> vars, std::vector<Expr> extents, Stmt body, SourceLoc loc = {},
+                   std::vector<Expr> limits = {});
   Parallel(std::vector<Expr> v, std::vector<Expr> e, Stmt b, std::vector<Expr> lim, SourceLoc l)
-      : StmtNode(kKind, std::move(l)), vars(std::move(v)), extents(std::move(e)), body(std::move(b)),
+      : StmtNode(kKind, std::move(l)),
+        vars(std::move(v)),
+        extents(std::move(e)),
+        body(std::move(b)),
         limits(std::move(lim)) {}
 };
 
@@ -318,7 +354,9 @@ struct IfThenElse : StmtNode {
   Stmt else_case;  // may be null
   static Stmt make(Expr cond, Stmt then_case, Stmt else_case, SourceLoc loc = {});
   IfThenElse(Expr c, Stmt t, Stmt e, SourceLoc l)
-      : StmtNode(kKind, std::move(l)), cond(std::move(c)), then_case(std::move(t)),
+      : StmtNode(kKind, std::move(l)),
+        cond(std::move(c)),
+        then_case(std::move(t)),
         else_case(std::move(e)) {}
 };
 
@@ -332,8 +370,11 @@ struct Store : StmtNode {
   static Stmt make(Buffer buffer, std::vector<Expr> indices, Expr value, SourceLoc loc = {},
                    Expr predicate = nullptr);
   Store(Buffer b, std::vector<Expr> i, Expr v, Expr p, SourceLoc l)
-      : StmtNode(kKind, std::move(l)), buffer(std::move(b)), indices(std::move(i)),
-        value(std::move(v)), predicate(std::move(p)) {}
+      : StmtNode(kKind, std::move(l)),
+        buffer(std::move(b)),
+        indices(std::move(i)),
+        value(std::move(v)),
+        predicate(std::move(p)) {}
 };
 
 // copy(src, dst): a tile's worth of elements, converted to dst's dtype. Elements of a global
@@ -362,7 +403,8 @@ struct Fill : StmtNode {
   Buffer dst;
   Expr value;
   static Stmt make(Buffer dst, Expr value, SourceLoc loc = {});
-  Fill(Buffer d, Expr v, SourceLoc l) : StmtNode(kKind, std::move(l)), dst(std::move(d)), value(std::move(v)) {}
+  Fill(Buffer d, Expr v, SourceLoc l)
+      : StmtNode(kKind, std::move(l)), dst(std::move(d)), value(std::move(v)) {}
 };
 
 enum class ReduceOp { kSum, kMax, kMin };

@@ -11,13 +11,27 @@ namespace {
 int precedence(const Expr& e) {
   if (const Binary* b = e->as<Binary>()) {
     switch (b->op) {
-      case BinaryOp::kOr: return 1;
-      case BinaryOp::kAnd: return 2;
-      case BinaryOp::kEq: case BinaryOp::kNe: return 3;
-      case BinaryOp::kLt: case BinaryOp::kLe: case BinaryOp::kGt: case BinaryOp::kGe: return 4;
-      case BinaryOp::kAdd: case BinaryOp::kSub: return 5;
-      case BinaryOp::kMul: case BinaryOp::kDiv: case BinaryOp::kMod: return 6;
-      default: return 9;  // min, max, cdiv print as calls
+      case BinaryOp::kOr:
+        return 1;
+      case BinaryOp::kAnd:
+        return 2;
+      case BinaryOp::kEq:
+      case BinaryOp::kNe:
+        return 3;
+      case BinaryOp::kLt:
+      case BinaryOp::kLe:
+      case BinaryOp::kGt:
+      case BinaryOp::kGe:
+        return 4;
+      case BinaryOp::kAdd:
+      case BinaryOp::kSub:
+        return 5;
+      case BinaryOp::kMul:
+      case BinaryOp::kDiv:
+      case BinaryOp::kMod:
+        return 6;
+      default:
+        return 9;  // min, max, cdiv print as calls
     }
   }
   if (e->as<Unary>()) return 7;
@@ -56,8 +70,10 @@ std::string expr_text(const Expr& e) {
       if (i->type.is_bool()) return i->value ? "true" : "false";
       return std::to_string(i->value);
     }
-    case NodeKind::kFloatImm: return float_literal(e->as<FloatImm>()->value);
-    case NodeKind::kVar: return e->as<Var>()->name;
+    case NodeKind::kFloatImm:
+      return float_literal(e->as<FloatImm>()->value);
+    case NodeKind::kVar:
+      return e->as<Var>()->name;
     case NodeKind::kBinary: {
       const Binary* b = e->as<Binary>();
       if (is_function_style(b->op))
@@ -79,7 +95,8 @@ std::string expr_text(const Expr& e) {
     }
     case NodeKind::kSelect: {
       const Select* s = e->as<Select>();
-      return fmt::format("select({}, {}, {})", expr_text(s->cond), expr_text(s->t), expr_text(s->f));
+      return fmt::format("select({}, {}, {})", expr_text(s->cond), expr_text(s->t),
+                         expr_text(s->f));
     }
     case NodeKind::kLoad: {
       const Load* l = e->as<Load>();
@@ -88,7 +105,8 @@ std::string expr_text(const Expr& e) {
       return fmt::format("masked({}, {}, other={})", access, expr_text(l->predicate),
                          expr_text(l->other));
     }
-    default: TESSEL_CHECK(false, "not an expression: {}", node_kind_name(e->kind));
+    default:
+      TESSEL_CHECK(false, "not an expression: {}", node_kind_name(e->kind));
   }
   return "";
 }
@@ -106,7 +124,8 @@ class StmtPrinter {
     std::string pad(indent * 2, ' ');
     switch (s->kind) {
       case NodeKind::kSeq:
-        for (const Stmt& c : s->as<Seq>()->stmts) print(c, indent);
+        for (const Stmt& c : s->as<Seq>()->stmts)
+          print(c, indent);
         return;
       case NodeKind::kGrid: {
         const Grid* g = s->as<Grid>();
@@ -123,9 +142,11 @@ class StmtPrinter {
         out += fmt::format("{}{} = {}<{}>{}", pad, b.name, scope_name(b.scope), b.dtype.name(),
                            shape_string(b.shape));
         if (b.layout != Layout::kRowMajor)
-          out += fmt::format("  layout {}{}{}", layout_name(b.layout),
-                             b.packed_transposed ? " transposed" : "", b.edge_packed ? " edge" : "");
-        if (!b.memo_key.empty()) out += fmt::format("  shared by blocks per ({})", fmt::join(b.memo_key, ", "));
+          out +=
+              fmt::format("  layout {}{}{}", layout_name(b.layout),
+                          b.packed_transposed ? " transposed" : "", b.edge_packed ? " edge" : "");
+        if (!b.memo_key.empty())
+          out += fmt::format("  shared by blocks per ({})", fmt::join(b.memo_key, ", "));
         out += "\n";
         return;
       }
@@ -202,17 +223,24 @@ class StmtPrinter {
                            r->axis, reduce_op_name(r->op));
         return;
       }
-      case NodeKind::kBarrier: out += fmt::format("{}barrier()\n", pad); return;
-      default: TESSEL_CHECK(false, "not a statement: {}", node_kind_name(s->kind));
+      case NodeKind::kBarrier:
+        out += fmt::format("{}barrier()\n", pad);
+        return;
+      default:
+        TESSEL_CHECK(false, "not a statement: {}", node_kind_name(s->kind));
     }
   }
 };
 
 }  // namespace
 
-std::string shape_string(const std::vector<Expr>& shape) { return fmt::format("[{}]", list(shape)); }
+std::string shape_string(const std::vector<Expr>& shape) {
+  return fmt::format("[{}]", list(shape));
+}
 
-std::string to_string(const Expr& e) { return expr_text(e); }
+std::string to_string(const Expr& e) {
+  return expr_text(e);
+}
 
 std::string to_string(const Stmt& s, int indent) {
   StmtPrinter p;

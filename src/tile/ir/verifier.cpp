@@ -14,10 +14,13 @@ class Verifier : public IRVisitor {
  public:
   explicit Verifier(const Kernel& k) : kernel_(k) {
     scopes_.emplace_back();
-    for (const Expr& s : k.sizes) define(s);
+    for (const Expr& s : k.sizes)
+      define(s);
     for (const KernelArg& a : k.args) {
-      if (a.is_tensor()) buffers_.back()[a.name] = a.tensor.get();
-      else define(a.scalar);
+      if (a.is_tensor())
+        buffers_.back()[a.name] = a.tensor.get();
+      else
+        define(a.scalar);
     }
     if (!k.specialized)
       for (const Param& p : k.params)
@@ -60,20 +63,26 @@ class Verifier : public IRVisitor {
     buffers_.pop_back();
   }
   void check_type(const DType& t, const SourceLoc& loc) {
-    if (kernel_.specialized && t.is_param()) fail("dtype parameter " + t.name() + " after specialisation", loc);
+    if (kernel_.specialized && t.is_param())
+      fail("dtype parameter " + t.name() + " after specialisation", loc);
   }
   void use_buffer(const Buffer& b, const SourceLoc& loc) {
     const BufferNode* d = buffer(b->name);
     if (!d) return fail("buffer '" + b->name + "' is used where it is not defined", loc);
-    if (d != b.get()) fail("buffer '" + b->name + "' is not the one defined in scope (a pass changed one reference but not all)", loc);
+    if (d != b.get())
+      fail("buffer '" + b->name +
+               "' is not the one defined in scope (a pass changed one reference but not all)",
+           loc);
     check_type(b->dtype, loc);
   }
   void expr_type(const ExprNode* e) { check_type(e->type, e->loc); }
 
   void visit_node(const Var* v) override {
     expr_type(v);
-    if (kernel_.specialized && v->var_kind == VarKind::kParam) fail("parameter '" + v->name + "' after specialisation", v->loc);
-    if (!defined(v->name)) fail("variable '" + v->name + "' is used where it is not defined", v->loc);
+    if (kernel_.specialized && v->var_kind == VarKind::kParam)
+      fail("parameter '" + v->name + "' after specialisation", v->loc);
+    if (!defined(v->name))
+      fail("variable '" + v->name + "' is used where it is not defined", v->loc);
   }
   void visit_node(const FloatImm* n) override { expr_type(n); }
   void visit_node(const Cast* n) override {
@@ -90,10 +99,13 @@ class Verifier : public IRVisitor {
     pop();
   }
   void visit_node(const Grid* n) override {
-    for (const Expr& e : n->extents) visit(e);
-    for (const Expr& e : n->threads) visit(e);
+    for (const Expr& e : n->extents)
+      visit(e);
+    for (const Expr& e : n->threads)
+      visit(e);
     push();
-    for (const Expr& v : n->vars) define(v);
+    for (const Expr& v : n->vars)
+      define(v);
     visit(n->body);
     pop();
   }
@@ -116,10 +128,13 @@ class Verifier : public IRVisitor {
   }
   void visit_node(const Parallel* n) override {
     if (parallel_depth_) fail("nested parallel loops", n->loc);
-    for (const Expr& e : n->extents) visit(e);
-    for (const Expr& e : n->limits) visit(e);
+    for (const Expr& e : n->extents)
+      visit(e);
+    for (const Expr& e : n->limits)
+      visit(e);
     push();
-    for (const Expr& v : n->vars) define(v);
+    for (const Expr& v : n->vars)
+      define(v);
     ++parallel_depth_;
     visit(n->body);
     --parallel_depth_;
@@ -141,7 +156,8 @@ class Verifier : public IRVisitor {
   }
   void visit_node(const Gemm* n) override {
     tile_op("gemm", n->loc);
-    for (const TileRef* t : {&n->a, &n->b, &n->c}) use_buffer(t->buffer, n->loc);
+    for (const TileRef* t : {&n->a, &n->b, &n->c})
+      use_buffer(t->buffer, n->loc);
   }
   void visit_node(const Fill* n) override {
     tile_op("fill", n->loc);

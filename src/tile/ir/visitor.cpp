@@ -9,10 +9,12 @@ void IRVisitor::visit(const Expr& e) {
   if (!e) return;
   switch (e->kind) {
 #define TESSEL_TILE_VISIT_CASE(name) \
-  case NodeKind::k##name: return visit_node(static_cast<const name*>(e.get()));
+  case NodeKind::k##name:            \
+    return visit_node(static_cast<const name*>(e.get()));
     TESSEL_TILE_EXPR_KINDS(TESSEL_TILE_VISIT_CASE)
 #undef TESSEL_TILE_VISIT_CASE
-    default: TESSEL_CHECK(false, "statement kind in an expression");
+    default:
+      TESSEL_CHECK(false, "statement kind in an expression");
   }
 }
 
@@ -20,47 +22,74 @@ void IRVisitor::visit(const Stmt& s) {
   if (!s) return;
   switch (s->kind) {
 #define TESSEL_TILE_VISIT_CASE(name) \
-  case NodeKind::k##name: return visit_node(static_cast<const name*>(s.get()));
+  case NodeKind::k##name:            \
+    return visit_node(static_cast<const name*>(s.get()));
     TESSEL_TILE_STMT_KINDS(TESSEL_TILE_VISIT_CASE)
 #undef TESSEL_TILE_VISIT_CASE
-    default: TESSEL_CHECK(false, "expression kind in a statement");
+    default:
+      TESSEL_CHECK(false, "expression kind in a statement");
   }
 }
 
 void IRVisitor::visit_tile(const TileRef& t) {
-  for (const Expr& e : t.origin) visit(e);
+  for (const Expr& e : t.origin)
+    visit(e);
 }
 
 void IRVisitor::visit_node(const IntImm*) {}
 void IRVisitor::visit_node(const FloatImm*) {}
 void IRVisitor::visit_node(const Var*) {}
-void IRVisitor::visit_node(const Binary* n) { visit(n->a); visit(n->b); }
-void IRVisitor::visit_node(const Unary* n) { visit(n->a); }
-void IRVisitor::visit_node(const Call* n) { for (const Expr& a : n->args) visit(a); }
-void IRVisitor::visit_node(const Cast* n) { visit(n->a); }
-void IRVisitor::visit_node(const Select* n) { visit(n->cond); visit(n->t); visit(n->f); }
+void IRVisitor::visit_node(const Binary* n) {
+  visit(n->a);
+  visit(n->b);
+}
+void IRVisitor::visit_node(const Unary* n) {
+  visit(n->a);
+}
+void IRVisitor::visit_node(const Call* n) {
+  for (const Expr& a : n->args)
+    visit(a);
+}
+void IRVisitor::visit_node(const Cast* n) {
+  visit(n->a);
+}
+void IRVisitor::visit_node(const Select* n) {
+  visit(n->cond);
+  visit(n->t);
+  visit(n->f);
+}
 void IRVisitor::visit_node(const Load* n) {
-  for (const Expr& i : n->indices) visit(i);
+  for (const Expr& i : n->indices)
+    visit(i);
   visit(n->predicate);
   visit(n->other);
 }
 
-void IRVisitor::visit_node(const Seq* n) { for (const Stmt& s : n->stmts) visit(s); }
+void IRVisitor::visit_node(const Seq* n) {
+  for (const Stmt& s : n->stmts)
+    visit(s);
+}
 void IRVisitor::visit_node(const Grid* n) {
-  for (const Expr& e : n->extents) visit(e);
-  for (const Expr& e : n->threads) visit(e);
+  for (const Expr& e : n->extents)
+    visit(e);
+  for (const Expr& e : n->threads)
+    visit(e);
   visit(n->body);
 }
 void IRVisitor::visit_node(const Alloc*) {}
-void IRVisitor::visit_node(const Let* n) { visit(n->value); }
+void IRVisitor::visit_node(const Let* n) {
+  visit(n->value);
+}
 void IRVisitor::visit_node(const For* n) {
   visit(n->extent);
   visit(n->stages);
   visit(n->body);
 }
 void IRVisitor::visit_node(const Parallel* n) {
-  for (const Expr& e : n->extents) visit(e);
-  for (const Expr& e : n->limits) visit(e);
+  for (const Expr& e : n->extents)
+    visit(e);
+  for (const Expr& e : n->limits)
+    visit(e);
   visit(n->body);
 }
 void IRVisitor::visit_node(const IfThenElse* n) {
@@ -69,7 +98,8 @@ void IRVisitor::visit_node(const IfThenElse* n) {
   visit(n->else_case);
 }
 void IRVisitor::visit_node(const Store* n) {
-  for (const Expr& i : n->indices) visit(i);
+  for (const Expr& i : n->indices)
+    visit(i);
   visit(n->value);
   visit(n->predicate);
 }
@@ -83,7 +113,9 @@ void IRVisitor::visit_node(const Gemm* n) {
   visit_tile(n->b);
   visit_tile(n->c);
 }
-void IRVisitor::visit_node(const Fill* n) { visit(n->value); }
+void IRVisitor::visit_node(const Fill* n) {
+  visit(n->value);
+}
 void IRVisitor::visit_node(const Reduce*) {}
 void IRVisitor::visit_node(const Barrier*) {}
 
@@ -93,10 +125,12 @@ Expr IRMutator::mutate(const Expr& e) {
   if (!e) return e;
   switch (e->kind) {
 #define TESSEL_TILE_MUTATE_CASE(name) \
-  case NodeKind::k##name: return mutate_node(static_cast<const name*>(e.get()), e);
+  case NodeKind::k##name:             \
+    return mutate_node(static_cast<const name*>(e.get()), e);
     TESSEL_TILE_EXPR_KINDS(TESSEL_TILE_MUTATE_CASE)
 #undef TESSEL_TILE_MUTATE_CASE
-    default: TESSEL_CHECK(false, "statement kind in an expression");
+    default:
+      TESSEL_CHECK(false, "statement kind in an expression");
   }
   return e;
 }
@@ -105,10 +139,12 @@ Stmt IRMutator::mutate(const Stmt& s) {
   if (!s) return s;
   switch (s->kind) {
 #define TESSEL_TILE_MUTATE_CASE(name) \
-  case NodeKind::k##name: return mutate_node(static_cast<const name*>(s.get()), s);
+  case NodeKind::k##name:             \
+    return mutate_node(static_cast<const name*>(s.get()), s);
     TESSEL_TILE_STMT_KINDS(TESSEL_TILE_MUTATE_CASE)
 #undef TESSEL_TILE_MUTATE_CASE
-    default: TESSEL_CHECK(false, "expression kind in a statement");
+    default:
+      TESSEL_CHECK(false, "expression kind in a statement");
   }
   return s;
 }
@@ -116,7 +152,8 @@ Stmt IRMutator::mutate(const Stmt& s) {
 std::vector<Expr> IRMutator::mutate(const std::vector<Expr>& es) {
   std::vector<Expr> out;
   out.reserve(es.size());
-  for (const Expr& e : es) out.push_back(mutate(e));
+  for (const Expr& e : es)
+    out.push_back(mutate(e));
   return out;
 }
 
@@ -128,15 +165,23 @@ TileRef IRMutator::mutate_tile(const TileRef& t) {
 }
 
 namespace {
-bool same(const std::vector<Expr>& a, const std::vector<Expr>& b) { return a == b; }
+bool same(const std::vector<Expr>& a, const std::vector<Expr>& b) {
+  return a == b;
+}
 bool same(const TileRef& a, const TileRef& b) {
   return a.buffer == b.buffer && a.origin == b.origin && a.transposed == b.transposed;
 }
 }  // namespace
 
-Expr IRMutator::mutate_node(const IntImm*, const Expr& self) { return self; }
-Expr IRMutator::mutate_node(const FloatImm*, const Expr& self) { return self; }
-Expr IRMutator::mutate_node(const Var*, const Expr& self) { return self; }
+Expr IRMutator::mutate_node(const IntImm*, const Expr& self) {
+  return self;
+}
+Expr IRMutator::mutate_node(const FloatImm*, const Expr& self) {
+  return self;
+}
+Expr IRMutator::mutate_node(const Var*, const Expr& self) {
+  return self;
+}
 
 Expr IRMutator::mutate_node(const Binary* n, const Expr& self) {
   Expr a = mutate(n->a), b = mutate(n->b);
@@ -256,7 +301,9 @@ Stmt IRMutator::mutate_node(const Reduce* n, const Stmt& self) {
   return s == n->src && d == n->dst ? self : Reduce::make(s, d, n->axis, n->op, n->loc);
 }
 
-Stmt IRMutator::mutate_node(const Barrier*, const Stmt& self) { return self; }
+Stmt IRMutator::mutate_node(const Barrier*, const Stmt& self) {
+  return self;
+}
 
 }  // namespace tessel::tile
 

@@ -6,14 +6,16 @@
 namespace tessel::tile {
 
 namespace {
-KernelBuilder* builder_of(const Ex& a, const Ex& b) { return a.builder() ? a.builder() : b.builder(); }
+KernelBuilder* builder_of(const Ex& a, const Ex& b) {
+  return a.builder() ? a.builder() : b.builder();
+}
 }  // namespace
 
-#define TESSEL_TILE_EX_BINARY(sym, op)                                     \
-  Ex operator sym(Ex a, Ex b) {                                            \
-    KernelBuilder* kb = builder_of(a, b);                                  \
+#define TESSEL_TILE_EX_BINARY(sym, op)                                   \
+  Ex operator sym(Ex a, Ex b) {                                          \
+    KernelBuilder* kb = builder_of(a, b);                                \
     TESSEL_CHECK(kb, "an expression of two literals; write the number"); \
-    return kb->binary(BinaryOp::op, a, b);                                 \
+    return kb->binary(BinaryOp::op, a, b);                               \
   }
 TESSEL_TILE_EX_BINARY(+, kAdd)
 TESSEL_TILE_EX_BINARY(-, kSub)
@@ -35,16 +37,24 @@ Ex operator-(Ex a) {
   return a.builder()->unary(UnaryOp::kNeg, a);
 }
 
-Ex cdiv(Ex a, Ex b) { return builder_of(a, b)->binary(BinaryOp::kCDiv, a, b); }
-Ex min(Ex a, Ex b) { return builder_of(a, b)->binary(BinaryOp::kMin, a, b); }
-Ex max(Ex a, Ex b) { return builder_of(a, b)->binary(BinaryOp::kMax, a, b); }
+Ex cdiv(Ex a, Ex b) {
+  return builder_of(a, b)->binary(BinaryOp::kCDiv, a, b);
+}
+Ex min(Ex a, Ex b) {
+  return builder_of(a, b)->binary(BinaryOp::kMin, a, b);
+}
+Ex max(Ex a, Ex b) {
+  return builder_of(a, b)->binary(BinaryOp::kMax, a, b);
+}
 Ex select(Ex c, Ex t, Ex f) {
   KernelBuilder* kb = c.builder() ? c.builder() : builder_of(t, f);
   TESSEL_CHECK(kb);
   return kb->select(c, t, f);
 }
 
-Ex Tile::element(std::vector<Ex> indices) const { return kb_->element(name_, std::move(indices)); }
+Ex Tile::element(std::vector<Ex> indices) const {
+  return kb_->element(name_, std::move(indices));
+}
 
 KernelBuilder::KernelBuilder(std::string name, Loc loc) : sema_(std::make_unique<Sema>()) {
   blocks_.emplace_back();
@@ -63,17 +73,21 @@ SourceLoc KernelBuilder::where(const Loc& loc) {
 
 bool KernelBuilder::usable(const std::vector<Ex>& xs) {
   if (!ok()) return false;
-  for (const Ex& x : xs) TESSEL_CHECK(x.expr(), "an expression from a failed builder call");
+  for (const Ex& x : xs)
+    TESSEL_CHECK(x.expr(), "an expression from a failed builder call");
   return true;
 }
 
 std::vector<Expr> KernelBuilder::exprs(const std::vector<Ex>& xs) {
   std::vector<Expr> out;
-  for (const Ex& x : xs) out.push_back(x.expr());
+  for (const Ex& x : xs)
+    out.push_back(x.expr());
   return out;
 }
 
-void KernelBuilder::add(Stmt s) { blocks_.back().push_back(std::move(s)); }
+void KernelBuilder::add(Stmt s) {
+  blocks_.back().push_back(std::move(s));
+}
 
 Stmt KernelBuilder::run_body(const std::function<void()>& body, SourceLoc loc) {
   blocks_.emplace_back();
@@ -140,8 +154,8 @@ Ex KernelBuilder::size(const std::string& name, Loc loc) {
   return Ex(this, *e);
 }
 
-void KernelBuilder::on(const std::string& target, std::vector<std::pair<std::string, std::string>> values,
-                       Loc loc) {
+void KernelBuilder::on(const std::string& target,
+                       std::vector<std::pair<std::string, std::string>> values, Loc loc) {
   if (!ok()) return;
   SourceLoc at = where(loc);
   std::vector<SourceLoc> locs(values.size(), at);
@@ -191,7 +205,9 @@ Ex KernelBuilder::call(const std::string& fn, std::vector<Ex> args, Loc loc) {
   return wrap(this, sema_->call(fn, exprs(args), where(loc)), [&](Status s) { fail(s); });
 }
 
-Ex KernelBuilder::cast(DType to, Ex x, Loc loc) { return call(to.name(), {x}, loc); }
+Ex KernelBuilder::cast(DType to, Ex x, Loc loc) {
+  return call(to.name(), {x}, loc);
+}
 
 // ----- statements -------------------------------------------------------------------------------
 
@@ -210,21 +226,26 @@ void KernelBuilder::grid(std::vector<Ex> extents, std::vector<std::string> names
     if (!s.ok()) return fail(s);
   }
   std::vector<std::pair<std::string, SourceLoc>> named;
-  for (const std::string& n : names) named.emplace_back(n, at);
+  for (const std::string& n : names)
+    named.emplace_back(n, at);
   Expected<std::vector<Expr>> vars = sema_->begin_grid(exprs(extents), named, at);
   if (!vars) return fail(vars.status());
   std::vector<Ex> vs;
-  for (const Expr& v : *vars) vs.emplace_back(this, v);
+  for (const Expr& v : *vars)
+    vs.emplace_back(this, v);
   Stmt b = run_body([&] { body(vs); }, at);
   grid_ = sema_->end_grid(exprs(extents), *vars, b, at, exprs(threads));
 }
 
-Tile KernelBuilder::alloc(const std::string& name, Scope scope, DType dtype, std::vector<Ex> shape, Loc loc) {
+Tile KernelBuilder::alloc(const std::string& name, Scope scope, DType dtype, std::vector<Ex> shape,
+                          Loc loc) {
   if (!usable(shape)) return Tile(this, name);
   SourceLoc at = where(loc);
   Expected<Stmt> s = sema_->alloc(name, scope, dtype, exprs(shape), at, at);
-  if (!s) fail(s.status());
-  else add(*s);
+  if (!s)
+    fail(s.status());
+  else
+    add(*s);
   return Tile(this, name);
 }
 
@@ -236,7 +257,8 @@ Tile KernelBuilder::fragment(const std::string& name, DType dtype, std::vector<E
   return alloc(name, Scope::kFragment, std::move(dtype), std::move(shape), loc);
 }
 
-void KernelBuilder::range(const std::string& var, Ex extent, const std::function<void(Ex)>& body, Loc loc) {
+void KernelBuilder::range(const std::string& var, Ex extent, const std::function<void(Ex)>& body,
+                          Loc loc) {
   if (!usable({extent})) return;
   SourceLoc at = where(loc);
   Expected<Expr> v = sema_->begin_for(var, extent.expr(), nullptr, at, at);
@@ -260,11 +282,13 @@ void KernelBuilder::parallel(std::vector<std::string> vars, std::vector<Ex> exte
   if (!usable(extents)) return;
   SourceLoc at = where(loc);
   std::vector<std::pair<std::string, SourceLoc>> named;
-  for (const std::string& n : vars) named.emplace_back(n, at);
+  for (const std::string& n : vars)
+    named.emplace_back(n, at);
   Expected<std::vector<Expr>> vs = sema_->begin_parallel(named, exprs(extents), at);
   if (!vs) return fail(vs.status());
   std::vector<Ex> xs;
-  for (const Expr& v : *vs) xs.emplace_back(this, v);
+  for (const Expr& v : *vs)
+    xs.emplace_back(this, v);
   Stmt b = run_body([&] { body(xs); }, at);
   add(sema_->end_parallel(*vs, exprs(extents), b, at));
 }
@@ -275,7 +299,8 @@ void KernelBuilder::parallel(std::vector<std::string> vars, const Tile& over,
   Expected<Buffer> b = sema_->lookup_buffer(over.name(), where(loc));
   if (!b) return fail(b.status());
   std::vector<Ex> extents;
-  for (const Expr& d : (*b)->shape) extents.emplace_back(this, d);
+  for (const Expr& d : (*b)->shape)
+    extents.emplace_back(this, d);
   parallel(std::move(vars), std::move(extents), body, loc);
 }
 
@@ -362,7 +387,9 @@ void KernelBuilder::gemm(const Tile& a, const Tile& b, const Tile& c, Loc loc) {
   add(*st);
 }
 
-void KernelBuilder::clear(const Tile& t, Loc loc) { fill(t, Ex(0), loc); }
+void KernelBuilder::clear(const Tile& t, Loc loc) {
+  fill(t, Ex(0), loc);
+}
 
 void KernelBuilder::fill(const Tile& t, Ex value, Loc loc) {
   if (!usable({value})) return;
@@ -374,7 +401,8 @@ void KernelBuilder::fill(const Tile& t, Ex value, Loc loc) {
   add(*st);
 }
 
-void KernelBuilder::reduce(const Tile& src, const Tile& dst, int axis, const std::string& op, Loc loc) {
+void KernelBuilder::reduce(const Tile& src, const Tile& dst, int axis, const std::string& op,
+                           Loc loc) {
   if (!ok()) return;
   SourceLoc at = where(loc);
   auto s = tile_ref(src, at), d = tile_ref(dst, at);

@@ -32,9 +32,9 @@ class Sema;
 // A scalar expression under construction. Literals convert implicitly.
 class Ex {
  public:
-  Ex(int v) : e_(IntImm::make(v)) {}      // NOLINT: literals read naturally
-  Ex(int64_t v) : e_(IntImm::make(v)) {}  // NOLINT
-  Ex(double v) : e_(FloatImm::make(v)) {} // NOLINT
+  Ex(int v) : e_(IntImm::make(v)) {}       // NOLINT: literals read naturally
+  Ex(int64_t v) : e_(IntImm::make(v)) {}   // NOLINT
+  Ex(double v) : e_(FloatImm::make(v)) {}  // NOLINT
   Ex(KernelBuilder* kb, Expr e) : kb_(kb), e_(std::move(e)) {}
   const Expr& expr() const { return e_; }
   KernelBuilder* builder() const { return kb_; }
@@ -70,7 +70,9 @@ class Tile {
   Tile() = default;
   Tile(KernelBuilder* kb, std::string name) : kb_(kb), name_(std::move(name)) {}
   template <typename... I>
-  Ex operator()(I... indices) const { return element({Ex(indices)...}); }
+  Ex operator()(I... indices) const {
+    return element({Ex(indices)...});
+  }
   Ex element(std::vector<Ex> indices) const;
   template <typename... I>
   Tile at(I... origin) const {
@@ -113,7 +115,8 @@ class KernelBuilder {
   // ----- the kernel's signature
   Ex param(const std::string& name, int64_t default_value, Loc loc = Loc::current());
   DType dtype_param(const std::string& name, DType default_value, Loc loc = Loc::current());
-  Tile tensor(const std::string& name, DType dtype, std::vector<Dim> dims, Loc loc = Loc::current());
+  Tile tensor(const std::string& name, DType dtype, std::vector<Dim> dims,
+              Loc loc = Loc::current());
   Ex scalar(const std::string& name, DType dtype, Loc loc = Loc::current());
   Ex size(const std::string& name, Loc loc = Loc::current());  // a size named by a tensor
   // Defaults for one kind of target: on("gpu", {{"BM", "64"}}) is `on gpu <BM = 64>`.
@@ -126,8 +129,10 @@ class KernelBuilder {
   // `grid (...) as (...) threads (...) { ... }`: a GPU block of threads[0] x threads[1] threads.
   void grid(std::vector<Ex> extents, std::vector<std::string> names, std::vector<Ex> threads,
             const std::function<void(std::vector<Ex>)>& body, Loc loc = Loc::current());
-  Tile shared(const std::string& name, DType dtype, std::vector<Ex> shape, Loc loc = Loc::current());
-  Tile fragment(const std::string& name, DType dtype, std::vector<Ex> shape, Loc loc = Loc::current());
+  Tile shared(const std::string& name, DType dtype, std::vector<Ex> shape,
+              Loc loc = Loc::current());
+  Tile fragment(const std::string& name, DType dtype, std::vector<Ex> shape,
+                Loc loc = Loc::current());
   void range(const std::string& var, Ex extent, const std::function<void(Ex)>& body,
              Loc loc = Loc::current());
   void pipelined(const std::string& var, Ex extent, Ex stages, const std::function<void(Ex)>& body,

@@ -32,7 +32,8 @@ class Parser {
       TESSEL_ASSIGN_OR_RETURN(Kernel k, parse_kernel());
       for (const Kernel& other : kernels)
         if (other.name == k.name)
-          return error_at(k.loc, "kernel '{}' is already defined at {}", k.name, other.loc.to_string());
+          return error_at(k.loc, "kernel '{}' is already defined at {}", k.name,
+                          other.loc.to_string());
       kernels.push_back(std::move(k));
     }
     if (kernels.empty()) return error_at(peek().loc, "no kernel in this file");
@@ -61,9 +62,13 @@ class Parser {
   }
   static std::string describe(const Token& t) {
     switch (t.kind) {
-      case TokenKind::kIdent: return fmt::format("'{}'", t.text);
-      case TokenKind::kInt: case TokenKind::kFloat: return fmt::format("'{}'", t.text);
-      default: return token_kind_description(t.kind);
+      case TokenKind::kIdent:
+        return fmt::format("'{}'", t.text);
+      case TokenKind::kInt:
+      case TokenKind::kFloat:
+        return fmt::format("'{}'", t.text);
+      default:
+        return token_kind_description(t.kind);
     }
   }
   Expected<Token> expect(TokenKind kind, const char* context) {
@@ -118,10 +123,12 @@ class Parser {
       } while (accept(TokenKind::kComma));
     }
     TESSEL_TRY(expect(TokenKind::kRParen, "to close the argument list"));
-    while (is_keyword("on")) TESSEL_TRY(parse_target_defaults());
+    while (is_keyword("on"))
+      TESSEL_TRY(parse_target_defaults());
     TESSEL_ASSIGN_OR_RETURN(Token open, expect(TokenKind::kLBrace, "to open the kernel body"));
     if (!is_keyword("grid"))
-      return error_at(peek().loc, "a kernel body is one grid: grid (...) as (...) {{ ... }}; found {}",
+      return error_at(peek().loc,
+                      "a kernel body is one grid: grid (...) as (...) {{ ... }}; found {}",
                       describe(peek()));
     TESSEL_ASSIGN_OR_RETURN(Stmt grid, parse_stmt());
     if (!at(TokenKind::kRBrace))
@@ -135,7 +142,8 @@ class Parser {
     TESSEL_ASSIGN_OR_RETURN(Name name, expect_name("for a parameter"));
     if (accept(TokenKind::kColon)) {
       if (!is_keyword("dtype"))
-        return error_at(peek().loc, "parameters are integers (BM = 64) or dtypes (T: dtype = f32); found {}",
+        return error_at(peek().loc,
+                        "parameters are integers (BM = 64) or dtypes (T: dtype = f32); found {}",
                         describe(peek()));
       next();
       TESSEL_TRY(expect(TokenKind::kAssign, "before the parameter's default"));
@@ -144,7 +152,8 @@ class Parser {
       if (!t) return error_at(type.second, "unknown dtype '{}'", type.first);
       return sema_.add_dtype_param(name.first, DType(*t), name.second);
     }
-    TESSEL_TRY(expect(TokenKind::kAssign, "after the parameter name (parameters need a default: BM = 64)"));
+    TESSEL_TRY(expect(TokenKind::kAssign,
+                      "after the parameter name (parameters need a default: BM = 64)"));
     bool negative = accept(TokenKind::kMinus);
     if (!at(TokenKind::kInt))
       return error_at(peek().loc, "the default of parameter '{}' must be an integer, found {}",
@@ -169,7 +178,8 @@ class Parser {
       std::string value;
       if (accept(TokenKind::kMinus)) value = "-";
       if (!at(TokenKind::kInt) && !at(TokenKind::kIdent))
-        return error_at(peek().loc, "expected a value for '{}', found {}", name.first, describe(peek()));
+        return error_at(peek().loc, "expected a value for '{}', found {}", name.first,
+                        describe(peek()));
       value += next().text;
       d.values.emplace_back(name.first, value);
       names.push_back(name.second);
@@ -189,10 +199,12 @@ class Parser {
     do {
       if (at(TokenKind::kInt)) {
         const Token& t = next();
-        if (t.int_value <= 0) return error_at(t.loc, "tensor dimensions must be positive, got {}", t.int_value);
+        if (t.int_value <= 0)
+          return error_at(t.loc, "tensor dimensions must be positive, got {}", t.int_value);
         dims.push_back(IntImm::make(t.int_value, kI64, t.loc));
       } else {
-        TESSEL_ASSIGN_OR_RETURN(Name dim, expect_name("for a dimension (a size name such as M, or a number)"));
+        TESSEL_ASSIGN_OR_RETURN(
+            Name dim, expect_name("for a dimension (a size name such as M, or a number)"));
         TESSEL_ASSIGN_OR_RETURN(Expr d, sema_.tensor_dim(dim.first, dim.second));
         dims.push_back(d);
       }
@@ -206,8 +218,7 @@ class Parser {
     TESSEL_ASSIGN_OR_RETURN(Token open, expect(TokenKind::kLBrace, context));
     std::vector<Stmt> stmts;
     while (!at(TokenKind::kRBrace)) {
-      if (at(TokenKind::kEnd))
-        return error_at(open.loc, "this '{{' is never closed");
+      if (at(TokenKind::kEnd)) return error_at(open.loc, "this '{{' is never closed");
       TESSEL_ASSIGN_OR_RETURN(Stmt s, parse_stmt());
       stmts.push_back(std::move(s));
     }
@@ -220,7 +231,8 @@ class Parser {
     Nest nest(&nesting_);
     TESSEL_TRY(check_nesting(t.loc));
     statement_operators_ = 0;
-    if (t.kind != TokenKind::kIdent) return error_at(t.loc, "expected a statement, found {}", describe(t));
+    if (t.kind != TokenKind::kIdent)
+      return error_at(t.loc, "expected a statement, found {}", describe(t));
     if (t.text == "grid") return parse_grid();
     if (t.text == "for") return parse_for();
     if (t.text == "parallel") return parse_parallel();
@@ -230,7 +242,8 @@ class Parser {
     if (peek(1).kind == TokenKind::kLBracket) return parse_element_store();
     if (peek(1).kind == TokenKind::kDot)
       return error_at(peek(1).loc, "'.T' only appears on the operands of copy and gemm");
-    return error_at(peek(1).loc, "expected '=', '[' or '(' after '{}', found {}", t.text, describe(peek(1)));
+    return error_at(peek(1).loc, "expected '=', '[' or '(' after '{}', found {}", t.text,
+                    describe(peek(1)));
   }
 
   Expected<std::vector<Name>> parse_names(const char* context) {
@@ -246,7 +259,8 @@ class Parser {
 
   Expected<std::vector<Expr>> parse_expr_list(TokenKind close, const char* context) {
     std::vector<Expr> out;
-    if (at(close)) return error_at(peek().loc, "expected an expression {}, found {}", context, describe(peek()));
+    if (at(close))
+      return error_at(peek().loc, "expected an expression {}, found {}", context, describe(peek()));
     do {
       TESSEL_ASSIGN_OR_RETURN(Expr e, parse_expr());
       out.push_back(std::move(e));
@@ -258,7 +272,8 @@ class Parser {
   Expected<Stmt> parse_grid() {
     SourceLoc loc = next().loc;
     TESSEL_TRY(expect(TokenKind::kLParen, "after 'grid'"));
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> extents, parse_expr_list(TokenKind::kRParen, "in the grid's extents"));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> extents,
+                            parse_expr_list(TokenKind::kRParen, "in the grid's extents"));
     TESSEL_TRY(expect_keyword("as", "after the grid's extents (grid (...) as (bx, by))"));
     TESSEL_ASSIGN_OR_RETURN(std::vector<Name> names, parse_names("for the grid's block indices"));
     std::vector<Expr> threads;
@@ -282,7 +297,8 @@ class Parser {
     if (is_keyword("pipelined")) {
       pipelined = true;
     } else if (!is_keyword("range")) {
-      return error_at(peek().loc, "expected range(n) or pipelined(n, stages=S), found {}", describe(peek()));
+      return error_at(peek().loc, "expected range(n) or pipelined(n, stages=S), found {}",
+                      describe(peek()));
     }
     next();
     TESSEL_TRY(expect(TokenKind::kLParen, "after range/pipelined"));
@@ -290,7 +306,9 @@ class Parser {
     Expr stages;
     if (accept(TokenKind::kComma)) {
       if (!pipelined || !is_keyword("stages"))
-        return error_at(peek().loc, "{}", pipelined ? "expected stages=S" : "range takes one argument, the trip count");
+        return error_at(
+            peek().loc, "{}",
+            pipelined ? "expected stages=S" : "range takes one argument, the trip count");
       next();
       TESSEL_TRY(expect(TokenKind::kAssign, "after 'stages'"));
       TESSEL_ASSIGN_OR_RETURN(stages, parse_expr());
@@ -298,24 +316,29 @@ class Parser {
       stages = sema_.int_literal(2, loc);
     }
     TESSEL_TRY(expect(TokenKind::kRParen, "to close the loop's range"));
-    TESSEL_ASSIGN_OR_RETURN(Expr var, sema_.begin_for(name.first, extent, stages, name.second, loc));
+    TESSEL_ASSIGN_OR_RETURN(Expr var,
+                            sema_.begin_for(name.first, extent, stages, name.second, loc));
     TESSEL_ASSIGN_OR_RETURN(Stmt body, parse_block("to open the loop's body"));
     return sema_.end_for(var, extent, stages, body, loc);
   }
 
   Expected<Stmt> parse_parallel() {
     SourceLoc loc = next().loc;
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Name> names, parse_names("for the parallel loop's indices"));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Name> names,
+                            parse_names("for the parallel loop's indices"));
     TESSEL_TRY(expect_keyword("in", "after the parallel loop's indices"));
     std::vector<Expr> extents;
     if (accept(TokenKind::kLBracket)) {
-      TESSEL_ASSIGN_OR_RETURN(extents, parse_expr_list(TokenKind::kRBracket, "in the parallel loop's extents"));
+      TESSEL_ASSIGN_OR_RETURN(
+          extents, parse_expr_list(TokenKind::kRBracket, "in the parallel loop's extents"));
     } else {
       TESSEL_ASSIGN_OR_RETURN(Name over, expect_name("(a tile or [extents]) after 'in'"));
       TESSEL_ASSIGN_OR_RETURN(Buffer b, sema_.lookup_buffer(over.first, over.second));
       if (b->scope == Scope::kGlobal)
-        return error_at(over.second, "parallel loops run over tiles or [extents]; '{}' is a global tensor of run-time size",
-                        over.first);
+        return error_at(
+            over.second,
+            "parallel loops run over tiles or [extents]; '{}' is a global tensor of run-time size",
+            over.first);
       extents = b->shape;
     }
     TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> vars, sema_.begin_parallel(names, extents, loc));
@@ -356,7 +379,8 @@ class Parser {
       TESSEL_ASSIGN_OR_RETURN(DType type, sema_.dtype(type_name.first, type_name.second));
       TESSEL_TRY(expect(TokenKind::kGt, "after the tile's dtype"));
       TESSEL_TRY(expect(TokenKind::kLBracket, "before the tile's shape"));
-      TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> shape, parse_expr_list(TokenKind::kRBracket, "in the tile's shape"));
+      TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> shape,
+                              parse_expr_list(TokenKind::kRBracket, "in the tile's shape"));
       return sema_.alloc(name.first, scope, type, std::move(shape), name.second, loc);
     }
     TESSEL_ASSIGN_OR_RETURN(Expr value, parse_expr());
@@ -368,15 +392,25 @@ class Parser {
     next();
     TESSEL_ASSIGN_OR_RETURN(Buffer b, sema_.lookup_buffer(name.first, name.second));
     next();  // '['
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> idx, parse_expr_list(TokenKind::kRBracket, "in the element's indices"));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> idx,
+                            parse_expr_list(TokenKind::kRBracket, "in the element's indices"));
     const Token& op = peek();
     std::optional<BinaryOp> compound;
     switch (op.kind) {
-      case TokenKind::kAssign: break;
-      case TokenKind::kPlusAssign: compound = BinaryOp::kAdd; break;
-      case TokenKind::kMinusAssign: compound = BinaryOp::kSub; break;
-      case TokenKind::kStarAssign: compound = BinaryOp::kMul; break;
-      case TokenKind::kSlashAssign: compound = BinaryOp::kDiv; break;
+      case TokenKind::kAssign:
+        break;
+      case TokenKind::kPlusAssign:
+        compound = BinaryOp::kAdd;
+        break;
+      case TokenKind::kMinusAssign:
+        compound = BinaryOp::kSub;
+        break;
+      case TokenKind::kStarAssign:
+        compound = BinaryOp::kMul;
+        break;
+      case TokenKind::kSlashAssign:
+        compound = BinaryOp::kDiv;
+        break;
       default:
         return error_at(op.loc, "expected '=' after {}[...], found {}", name.first, describe(op));
     }
@@ -394,13 +428,15 @@ class Parser {
     TESSEL_ASSIGN_OR_RETURN(Name name, expect_name("for a tile operand"));
     bool transposed = false;
     if (accept(TokenKind::kDot)) {
-      if (!is_keyword("T")) return error_at(peek().loc, "expected 'T' after '.', found {}", describe(peek()));
+      if (!is_keyword("T"))
+        return error_at(peek().loc, "expected 'T' after '.', found {}", describe(peek()));
       next();
       transposed = true;
     }
     std::optional<std::vector<Expr>> origin;
     if (accept(TokenKind::kLBracket)) {
-      TESSEL_ASSIGN_OR_RETURN(origin, parse_expr_list(TokenKind::kRBracket, "in the tile's origin"));
+      TESSEL_ASSIGN_OR_RETURN(origin,
+                              parse_expr_list(TokenKind::kRBracket, "in the tile's origin"));
     }
     return sema_.tile_ref(name.first, transposed, std::move(origin), name.second);
   }
@@ -448,9 +484,11 @@ class Parser {
       if (op.first == s.name) shape = &s;
     if (!shape) {
       if (Sema::is_function(op.first))
-        return error_at(loc, "'{}(...)' computes a value; use it in an expression, e.g. v = {}(...)",
+        return error_at(loc,
+                        "'{}(...)' computes a value; use it in an expression, e.g. v = {}(...)",
                         op.first, op.first);
-      return error_at(loc, "unknown operation '{}' (expected copy, gemm, clear, fill or reduce)", op.first);
+      return error_at(loc, "unknown operation '{}' (expected copy, gemm, clear, fill or reduce)",
+                      op.first);
     }
     std::vector<TileRef> tiles;
     Expr value;
@@ -470,7 +508,8 @@ class Parser {
             TESSEL_ASSIGN_OR_RETURN(kw.value, parse_expr());
           }
           bool known = false;
-          for (const std::string& k : shape->keywords) known |= k == kw.name.first;
+          for (const std::string& k : shape->keywords)
+            known |= k == kw.name.first;
           if (!known)
             return error_at(kw.name.second, "{} has no argument '{}'; usage: {}", op.first,
                             kw.name.first, shape->usage);
@@ -478,7 +517,8 @@ class Parser {
           continue;
         }
         if (!keywords.empty())
-          return error_at(peek().loc, "positional argument after a keyword argument; usage: {}", shape->usage);
+          return error_at(peek().loc, "positional argument after a keyword argument; usage: {}",
+                          shape->usage);
         if (positional < shape->tiles) {
           TESSEL_ASSIGN_OR_RETURN(TileRef t, parse_tile_operand());
           tiles.push_back(std::move(t));
@@ -515,7 +555,8 @@ class Parser {
       return error_at(axis->value_token.loc, "axis must be an integer literal");
     std::string op_name = rop ? rop->value_token.text : "sum";
     SourceLoc op_loc = rop ? rop->value_token.loc : loc;
-    return sema_.reduce(tiles[0], tiles[1], *axis_value, axis->value_token.loc, op_name, op_loc, loc);
+    return sema_.reduce(tiles[0], tiles[1], *axis_value, axis->value_token.loc, op_name, op_loc,
+                        loc);
   }
 
   // ----- expressions, by precedence
@@ -523,20 +564,47 @@ class Parser {
 
   static int binary_precedence(TokenKind k, BinaryOp* op) {
     switch (k) {
-      case TokenKind::kOrOr: *op = BinaryOp::kOr; return 1;
-      case TokenKind::kAndAnd: *op = BinaryOp::kAnd; return 2;
-      case TokenKind::kEq: *op = BinaryOp::kEq; return 3;
-      case TokenKind::kNe: *op = BinaryOp::kNe; return 3;
-      case TokenKind::kLt: *op = BinaryOp::kLt; return 4;
-      case TokenKind::kLe: *op = BinaryOp::kLe; return 4;
-      case TokenKind::kGt: *op = BinaryOp::kGt; return 4;
-      case TokenKind::kGe: *op = BinaryOp::kGe; return 4;
-      case TokenKind::kPlus: *op = BinaryOp::kAdd; return 5;
-      case TokenKind::kMinus: *op = BinaryOp::kSub; return 5;
-      case TokenKind::kStar: *op = BinaryOp::kMul; return 6;
-      case TokenKind::kSlash: *op = BinaryOp::kDiv; return 6;
-      case TokenKind::kPercent: *op = BinaryOp::kMod; return 6;
-      default: return -1;
+      case TokenKind::kOrOr:
+        *op = BinaryOp::kOr;
+        return 1;
+      case TokenKind::kAndAnd:
+        *op = BinaryOp::kAnd;
+        return 2;
+      case TokenKind::kEq:
+        *op = BinaryOp::kEq;
+        return 3;
+      case TokenKind::kNe:
+        *op = BinaryOp::kNe;
+        return 3;
+      case TokenKind::kLt:
+        *op = BinaryOp::kLt;
+        return 4;
+      case TokenKind::kLe:
+        *op = BinaryOp::kLe;
+        return 4;
+      case TokenKind::kGt:
+        *op = BinaryOp::kGt;
+        return 4;
+      case TokenKind::kGe:
+        *op = BinaryOp::kGe;
+        return 4;
+      case TokenKind::kPlus:
+        *op = BinaryOp::kAdd;
+        return 5;
+      case TokenKind::kMinus:
+        *op = BinaryOp::kSub;
+        return 5;
+      case TokenKind::kStar:
+        *op = BinaryOp::kMul;
+        return 6;
+      case TokenKind::kSlash:
+        *op = BinaryOp::kDiv;
+        return 6;
+      case TokenKind::kPercent:
+        *op = BinaryOp::kMod;
+        return 6;
+      default:
+        return -1;
     }
   }
 
@@ -547,7 +615,8 @@ class Parser {
       int p = binary_precedence(peek().kind, &op);
       if (p < 0 || p <= min_precedence) return lhs;
       if (++statement_operators_ > kMaxOperatorsPerStatement)
-        return error_at(peek().loc, "more than {} operators in one statement; split it with named values",
+        return error_at(peek().loc,
+                        "more than {} operators in one statement; split it with named values",
                         kMaxOperatorsPerStatement);
       SourceLoc loc = next().loc;
       TESSEL_ASSIGN_OR_RETURN(Expr rhs, parse_binary(p));
@@ -570,21 +639,29 @@ class Parser {
   Expected<Expr> parse_primary() {
     const Token& t = peek();
     switch (t.kind) {
-      case TokenKind::kInt: next(); return sema_.int_literal(t.int_value, t.loc);
-      case TokenKind::kFloat: next(); return sema_.float_literal(t.float_value, t.loc);
+      case TokenKind::kInt:
+        next();
+        return sema_.int_literal(t.int_value, t.loc);
+      case TokenKind::kFloat:
+        next();
+        return sema_.float_literal(t.float_value, t.loc);
       case TokenKind::kLParen: {
         next();
         TESSEL_ASSIGN_OR_RETURN(Expr e, parse_expr());
         TESSEL_TRY(expect(TokenKind::kRParen, "to close the parenthesis"));
         return e;
       }
-      case TokenKind::kIdent: break;
-      default: return error_at(t.loc, "expected an expression, found {}", describe(t));
+      case TokenKind::kIdent:
+        break;
+      default:
+        return error_at(t.loc, "expected an expression, found {}", describe(t));
     }
     Name name{t.text, t.loc};
     next();
-    if (name.first == "true" || name.first == "false") return sema_.bool_literal(name.first == "true", name.second);
-    if (name.first == "inf") return sema_.float_literal(std::numeric_limits<double>::infinity(), name.second);
+    if (name.first == "true" || name.first == "false")
+      return sema_.bool_literal(name.first == "true", name.second);
+    if (name.first == "inf")
+      return sema_.float_literal(std::numeric_limits<double>::infinity(), name.second);
     if (accept(TokenKind::kLParen)) {
       std::vector<Expr> args;
       if (!at(TokenKind::kRParen)) {
@@ -598,7 +675,8 @@ class Parser {
     }
     if (accept(TokenKind::kLBracket)) {
       TESSEL_ASSIGN_OR_RETURN(Buffer b, sema_.lookup_buffer(name.first, name.second));
-      TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> idx, parse_expr_list(TokenKind::kRBracket, "in the element's indices"));
+      TESSEL_ASSIGN_OR_RETURN(std::vector<Expr> idx,
+                              parse_expr_list(TokenKind::kRBracket, "in the element's indices"));
       return sema_.load(b, std::move(idx), name.second);
     }
     if (at(TokenKind::kDot))
@@ -625,7 +703,8 @@ class Parser {
   };
   Status check_nesting(const SourceLoc& loc) const {
     if (nesting_ > kMaxNesting)
-      return error_at(loc, "nested more than {} levels deep; split the expression or the block", kMaxNesting);
+      return error_at(loc, "nested more than {} levels deep; split the expression or the block",
+                      kMaxNesting);
     return ok_status();
   }
 
@@ -645,13 +724,16 @@ Expected<std::vector<Kernel>> parse_tile(std::string_view source, const std::str
   return parser.parse_file();
 }
 
-Expected<Kernel> parse_kernel(std::string_view source, const std::string& file, const std::string& name) {
+Expected<Kernel> parse_kernel(std::string_view source, const std::string& file,
+                              const std::string& name) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Kernel> kernels, parse_tile(source, file));
   if (name.empty()) {
     if (kernels.size() == 1) return kernels[0];
     std::string names;
-    for (const Kernel& k : kernels) names += (names.empty() ? "" : ", ") + k.name;
-    return invalid_argument("{} defines {} kernels ({}); name the one you mean", file, kernels.size(), names);
+    for (const Kernel& k : kernels)
+      names += (names.empty() ? "" : ", ") + k.name;
+    return invalid_argument("{} defines {} kernels ({}); name the one you mean", file,
+                            kernels.size(), names);
   }
   for (const Kernel& k : kernels)
     if (k.name == name) return k;

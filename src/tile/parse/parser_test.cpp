@@ -51,7 +51,8 @@ TEST(Parser, ExpressionsKeepPrecedenceThroughPrinting) {
   auto k = parse_kernel(src, "<test>");
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   std::string printed = to_string(*k);
-  EXPECT_NE(printed.find("a = (x[n] + 1.0) * 2.0 - x[n] / (x[n] - 3.0)"), std::string::npos) << printed;
+  EXPECT_NE(printed.find("a = (x[n] + 1.0) * 2.0 - x[n] / (x[n] - 3.0)"), std::string::npos)
+      << printed;
   EXPECT_NE(printed.find("t = -(a * a) + -1.5"), std::string::npos) << printed;
   EXPECT_NE(printed.find("select(n % 2 == 0 && !(a < 0.0) || n >= 3, exp(t), max(a, 0.0))"),
             std::string::npos)
@@ -102,8 +103,8 @@ Expected<Kernel> build_gemm() {
     kb.parallel({"i", "j"}, acc, [&](std::vector<Ex> ij) {
       Ex r = kb.let("r", by * BM + ij[0]);
       Ex c = kb.let("c", bx * BN + ij[1]);
-      Ex v = kb.let("v", alpha * acc(ij[0], ij[1]) +
-                             select(beta == 0.0, 0.0, beta * kb.cast(kF32, C(r, c))));
+      Ex v = kb.let(
+          "v", alpha * acc(ij[0], ij[1]) + select(beta == 0.0, 0.0, beta * kb.cast(kF32, C(r, c))));
       Ex y = kb.let("y", v + select(BIAS != 0, kb.cast(kF32, bias(c)), 0.0));
       kb.store(C, {r, c},
                select(ACT == 1, kb.call("relu", {y}), select(ACT == 2, kb.call("gelu", {y}), y)));

@@ -14,10 +14,11 @@ namespace {
 
 const std::set<std::string>& reserved_names() {
   static const std::set<std::string> names = [] {
-    std::set<std::string> s = {"kernel", "grid", "as", "for", "in", "range", "pipelined",
-                               "parallel", "if", "else", "shared", "fragment", "global", "dtype",
-                               "true", "false", "inf", "copy", "gemm", "clear", "fill", "reduce",
-                               "select", "min", "max", "cdiv", "masked", "barrier"};
+    std::set<std::string> s = {"kernel",    "grid",     "as",     "for",    "in",     "range",
+                               "pipelined", "parallel", "if",     "else",   "shared", "fragment",
+                               "global",    "dtype",    "true",   "false",  "inf",    "copy",
+                               "gemm",      "clear",    "fill",   "reduce", "select", "min",
+                               "max",       "cdiv",     "masked", "barrier"};
     for (int t = 0; t <= static_cast<int>(ScalarType::kF64); ++t)
       s.insert(scalar_type_name(static_cast<ScalarType>(t)));
     MathFn fn;
@@ -29,7 +30,9 @@ const std::set<std::string>& reserved_names() {
   return names;
 }
 
-bool is_literal(const Expr& e) { return e->as<IntImm>() || e->as<FloatImm>(); }
+bool is_literal(const Expr& e) {
+  return e->as<IntImm>() || e->as<FloatImm>();
+}
 
 // A literal retyped to `to`, or null when it cannot be (a float literal as an integer).
 Expr retype_literal(const Expr& e, const DType& to) {
@@ -72,8 +75,10 @@ const Sema::Symbol* Sema::find(const std::string& name) const {
 }
 
 Status Sema::define(const std::string& name, Symbol symbol, const SourceLoc& loc) {
-  if (reserved_names().count(name)) return error_at(loc, "'{}' is a built-in name; choose another", name);
-  if (name[0] == '_') return error_at(loc, "names starting with '_' are reserved for the compiler: '{}'", name);
+  if (reserved_names().count(name))
+    return error_at(loc, "'{}' is a built-in name; choose another", name);
+  if (name[0] == '_')
+    return error_at(loc, "names starting with '_' are reserved for the compiler: '{}'", name);
   if (const Symbol* s = find(name))
     return error_at(loc, "'{}' is already defined at {}", name, s->loc.to_string());
   symbol.loc = loc;
@@ -81,7 +86,9 @@ Status Sema::define(const std::string& name, Symbol symbol, const SourceLoc& loc
   return ok_status();
 }
 
-bool Sema::is_defined(const std::string& name) const { return find(name) != nullptr; }
+bool Sema::is_defined(const std::string& name) const {
+  return find(name) != nullptr;
+}
 
 bool Sema::is_buffer(const std::string& name) const {
   const Symbol* s = find(name);
@@ -125,8 +132,9 @@ Status Sema::add_int_param(std::string name, int64_t default_value, SourceLoc lo
 
 Status Sema::add_dtype_param(std::string name, DType default_value, SourceLoc loc) {
   if (default_value.is_param() || !default_value.is_float())
-    return error_at(loc, "dtype parameter '{}' must default to a float type (f32, f16, bf16, f64), not {}",
-                    name, default_value.name());
+    return error_at(
+        loc, "dtype parameter '{}' must default to a float type (f32, f16, bf16, f64), not {}",
+        name, default_value.name());
   Symbol s;
   s.is_dtype_param = true;
   TESSEL_TRY(define(name, s, loc));
@@ -139,8 +147,9 @@ Expected<DType> Sema::dtype(const std::string& name, const SourceLoc& loc) {
   const Symbol* s = find(name);
   if (s && s->is_dtype_param) return DType::param(name);
   if (s) return error_at(loc, "'{}' is not a dtype", name);
-  return error_at(loc, "unknown dtype '{}' (expected f32, f16, bf16, f64, i32, i64, ... or a dtype parameter)",
-                  name);
+  return error_at(
+      loc, "unknown dtype '{}' (expected f32, f16, bf16, f64, i32, i64, ... or a dtype parameter)",
+      name);
 }
 
 Expected<Expr> Sema::tensor_dim(const std::string& name, const SourceLoc& loc) {
@@ -182,21 +191,29 @@ Status Sema::add_target_defaults(TargetDefaults defaults, const std::vector<Sour
                                  const std::vector<SourceLoc>& value_locs) {
   static const std::set<std::string> kTargets = {"cpu", "gpu", "opencl", "cuda"};
   if (!kTargets.count(defaults.target))
-    return error_at(defaults.loc, "unknown target '{}' (expected cpu, gpu, opencl or cuda)", defaults.target);
+    return error_at(defaults.loc, "unknown target '{}' (expected cpu, gpu, opencl or cuda)",
+                    defaults.target);
   for (const TargetDefaults& t : kernel_.target_defaults)
     if (t.target == defaults.target)
-      return error_at(defaults.loc, "defaults for '{}' are already given at {}", t.target, t.loc.to_string());
+      return error_at(defaults.loc, "defaults for '{}' are already given at {}", t.target,
+                      t.loc.to_string());
   for (size_t i = 0; i < defaults.values.size(); ++i) {
     const auto& [name, value] = defaults.values[i];
     const Param* p = kernel_.find_param(name);
-    if (!p) return error_at(name_locs[i], "'on {}' sets '{}', which is not a parameter", defaults.target, name);
+    if (!p)
+      return error_at(name_locs[i], "'on {}' sets '{}', which is not a parameter", defaults.target,
+                      name);
     for (size_t j = 0; j < i; ++j)
-      if (defaults.values[j].first == name) return error_at(name_locs[i], "'{}' is set twice", name);
-    bool is_int = !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) || value[0] == '-');
+      if (defaults.values[j].first == name)
+        return error_at(name_locs[i], "'{}' is set twice", name);
+    bool is_int =
+        !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) || value[0] == '-');
     if (p->is_dtype) {
       auto t = scalar_type_from_name(value);
       if (!t || !DType(*t).is_float())
-        return error_at(value_locs[i], "parameter '{}' is a float dtype (f32, f16, bf16, f64); got '{}'", name, value);
+        return error_at(value_locs[i],
+                        "parameter '{}' is a float dtype (f32, f16, bf16, f64); got '{}'", name,
+                        value);
     } else if (!is_int) {
       return error_at(value_locs[i], "parameter '{}' is an integer; got '{}'", name, value);
     }
@@ -207,9 +224,15 @@ Status Sema::add_target_defaults(TargetDefaults defaults, const std::vector<Sour
 
 // ----- expressions ------------------------------------------------------------------------------
 
-Expr Sema::int_literal(int64_t v, SourceLoc loc) { return IntImm::make(v, kI64, std::move(loc)); }
-Expr Sema::float_literal(double v, SourceLoc loc) { return FloatImm::make(v, kF32, std::move(loc)); }
-Expr Sema::bool_literal(bool v, SourceLoc loc) { return IntImm::make(v, kBool, std::move(loc)); }
+Expr Sema::int_literal(int64_t v, SourceLoc loc) {
+  return IntImm::make(v, kI64, std::move(loc));
+}
+Expr Sema::float_literal(double v, SourceLoc loc) {
+  return FloatImm::make(v, kF32, std::move(loc));
+}
+Expr Sema::bool_literal(bool v, SourceLoc loc) {
+  return IntImm::make(v, kBool, std::move(loc));
+}
 
 Status Sema::unify(Expr* a, Expr* b, const std::string& what, const SourceLoc& loc) {
   if ((*a)->type == (*b)->type) return ok_status();
@@ -287,8 +310,10 @@ Expected<Expr> Sema::call(const std::string& name, std::vector<Expr> args, Sourc
   }
   if (cast_to) {
     TESSEL_TRY(expect_args(1));
-    if (cast_to->is_bool()) return error_at(loc, "cannot convert to bool; compare instead, e.g. x != 0");
-    if (args[0]->type.is_bool()) return error_at(loc, "cannot convert a bool to {}; use select(c, 1, 0)", name);
+    if (cast_to->is_bool())
+      return error_at(loc, "cannot convert to bool; compare instead, e.g. x != 0");
+    if (args[0]->type.is_bool())
+      return error_at(loc, "cannot convert a bool to {}; use select(c, 1, 0)", name);
     if (is_literal(args[0]))
       if (Expr r = retype_literal(args[0], *cast_to)) return r;
     if (args[0]->type == *cast_to) return args[0];
@@ -301,8 +326,8 @@ Expected<Expr> Sema::call(const std::string& name, std::vector<Expr> args, Sourc
     for (Expr& a : args) {
       if (is_literal(a) && a->type.is_int()) a = retype_literal(a, kF32);
       if (!a->type.is_float())
-        return error_at(a->loc, "{} needs a float argument, got {}; convert it, e.g. f32(...)", name,
-                        a->type.name());
+        return error_at(a->loc, "{} needs a float argument, got {}; convert it, e.g. f32(...)",
+                        name, a->type.name());
     }
     return Call::make(fn, args, loc);
   }
@@ -314,7 +339,8 @@ Expected<Expr> Sema::call(const std::string& name, std::vector<Expr> args, Sourc
   if (name == "select") {
     TESSEL_TRY(expect_args(3));
     if (!args[0]->type.is_bool())
-      return error_at(args[0]->loc, "select's condition must be a bool, got {}", args[0]->type.name());
+      return error_at(args[0]->loc, "select's condition must be a bool, got {}",
+                      args[0]->type.name());
     TESSEL_TRY(unify(&args[1], &args[2], "select", loc));
     return Select::make(args[0], args[1], args[2], loc);
   }
@@ -411,7 +437,8 @@ Expected<std::vector<Expr>> Sema::begin_parallel(
     SourceLoc loc) {
   if (!in_grid_) return error_at(loc, "parallel loops belong inside the grid");
   if (parallel_depth_ > 0)
-    return error_at(loc, "parallel loops do not nest; list every dimension in one: parallel (i, j) in ...");
+    return error_at(
+        loc, "parallel loops do not nest; list every dimension in one: parallel (i, j) in ...");
   if (names.size() != extents.size())
     return error_at(loc, "parallel loop names {} but iterates over {}",
                     plural(names.size(), "index"), plural(extents.size(), "dimension"));
@@ -430,7 +457,8 @@ Expected<std::vector<Expr>> Sema::begin_parallel(
   return vars;
 }
 
-Stmt Sema::end_parallel(std::vector<Expr> vars, std::vector<Expr> extents, Stmt body, SourceLoc loc) {
+Stmt Sema::end_parallel(std::vector<Expr> vars, std::vector<Expr> extents, Stmt body,
+                        SourceLoc loc) {
   scopes_.pop_back();
   --parallel_depth_;
   return Parallel::make(std::move(vars), std::move(extents), std::move(body), std::move(loc));
@@ -454,14 +482,16 @@ void Sema::next_branch() {
 
 Stmt Sema::end_if(Expr cond, Stmt then_case, Stmt else_case, SourceLoc loc) {
   scopes_.pop_back();
-  return IfThenElse::make(std::move(cond), std::move(then_case), std::move(else_case), std::move(loc));
+  return IfThenElse::make(std::move(cond), std::move(then_case), std::move(else_case),
+                          std::move(loc));
 }
 
 Expected<Stmt> Sema::alloc(std::string name, Scope scope, DType dtype, std::vector<Expr> shape,
                            SourceLoc name_loc, SourceLoc loc) {
   if (!in_grid_) return error_at(loc, "tiles are allocated inside the grid");
   if (loop_depth_ > 0 || parallel_depth_ > 0 || scopes_.size() > 2)
-    return error_at(loc, "allocate tiles at the top level of the grid, not inside a loop or branch");
+    return error_at(loc,
+                    "allocate tiles at the top level of the grid, not inside a loop or branch");
   if (shape.empty()) return error_at(loc, "a tile needs at least one dimension");
   for (const Expr& d : shape) {
     if (!d->type.is_int())
@@ -487,8 +517,9 @@ Expected<Stmt> Sema::alloc(std::string name, Scope scope, DType dtype, std::vect
       }
     }
     if (!constant)
-      return error_at(d->loc, "tile dimensions must be compile-time constants; '{}' is known only at run time",
-                      culprit);
+      return error_at(
+          d->loc, "tile dimensions must be compile-time constants; '{}' is known only at run time",
+          culprit);
   }
   if (dtype.is_bool()) return error_at(loc, "tiles of bool are not supported; use u8");
   Symbol s;
@@ -501,7 +532,8 @@ Expected<Stmt> Sema::let(std::string name, Expr value, SourceLoc name_loc, Sourc
   if (!in_grid_) return error_at(loc, "values are defined inside the grid");
   if (const Symbol* s = find(name)) {
     if (s->buffer)
-      return error_at(name_loc, "cannot assign to {} '{}' as a whole; assign elements: {}[i, j] = ...",
+      return error_at(name_loc,
+                      "cannot assign to {} '{}' as a whole; assign elements: {}[i, j] = ...",
                       s->buffer->scope == Scope::kGlobal ? "tensor" : "tile", name, name);
     return error_at(name_loc, "'{}' is already defined at {}; values cannot be reassigned", name,
                     s->loc.to_string());
@@ -517,19 +549,22 @@ Expected<Expr> Sema::convert_for_store(Expr value, const DType& to, const std::s
   if (value->type == to) return value;
   if (is_literal(value))
     if (Expr r = retype_literal(value, to)) return r;
-  if (value->type.is_bool()) return error_at(loc, "cannot store a bool into {}; use select(c, 1, 0)", what);
+  if (value->type.is_bool())
+    return error_at(loc, "cannot store a bool into {}; use select(c, 1, 0)", what);
   if (value->type.is_float() && to.is_int())
     return error_at(loc, "storing {} into {} of {} drops the fraction; convert explicitly: {}(...)",
                     value->type.name(), what, to.name(), to.name());
   return Cast::make(to, value, value->loc);
 }
 
-Expected<Stmt> Sema::store(const Buffer& buffer, std::vector<Expr> indices, Expr value, SourceLoc loc) {
+Expected<Stmt> Sema::store(const Buffer& buffer, std::vector<Expr> indices, Expr value,
+                           SourceLoc loc) {
   if (parallel_depth_ == 0)
-    return error_at(loc, "element assignment outside a parallel loop; wrap it in parallel (...) in ... {{ }}");
+    return error_at(
+        loc, "element assignment outside a parallel loop; wrap it in parallel (...) in ... {{ }}");
   TESSEL_ASSIGN_OR_RETURN(Expr target, this->load(buffer, std::move(indices), loc));
-  TESSEL_ASSIGN_OR_RETURN(
-      value, convert_for_store(value, buffer->dtype, fmt::format("'{}'", buffer->name), value->loc));
+  TESSEL_ASSIGN_OR_RETURN(value, convert_for_store(value, buffer->dtype,
+                                                   fmt::format("'{}'", buffer->name), value->loc));
   return Store::make(buffer, target->as<Load>()->indices, value, loc);
 }
 
@@ -567,15 +602,20 @@ Expected<TileRef> Sema::tile_ref(const std::string& name, bool transposed,
 
 namespace {
 // The rank of the tile a global operand contributes: that of the tile on the other side.
-int tile_rank(const TileRef& t) { return t.buffer->rank(); }
+int tile_rank(const TileRef& t) {
+  return t.buffer->rank();
+}
 }  // namespace
 
 Expected<Stmt> Sema::copy(TileRef src, TileRef dst, Expr pad, SourceLoc loc) {
   TESSEL_TRY(check_tile_op_context("copy", loc));
   if (src.is_global() && dst.is_global())
-    return error_at(loc, "copy needs a shared or fragment tile on at least one side; both '{}' and '{}' are global tensors",
+    return error_at(loc,
+                    "copy needs a shared or fragment tile on at least one side; both '{}' and '{}' "
+                    "are global tensors",
                     src.buffer->name, dst.buffer->name);
-  if (src.buffer == dst.buffer) return error_at(loc, "copy from '{}' into itself", src.buffer->name);
+  if (src.buffer == dst.buffer)
+    return error_at(loc, "copy from '{}' into itself", src.buffer->name);
   const TileRef& tile = src.is_global() ? dst : src;
   const TileRef& other = src.is_global() ? src : dst;
   if (other.is_global()) {
@@ -598,9 +638,9 @@ Expected<Stmt> Sema::copy(TileRef src, TileRef dst, Expr pad, SourceLoc loc) {
   if (pad) {
     if (!src.is_global())
       return error_at(pad->loc, "pad= only applies when copying from a global tensor");
-    TESSEL_ASSIGN_OR_RETURN(pad, convert_for_store(pad, src.buffer->dtype,
-                                                   fmt::format("the padding of '{}'", src.buffer->name),
-                                                   pad->loc));
+    TESSEL_ASSIGN_OR_RETURN(
+        pad, convert_for_store(pad, src.buffer->dtype,
+                               fmt::format("the padding of '{}'", src.buffer->name), pad->loc));
   }
   return Copy::make(std::move(src), std::move(dst), std::move(pad), loc);
 }
@@ -609,8 +649,10 @@ Expected<Stmt> Sema::gemm(TileRef a, TileRef b, TileRef c, SourceLoc loc) {
   TESSEL_TRY(check_tile_op_context("gemm", loc));
   for (const TileRef* t : {&a, &b, &c}) {
     if (t->is_global())
-      return error_at(t->loc, "gemm operand '{}' is a global tensor; copy a tile of it into shared memory first",
-                      t->buffer->name);
+      return error_at(
+          t->loc,
+          "gemm operand '{}' is a global tensor; copy a tile of it into shared memory first",
+          t->buffer->name);
     if (t->buffer->rank() != 2)
       return error_at(t->loc, "gemm needs 2-dimensional tiles; {}", describe(t->buffer));
   }
@@ -621,7 +663,8 @@ Expected<Stmt> Sema::gemm(TileRef a, TileRef b, TileRef c, SourceLoc loc) {
     return error_at(loc, "gemm operands have different dtypes: '{}' is {} and '{}' is {}",
                     a.buffer->name, a.buffer->dtype.name(), b.buffer->name, b.buffer->dtype.name());
   if (!a.buffer->dtype.is_float())
-    return error_at(loc, "gemm operands must be floats (f32, f16, bf16), got {}", a.buffer->dtype.name());
+    return error_at(loc, "gemm operands must be floats (f32, f16, bf16), got {}",
+                    a.buffer->dtype.name());
   if (c.buffer == a.buffer || c.buffer == b.buffer)
     return error_at(loc, "gemm accumulator '{}' is also an operand", c.buffer->name);
   return Gemm::make(std::move(a), std::move(b), std::move(c), loc);
@@ -630,11 +673,14 @@ Expected<Stmt> Sema::gemm(TileRef a, TileRef b, TileRef c, SourceLoc loc) {
 Expected<Stmt> Sema::fill(TileRef dst, Expr value, SourceLoc loc) {
   TESSEL_TRY(check_tile_op_context("fill", loc));
   if (dst.is_global())
-    return error_at(dst.loc, "fill needs a shared or fragment tile; '{}' is a global tensor (write it with a parallel loop)",
+    return error_at(dst.loc,
+                    "fill needs a shared or fragment tile; '{}' is a global tensor (write it with "
+                    "a parallel loop)",
                     dst.buffer->name);
   if (dst.transposed) return error_at(dst.loc, "fill of a transposed tile; drop '.T'");
-  TESSEL_ASSIGN_OR_RETURN(value, convert_for_store(value, dst.buffer->dtype,
-                                                   fmt::format("tile '{}'", dst.buffer->name), value->loc));
+  TESSEL_ASSIGN_OR_RETURN(
+      value, convert_for_store(value, dst.buffer->dtype, fmt::format("tile '{}'", dst.buffer->name),
+                               value->loc));
   return Fill::make(dst.buffer, value, loc);
 }
 
@@ -644,25 +690,33 @@ Expected<Stmt> Sema::reduce(TileRef src, TileRef dst, int64_t axis, SourceLoc ax
   for (const TileRef* t : {&src, &dst}) {
     if (t->is_global())
       return error_at(t->loc, "reduce works on tiles; '{}' is a global tensor", t->buffer->name);
-    if (t->transposed) return error_at(t->loc, "reduce of a transposed tile; pick the other axis instead");
+    if (t->transposed)
+      return error_at(t->loc, "reduce of a transposed tile; pick the other axis instead");
     if (!t->buffer->dtype.is_float() && !t->buffer->dtype.is_int())
-      return error_at(t->loc, "reduce needs numbers, '{}' holds {}", t->buffer->name, t->buffer->dtype.name());
+      return error_at(t->loc, "reduce needs numbers, '{}' holds {}", t->buffer->name,
+                      t->buffer->dtype.name());
   }
-  if (src.buffer == dst.buffer) return error_at(loc, "reduce from '{}' into itself", src.buffer->name);
+  if (src.buffer == dst.buffer)
+    return error_at(loc, "reduce from '{}' into itself", src.buffer->name);
   int rank = src.buffer->rank();
   if (axis < 0 || axis >= rank)
     return error_at(axis_loc, "axis {} is out of range for '{}' with {}", axis, src.buffer->name,
                     plural(rank, "dimension"));
   int want = std::max(1, rank - 1);
   if (dst.buffer->rank() != want)
-    return error_at(dst.loc, "reduce of '{}' ({}) along axis {} needs a destination with {}; '{}' has {}",
+    return error_at(dst.loc,
+                    "reduce of '{}' ({}) along axis {} needs a destination with {}; '{}' has {}",
                     src.buffer->name, plural(rank, "dimension"), axis, plural(want, "dimension"),
                     dst.buffer->name, dst.buffer->rank());
   ReduceOp rop;
-  if (op == "sum") rop = ReduceOp::kSum;
-  else if (op == "max") rop = ReduceOp::kMax;
-  else if (op == "min") rop = ReduceOp::kMin;
-  else return error_at(op_loc, "unknown reduction '{}' (expected sum, max or min)", op);
+  if (op == "sum")
+    rop = ReduceOp::kSum;
+  else if (op == "max")
+    rop = ReduceOp::kMax;
+  else if (op == "min")
+    rop = ReduceOp::kMin;
+  else
+    return error_at(op_loc, "unknown reduction '{}' (expected sum, max or min)", op);
   return Reduce::make(src.buffer, dst.buffer, static_cast<int>(axis), rop, loc);
 }
 

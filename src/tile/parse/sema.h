@@ -29,8 +29,7 @@ class Sema {
   Status add_tensor_arg(std::string name, DType dtype, std::vector<Expr> dims, SourceLoc loc);
   Status add_scalar_arg(std::string name, DType dtype, SourceLoc loc);
   // `on gpu <BM = 64>`: every name a parameter, every value of the parameter's kind.
-  Status add_target_defaults(TargetDefaults defaults,
-                             const std::vector<SourceLoc>& name_locs,
+  Status add_target_defaults(TargetDefaults defaults, const std::vector<SourceLoc>& name_locs,
                              const std::vector<SourceLoc>& value_locs);
 
   // ----- names
@@ -52,9 +51,9 @@ class Sema {
 
   // ----- statements
   // Scoped statements come in begin/end pairs around their bodies.
-  Expected<std::vector<Expr>> begin_grid(const std::vector<Expr>& extents,
-                                         const std::vector<std::pair<std::string, SourceLoc>>& names,
-                                         SourceLoc loc);
+  Expected<std::vector<Expr>> begin_grid(
+      const std::vector<Expr>& extents, const std::vector<std::pair<std::string, SourceLoc>>& names,
+      SourceLoc loc);
   Stmt end_grid(std::vector<Expr> extents, std::vector<Expr> vars, Stmt body, SourceLoc loc,
                 std::vector<Expr> threads = {});
   // `threads (R, C)` or `threads (N)`: integers (check_shapes wants them constant and positive).

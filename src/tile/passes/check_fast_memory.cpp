@@ -45,12 +45,14 @@ Status check_fast_memory(const Kernel& kernel, const Target& target) {
     const BufferNode& b = *a->buffer;
     if (b.layout == Layout::kRegisters) {
       std::vector<int64_t> shape;
-      for (int d = 0; d < b.rank(); ++d) shape.push_back(b.const_dim(d));
-      int64_t words = thread_tiling(shape, block).per_thread() *
-                      ((b.dtype.bytes() + 3) / 4);
+      for (int d = 0; d < b.rank(); ++d)
+        shape.push_back(b.const_dim(d));
+      int64_t words = thread_tiling(shape, block).per_thread() * ((b.dtype.bytes() + 3) / 4);
       registers += words;
       if (registers > target.max_fragment_registers)
-        return error_at(a->loc, "fragment '{}' {} needs {} registers per thread (fragments so far: {}); the {} target allows {} with {} threads per block; use smaller tiles",
+        return error_at(a->loc,
+                        "fragment '{}' {} needs {} registers per thread (fragments so far: {}); "
+                        "the {} target allows {} with {} threads per block; use smaller tiles",
                         b.name, fmt::format("[{}]", fmt::join(shape, ", ")), words, registers,
                         target.name(), target.max_fragment_registers, block.count);
       continue;
@@ -59,9 +61,11 @@ Status check_fast_memory(const Kernel& kernel, const Target& target) {
     total += bytes;
     parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", b.name, bytes_text(bytes));
     if (total > target.fast_memory_bytes)
-      return resource_exhausted("{}: tile '{}' does not fit: the tiles of one block need {} ({}) but the {} target has {} of fast memory per block",
-                                a->loc.to_string(), b.name, bytes_text(total), parts, target.name(),
-                                bytes_text(target.fast_memory_bytes));
+      return resource_exhausted(
+          "{}: tile '{}' does not fit: the tiles of one block need {} ({}) but the {} target has "
+          "{} of fast memory per block",
+          a->loc.to_string(), b.name, bytes_text(total), parts, target.name(),
+          bytes_text(target.fast_memory_bytes));
   }
   return ok_status();
 }

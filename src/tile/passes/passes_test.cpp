@@ -134,7 +134,8 @@ TEST(InsertBarriers, OncePerHazardNotPerIteration) {
   loop = loop.substr(0, loop.find("\n    }\n"));
   EXPECT_EQ(loop.rfind("for k in range(cdiv(K, 4)) {\n      barrier()\n", 0), 0u) << loop;
   size_t count = 0;
-  for (size_t p = loop.find("barrier()"); p != std::string::npos; p = loop.find("barrier()", p + 1)) ++count;
+  for (size_t p = loop.find("barrier()"); p != std::string::npos; p = loop.find("barrier()", p + 1))
+    ++count;
   EXPECT_EQ(count, 2u) << loop;
   EXPECT_EQ(loop.find("barrier()", loop.find("for _k")), std::string::npos) << loop;
 }
@@ -172,7 +173,8 @@ TEST(PipelineGpuLoops, RotatesStageCopiesWithOneBarrierPerStep) {
   std::string text = to_string(*ir);
   std::string loop = text.substr(text.find("for k in range"));
   size_t barriers = 0;
-  for (size_t p = loop.find("barrier()"); p != std::string::npos; p = loop.find("barrier()", p + 1)) ++barriers;
+  for (size_t p = loop.find("barrier()"); p != std::string::npos; p = loop.find("barrier()", p + 1))
+    ++barriers;
   EXPECT_EQ(barriers, 3u) << loop;  // one per stage branch
 }
 
@@ -221,17 +223,25 @@ TEST(ScheduleCpuGemm, SharesTilesOnlyWhenEveryBlockWouldPackTheSame) {
   auto ir = compile_ir(k, o);
   ASSERT_TRUE(ir.ok()) << ir.status().to_string();
   std::string text = to_string(*ir);
-  EXPECT_NE(text.find("As = shared<f32>[16, 8]  layout packed_a edge  shared by blocks per (by, k)\n"),
-            std::string::npos) << text;
-  EXPECT_NE(text.find("Bs = shared<f32>[8, 16]  layout packed_b edge\n"), std::string::npos) << text;
+  EXPECT_NE(
+      text.find("As = shared<f32>[16, 8]  layout packed_a edge  shared by blocks per (by, k)\n"),
+      std::string::npos)
+      << text;
+  EXPECT_NE(text.find("Bs = shared<f32>[8, 16]  layout packed_b edge\n"), std::string::npos)
+      << text;
 }
 
 TEST(ThreadTiling, EveryElementHasExactlyOneOwner) {
-  for (auto [extents, threads] : std::vector<std::pair<std::vector<int64_t>, int>>{
-           {{32, 32}, 128}, {{4}, 128}, {{1, 1024}, 128}, {{128, 1}, 256}, {{3, 5, 7}, 64}, {{17, 9}, 96}}) {
+  for (auto [extents, threads] : std::vector<std::pair<std::vector<int64_t>, int>>{{{32, 32}, 128},
+                                                                                   {{4}, 128},
+                                                                                   {{1, 1024}, 128},
+                                                                                   {{128, 1}, 256},
+                                                                                   {{3, 5, 7}, 64},
+                                                                                   {{17, 9}, 96}}) {
     ThreadTiling t = thread_tiling(extents, threads);
     int64_t total = 1;
-    for (int64_t e : extents) total *= e;
+    for (int64_t e : extents)
+      total *= e;
     std::multiset<int64_t> owned;
     for (int tid = 0; tid < std::min(threads, t.tr * t.tc); ++tid)
       for (int64_t a = 0; a < t.row_steps; ++a) {
@@ -243,7 +253,8 @@ TEST(ThreadTiling, EveryElementHasExactlyOneOwner) {
         }
       }
     EXPECT_EQ(static_cast<int64_t>(owned.size()), total);
-    for (int64_t e = 0; e < total; ++e) EXPECT_EQ(owned.count(e), 1u) << e;
+    for (int64_t e = 0; e < total; ++e)
+      EXPECT_EQ(owned.count(e), 1u) << e;
   }
   ThreadTiling square = thread_tiling({32, 32}, 128);
   EXPECT_EQ(square.tr, 16);
@@ -302,12 +313,17 @@ TEST(ThreadTiling, BlockShapedSplitsOwnEveryElementOnceInColumnRuns) {
 TEST(Pipeline, DumpsEveryPassInOrder) {
   Kernel k = parse("kernel k(x: f32[N]) { grid (N) as (b) { } }");
   for (auto [target, expected] : std::vector<std::pair<Target, std::string>>{
-           {Target::cpu(), "parse specialize pack_gemm_operands lower_tile_ops infer_bounds schedule_cpu_gemm"},
-           {Target::opencl(), "parse specialize pipeline_gpu_loops lower_tile_ops infer_bounds place_fragments insert_barriers"}}) {
+           {Target::cpu(),
+            "parse specialize pack_gemm_operands lower_tile_ops infer_bounds schedule_cpu_gemm"},
+           {Target::opencl(),
+            "parse specialize pipeline_gpu_loops lower_tile_ops infer_bounds place_fragments "
+            "insert_barriers"}}) {
     CompileOptions o;
     o.target = target;
     std::string passes;
-    o.dump = [&](const std::string& pass, const Kernel&) { passes += (passes.empty() ? "" : " ") + pass; };
+    o.dump = [&](const std::string& pass, const Kernel&) {
+      passes += (passes.empty() ? "" : " ") + pass;
+    };
     ASSERT_TRUE(compile_ir(k, o).ok());
     EXPECT_EQ(passes, expected);
   }

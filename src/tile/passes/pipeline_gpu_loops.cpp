@@ -17,7 +17,9 @@ Expr substitute(const Expr& e, const std::string& name, const Expr& value) {
     const std::string* name;
     Expr value;
     using IRMutator::mutate_node;
-    Expr mutate_node(const Var* v, const Expr& self) override { return v->name == *name ? value : self; }
+    Expr mutate_node(const Var* v, const Expr& self) override {
+      return v->name == *name ? value : self;
+    }
   } s;
   s.name = &name;
   s.value = value;
@@ -68,7 +70,8 @@ std::set<std::string> free_vars(const std::vector<Expr>& es) {
     std::set<std::string> names;
     void visit_node(const Var* v) override { names.insert(v->name); }
   } v;
-  for (const Expr& e : es) v.visit(e);
+  for (const Expr& e : es)
+    v.visit(e);
   return v.names;
 }
 
@@ -82,10 +85,12 @@ Kernel pipeline_gpu_loops(const Kernel& kernel, const Target& target) {
 
   // Names fixed for a block before any loop: sizes, scalars, block indices, grid-level lets.
   std::set<std::string> fixed;
-  for (const Expr& s : kernel.sizes) fixed.insert(s->as<Var>()->name);
+  for (const Expr& s : kernel.sizes)
+    fixed.insert(s->as<Var>()->name);
   for (const KernelArg& a : kernel.args)
     if (!a.is_tensor()) fixed.insert(a.name);
-  for (const Expr& v : grid->vars) fixed.insert(v->as<Var>()->name);
+  for (const Expr& v : grid->vars)
+    fixed.insert(v->as<Var>()->name);
 
   std::vector<Stmt> allocs, rest;
   int loops = 0;
@@ -113,10 +118,13 @@ Kernel pipeline_gpu_loops(const Kernel& kernel, const Target& target) {
     std::string k = f->var->as<Var>()->name;
     bool ok = !copies.empty();
     for (const Copy* c : copies) {
-      ok &= uses.writes[c->dst.buffer.get()] == 1 && outside.reads_outside[c->dst.buffer.get()] == 0;
-      for (const std::string& v : free_vars(c->src.origin)) ok &= v == k || fixed.count(v) > 0;
+      ok &=
+          uses.writes[c->dst.buffer.get()] == 1 && outside.reads_outside[c->dst.buffer.get()] == 0;
+      for (const std::string& v : free_vars(c->src.origin))
+        ok &= v == k || fixed.count(v) > 0;
     }
-    for (const std::string& v : free_vars({f->extent})) ok &= fixed.count(v) > 0;
+    for (const std::string& v : free_vars({f->extent}))
+      ok &= fixed.count(v) > 0;
     if (!ok) {
       rest.push_back(s);
       continue;
@@ -128,7 +136,8 @@ Kernel pipeline_gpu_loops(const Kernel& kernel, const Target& target) {
       const Buffer& b = c->dst.buffer;
       stage[0][b.get()] = b;
       for (int64_t i = 1; i < S; ++i) {
-        Buffer copy = make_buffer(fmt::format("_{}_{}", b->name, i), b->dtype, b->scope, b->shape, b->loc);
+        Buffer copy =
+            make_buffer(fmt::format("_{}_{}", b->name, i), b->dtype, b->scope, b->shape, b->loc);
         stage[i][b.get()] = copy;
         allocs.push_back(Alloc::make(copy, f->loc));
       }
@@ -139,7 +148,8 @@ Kernel pipeline_gpu_loops(const Kernel& kernel, const Target& target) {
       std::vector<Stmt> out;
       for (const Copy* c : copies) {
         TileRef src = c->src;
-        for (Expr& o : src.origin) o = substitute(o, k, iter);
+        for (Expr& o : src.origin)
+          o = substitute(o, k, iter);
         TileRef dst = c->dst;
         dst.buffer = stage[st].at(c->dst.buffer.get());
         out.push_back(Copy::make(src, dst, c->pad, c->loc));
@@ -149,7 +159,8 @@ Kernel pipeline_gpu_loops(const Kernel& kernel, const Target& target) {
     // Prologue: iterations 0 .. S-2. Copies of iterations past the end need no guard: their
     // tiles lie outside the tensor, so every element is masked (and a guard would hide the
     // barrier before the next compute from insert_barriers on the path that skips it).
-    for (int64_t p = 0; p + 1 < S; ++p) rest.push_back(issue(make_int(p), p));
+    for (int64_t p = 0; p + 1 < S; ++p)
+      rest.push_back(issue(make_int(p), p));
     // The loop: one branch per stage, each computing on its own tiles.
     std::vector<Stmt> compute(body->stmts.begin() + copies.size(), body->stmts.end());
     Stmt chain;
@@ -162,8 +173,9 @@ Kernel pipeline_gpu_loops(const Kernel& kernel, const Target& target) {
         chain = here;
         continue;
       }
-      Expr is_stage = Binary::make(BinaryOp::kEq, Binary::make(BinaryOp::kMod, f->var, make_int(S), f->loc),
-                                   make_int(st), f->loc);
+      Expr is_stage =
+          Binary::make(BinaryOp::kEq, Binary::make(BinaryOp::kMod, f->var, make_int(S), f->loc),
+                       make_int(st), f->loc);
       chain = IfThenElse::make(is_stage, here, chain, f->loc);
     }
     rest.push_back(For::make(f->var, n, ForKind::kSerial, nullptr, chain, f->loc));

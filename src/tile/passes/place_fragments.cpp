@@ -18,10 +18,12 @@ ThreadTiling thread_tiling(const std::vector<int64_t>& extents, int threads) {
     t.row_steps = (t.rows + threads - 1) / threads;
     return t;
   }
-  for (size_t d = 0; d + 1 < extents.size(); ++d) t.rows *= extents[d];
+  for (size_t d = 0; d + 1 < extents.size(); ++d)
+    t.rows *= extents[d];
   t.cols = extents.back();
   int tc = 1;
-  while (tc * 2 <= t.cols && tc * 2 <= threads) tc *= 2;
+  while (tc * 2 <= t.cols && tc * 2 <= threads)
+    tc *= 2;
   int tr = threads / tc;
   // Square-ish thread blocks reuse operands best; give rows threads while there are rows.
   while (tc * tc > threads && tr < t.rows) {
@@ -115,7 +117,8 @@ class Placement : public IRVisitor {
     owned[n->dst.buffer.get()] = false;
   }
   void visit_node(const Gemm* n) override {
-    for (const TileRef* t : {&n->a, &n->b, &n->c}) owned[t->buffer.get()] = false;
+    for (const TileRef* t : {&n->a, &n->b, &n->c})
+      owned[t->buffer.get()] = false;
   }
 
  private:

@@ -15,8 +15,7 @@ namespace {
 
 std::string directory_of_libtessel() {
   Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&aot_cpu_module), &info) == 0 || !info.dli_fname)
-    return "";
+  if (::dladdr(reinterpret_cast<void*>(&aot_cpu_module), &info) == 0 || !info.dli_fname) return "";
   std::string path = info.dli_fname;
   size_t slash = path.rfind('/');
   return slash == std::string::npos ? "" : path.substr(0, slash + 1);
@@ -62,7 +61,9 @@ const AotLibrary& aot_library(const std::string& isa) {
 
 }  // namespace
 
-std::string aot_kernel_name(const std::string& source) { return "aot_" + hash_hex(hash_text(source)); }
+std::string aot_kernel_name(const std::string& source) {
+  return "aot_" + hash_hex(hash_text(source));
+}
 
 Expected<CpuModule> aot_cpu_module(const std::string& source, const CpuIsa& isa) {
   const AotLibrary& lib = aot_library(isa.name);

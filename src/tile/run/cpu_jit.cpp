@@ -83,7 +83,8 @@ Expected<std::string> compiler_identity(const std::string& compiler) {
   const int rc = version.exit_code;
   const std::string& out = version.output;
   if (rc != 0)
-    return unavailable("the C++ compiler '{}' does not run (set TESSEL_CXX to one that does): {}", compiler, out);
+    return unavailable("the C++ compiler '{}' does not run (set TESSEL_CXX to one that does): {}",
+                       compiler, out);
   std::string first = out.substr(0, out.find('\n'));
   known[compiler] = first;
   return first;
@@ -162,7 +163,8 @@ void* module_symbol(const CpuModule& module, const std::string& name) {
 std::string default_cache_dir() {
   if (const char* d = std::getenv("TESSEL_CACHE_DIR"); d && *d) return d;
   if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return std::string(x) + "/tessel";
-  if (const char* home = std::getenv("HOME"); home && *home) return std::string(home) + "/.cache/tessel";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.cache/tessel";
   return "/tmp/tessel-cache";
 }
 
@@ -177,15 +179,23 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   TESSEL_ASSIGN_OR_RETURN(std::string identity, compiler_identity(compiler));
   TESSEL_ASSIGN_OR_RETURN(fs::path include, header_dir(cache));
 
-  std::vector<std::string> flags = {"-std=c++20", "-O3", "-fPIC", "-shared", "-fopenmp-simd",
-                                    "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=fast", "-w"};
+  std::vector<std::string> flags = {"-std=c++20",
+                                    "-O3",
+                                    "-fPIC",
+                                    "-shared",
+                                    "-fopenmp-simd",
+                                    "-fno-math-errno",
+                                    "-fno-trapping-math",
+                                    "-ffp-contract=fast",
+                                    "-w"};
   flags.insert(flags.end(), options.isa.flags.begin(), options.isa.flags.end());
   KeyHasher h;
   h.add(source);
   h.add(entry);
   h.add(identity);
   h.add(include.filename().string());
-  for (const std::string& f : flags) h.add(f);
+  for (const std::string& f : flags)
+    h.add(f);
   std::string key = h.hex();
 
   fs::path dir = cache / "kernels";
@@ -213,9 +223,11 @@ Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string
   std::string& output = compiled.output;
   if (rc != 0) {
     ::unlink(tmp.c_str());
-    if (rc == 127 || rc < 0) return unavailable("could not run the C++ compiler '{}': {}", compiler, output);
+    if (rc == 127 || rc < 0)
+      return unavailable("could not run the C++ compiler '{}': {}", compiler, output);
     if (output.size() > 8000) output = output.substr(0, 8000) + "\n...";
-    return internal_error("generated code for {} did not compile ({}):\n{}", entry, src.string(), output);
+    return internal_error("generated code for {} did not compile ({}):\n{}", entry, src.string(),
+                          output);
   }
   if (::rename(tmp.c_str(), library.c_str()) != 0) {
     Status s = errno_error("rename to " + library.string());

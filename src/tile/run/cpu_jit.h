@@ -41,11 +41,11 @@ struct CpuJitOptions {
 // A loaded kernel. Loaded objects stay loaded for the life of the process.
 struct CpuModule {
   tessel_cpu::KernelEntry entry = nullptr;
-  void* handle = nullptr;    // from dlopen, for symbols other than the entry point
-  std::string library_path;  // the cached shared object
-  bool from_cache = false;   // true when no compiler ran
+  void* handle = nullptr;      // from dlopen, for symbols other than the entry point
+  std::string library_path;    // the cached shared object
+  bool from_cache = false;     // true when no compiler ran
   bool ahead_of_time = false;  // compiled into a libtessel_cpu_kernels_<isa>.so (cpu_aot.h)
-  std::string entry_name;    // the entry point's symbol; others are <entry_name>_<suffix>
+  std::string entry_name;      // the entry point's symbol; others are <entry_name>_<suffix>
 };
 
 Expected<CpuModule> jit_compile_cpu(const std::string& source, const std::string& entry,

@@ -1,9 +1,10 @@
 // tessel_tilec: the build step that renders the op library's most used kernels for the CPU
 // ahead of time (tile/run/cpu_aot.h). It reads a list of specialisations, one per line
 // ("gemm T=bf16 U=f32"; '#' starts a comment), lowers each kernel of kernels/*.tile with those
-// compile-time parameters exactly as the CPU device does at run time (ops/device_kernel.h), and writes OUT_DIR/aot_<i>.cpp
-// for the i-th line: the rendered C++ with the entry point renamed after the hash of the source
-// the run time will render, so that the run time finds it by rendering, not by parameters.
+// compile-time parameters exactly as the CPU device does at run time (ops/device_kernel.h), and
+// writes OUT_DIR/aot_<i>.cpp for the i-th line: the rendered C++ with the entry point renamed after
+// the hash of the source the run time will render, so that the run time finds it by rendering, not
+// by parameters.
 //
 //   tessel_tilec kernels/aot.txt kernels/ build/src/tile/aot/
 #include <cstdio>
@@ -17,8 +18,8 @@
 #include "support/atomic_file.h"
 #include "tile/codegen/cpu/cpu_renderer.h"
 #include "tile/parse/specialisations.h"
-#include "tile/run/cpu_aot.h"
 #include "tile/pipeline.h"
+#include "tile/run/cpu_aot.h"
 
 namespace {
 
@@ -37,7 +38,8 @@ Status write_if_changed(const std::string& path, const std::string& text) {
   return write_file_atomic(path, text);
 }
 
-Status generate(const std::string& list_path, const std::string& kernel_dir, const std::string& out_dir) {
+Status generate(const std::string& list_path, const std::string& kernel_dir,
+                const std::string& out_dir) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Specialisation> list, read_specialisations(list_path));
   TESSEL_ASSIGN_OR_RETURN(auto kernels, parse_kernel_folder(kernel_dir));
   int index = 0;

@@ -82,19 +82,19 @@ std::vector<std::string> check_arguments(const fake_cuda::Launch& l, const tile:
   std::vector<std::string> problems;
   const std::vector<tile::ArgSlot> slots = tile::kernel_slots(k);
   if (l.args.size() != slots.size())
-    return {fmt::format("{} parameters in the PTX, {} in the kernel ABI", l.args.size(),
-                        slots.size())};
+    return {
+        fmt::format("{} parameters in the PTX, {} in the kernel ABI", l.args.size(), slots.size())};
   std::map<std::string, int64_t> sizes;  // run-time sizes by name (M, N, K)
   for (size_t i = 0; i < slots.size(); ++i) {
     const tile::ArgSlot& s = slots[i];
     // f32 and i32 scalars are 4 bytes, everything else 8 (pointers, offsets, strides, sizes).
-    const bool narrow = s.kind == tile::ArgSlot::Kind::kScalar &&
-                        (s.type == tile::DType(tile::ScalarType::kF32) ||
-                         s.type == tile::DType(tile::ScalarType::kI32));
+    const bool narrow =
+        s.kind == tile::ArgSlot::Kind::kScalar && (s.type == tile::DType(tile::ScalarType::kF32) ||
+                                                   s.type == tile::DType(tile::ScalarType::kI32));
     const size_t want = narrow ? 4 : 8;
     if (l.args[i].size() != want)
-      problems.push_back(fmt::format("parameter {} ({}) is {} bytes, the ABI passes {}", i,
-                                     s.name, l.args[i].size(), want));
+      problems.push_back(fmt::format("parameter {} ({}) is {} bytes, the ABI passes {}", i, s.name,
+                                     l.args[i].size(), want));
     if (s.kind == tile::ArgSlot::Kind::kSize) sizes[s.name] = read_i64(l.args[i]);
   }
   if (!problems.empty()) return problems;
@@ -171,7 +171,8 @@ TEST_P(FakeCudaTraining, StepLaunchesLandInsideTheirBuffersOnTheDeviceStream) {
   }
   ASSERT_TRUE(gpu->synchronize().ok());
   if (!log->violations.empty())
-    ADD_FAILURE() << log->violations.size() << " violations, the first: " << log->violations.front();
+    ADD_FAILURE() << log->violations.size()
+                  << " violations, the first: " << log->violations.front();
   EXPECT_EQ(log->default_stream_uses, 0);
 
   const std::vector<KernelImage> images = static_cast<CudaDevice*>(gpu)->built_images();

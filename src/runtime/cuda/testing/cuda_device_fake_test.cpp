@@ -1,16 +1,16 @@
 // CudaDevice over the recording fake driver (fake_cuda_driver.h), on a machine without a GPU: what
 // tessel asks of the driver. Two fake devices of compute capability 8.6, so that a module built
 // for a compute_80 default instead of the device's own would show, and each device's context and
-// stream can be told apart. Kernels do not run on the fake: these tests check contexts, streams, modules,
-// events and the bytes of launch arguments, never results (scripts/gpu_check.sh runs the op
-// tests on a real GPU).
+// stream can be told apart. Kernels do not run on the fake: these tests check contexts, streams,
+// modules, events and the bytes of launch arguments, never results (scripts/gpu_check.sh runs the
+// op tests on a real GPU).
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -82,8 +82,9 @@ TEST_F(FakeCudaDevice, BuildsPtxForTheDevicesComputeCapabilityOnce) {
   EXPECT_EQ(build_scale(gpu_), m);
   EXPECT_EQ(log_->modules.size(), before + 1);
   // A compile error is the compiler's log with the kernel's name.
-  auto broken = gpu_->build({"broken", "tessel_broken",
-                             "extern \"C\" __global__ void tessel_broken() { undefined_name; }", ""});
+  auto broken =
+      gpu_->build({"broken", "tessel_broken",
+                   "extern \"C\" __global__ void tessel_broken() { undefined_name; }", ""});
   ASSERT_FALSE(broken.ok());
   EXPECT_EQ(broken.status().code(), Code::kInvalidArgument);
   EXPECT_NE(broken.status().message().find("broken"), std::string::npos);
@@ -138,7 +139,8 @@ TEST_F(FakeCudaDevice, CopiesGoToTheDeviceStreamAndRoundTrip) {
   DeviceBuffer a = gpu_->allocator().allocate(3000).value();
   DeviceBuffer b = gpu_->allocator().allocate(3000).value();
   std::vector<unsigned char> pattern(2000), back(3000, 1), zeros(3000, 0);
-  for (size_t i = 0; i < pattern.size(); ++i) pattern[i] = static_cast<unsigned char>(i * 7 + 3);
+  for (size_t i = 0; i < pattern.size(); ++i)
+    pattern[i] = static_cast<unsigned char>(i * 7 + 3);
   ASSERT_TRUE(gpu_->copy_from_host(b, 0, zeros.data(), 3000).ok());
   ASSERT_TRUE(gpu_->copy_from_host(a, 100, pattern.data(), 2000).ok());
   ASSERT_TRUE(gpu_->copy_on_device(b, 500, a, 150, 1000).ok());
@@ -159,9 +161,9 @@ TEST_F(FakeCudaDevice, EveryThreadGetsTheContextOfTheDeviceItUses) {
   DeviceBuffer y1 = second->allocator().allocate(1024).value();
   auto args = [](DeviceBuffer y) {
     return std::vector<KernelArgument>{
-        KernelArgument::memory(y),         KernelArgument::scalar<int64_t>(0),
-        KernelArgument::memory(y),         KernelArgument::scalar<int32_t>(256),
-        KernelArgument::scalar(1.0f),      KernelArgument::scalar<int64_t>(0)};
+        KernelArgument::memory(y),    KernelArgument::scalar<int64_t>(0),
+        KernelArgument::memory(y),    KernelArgument::scalar<int32_t>(256),
+        KernelArgument::scalar(1.0f), KernelArgument::scalar<int64_t>(0)};
   };
   const size_t first = log_->launches.size();
   // Fresh threads have no current context; each alternates between the two devices.
@@ -175,8 +177,10 @@ TEST_F(FakeCudaDevice, EveryThreadGetsTheContextOfTheDeviceItUses) {
         if (!s.ok()) results[static_cast<size_t>(t)] = s;
       }
     });
-  for (std::thread& t : threads) t.join();
-  for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.to_string();
+  for (std::thread& t : threads)
+    t.join();
+  for (const Status& s : results)
+    EXPECT_TRUE(s.ok()) << s.to_string();
   ASSERT_EQ(log_->launches.size(), first + 12);
   std::map<const void*, const void*> stream_of_context;
   std::set<std::thread::id> thread_ids;

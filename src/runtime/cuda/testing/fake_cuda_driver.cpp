@@ -70,8 +70,8 @@ struct State {
   bool initialised = false;
   int device_count = 1;
   int cc_major = 9, cc_minor = 0;
-  std::vector<Context*> primary;                // one per device
-  std::map<std::uint64_t, Allocation> memory;   // by device address
+  std::vector<Context*> primary;               // one per device
+  std::map<std::uint64_t, Allocation> memory;  // by device address
 };
 
 State& state() {
@@ -199,20 +199,35 @@ void parse_ptx(const std::string& ptx, Module* m) {
 
 int device_attribute(const State& s, int attribute) {
   switch (attribute) {
-    case 1: return 1024;                                      // max threads per block
-    case 5: return 2147483647;                                // max grid x
-    case 6: case 7: return 65535;                             // max grid y, z
-    case 8: return 48 << 10;                                  // shared memory per block
-    case 10: return 32;                                       // warp size
-    case 13: return 1980000;                                  // clock, kHz
-    case 16: return 132;                                      // multiprocessors
-    case 36: return 2619000;                                  // memory clock, kHz
-    case 37: return 5120;                                     // bus width, bits
-    case 38: return 50 << 20;                                 // L2
-    case 75: return s.cc_major;
-    case 76: return s.cc_minor;
-    case 97: return s.cc_major >= 9 ? 227 << 10 : 163 << 10;  // shared memory opt-in
-    default: return 0;
+    case 1:
+      return 1024;  // max threads per block
+    case 5:
+      return 2147483647;  // max grid x
+    case 6:
+    case 7:
+      return 65535;  // max grid y, z
+    case 8:
+      return 48 << 10;  // shared memory per block
+    case 10:
+      return 32;  // warp size
+    case 13:
+      return 1980000;  // clock, kHz
+    case 16:
+      return 132;  // multiprocessors
+    case 36:
+      return 2619000;  // memory clock, kHz
+    case 37:
+      return 5120;  // bus width, bits
+    case 38:
+      return 50 << 20;  // L2
+    case 75:
+      return s.cc_major;
+    case 76:
+      return s.cc_minor;
+    case 97:
+      return s.cc_major >= 9 ? 227 << 10 : 163 << 10;  // shared memory opt-in
+    default:
+      return 0;
   }
 }
 
@@ -240,24 +255,27 @@ void write_report() {
   if (!path) return;
   State& s = state();
   int loaded = static_cast<int>(s.log.modules.size()), unloaded = 0;
-  for (const Module& m : s.log.modules) unloaded += m.unloaded;
+  for (const Module& m : s.log.modules)
+    unloaded += m.unloaded;
   std::ofstream out(path);
   out << "modules_loaded " << loaded << "\nmodules_unloaded " << unloaded << "\nstreams_created "
       << s.log.streams_created << "\nstreams_destroyed " << s.log.streams_destroyed
       << "\nevents_created " << s.log.events_created << "\nevents_destroyed "
       << s.log.events_destroyed << "\nprimary_retains " << s.log.primary_retains
-      << "\nprimary_releases " << s.log.primary_releases << "\nallocations "
-      << s.log.allocations << "\nfrees " << s.log.frees << "\nlive_bytes " << s.log.live_bytes
-      << "\nlaunches " << s.log.launches.size() << "\nviolations " << s.log.violations.size()
-      << "\n";
-  for (const std::string& v : s.log.violations) out << "violation " << v << "\n";
+      << "\nprimary_releases " << s.log.primary_releases << "\nallocations " << s.log.allocations
+      << "\nfrees " << s.log.frees << "\nlive_bytes " << s.log.live_bytes << "\nlaunches "
+      << s.log.launches.size() << "\nviolations " << s.log.violations.size() << "\n";
+  for (const std::string& v : s.log.violations)
+    out << "violation " << v << "\n";
 }
 
 }  // namespace
 
 #define FAKE_CUDA extern "C" __attribute__((visibility("default")))
 
-FAKE_CUDA Log* tessel_fake_cuda_log() { return &state().log; }
+FAKE_CUDA Log* tessel_fake_cuda_log() {
+  return &state().log;
+}
 
 FAKE_CUDA void tessel_fake_cuda_reset() {
   State& s = state();
@@ -267,7 +285,9 @@ FAKE_CUDA void tessel_fake_cuda_reset() {
   s.log.default_stream_uses = s.log.synchronizations = s.log.copies = 0;
 }
 
-__attribute__((destructor)) static void fake_cuda_at_exit() { write_report(); }
+__attribute__((destructor)) static void fake_cuda_at_exit() {
+  write_report();
+}
 
 FAKE_CUDA int cuInit(unsigned flags) {
   State& s = state();
@@ -468,8 +488,7 @@ int fill(const char* call, std::uint64_t dst, unsigned char value, std::size_t n
 FAKE_CUDA int cuMemsetD8_v2(std::uint64_t dst, unsigned char value, std::size_t n) {
   return fill("cuMemsetD8", dst, value, n, nullptr);
 }
-FAKE_CUDA int cuMemsetD8Async(std::uint64_t dst, unsigned char value, std::size_t n,
-                              void* stream) {
+FAKE_CUDA int cuMemsetD8Async(std::uint64_t dst, unsigned char value, std::size_t n, void* stream) {
   return fill("cuMemsetD8Async", dst, value, n, stream);
 }
 
@@ -644,8 +663,8 @@ FAKE_CUDA int cuFuncSetAttribute(void* function, int attribute, int value) {
 }
 
 FAKE_CUDA int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
-                             unsigned by, unsigned bz, unsigned shared, void* stream,
-                             void** params, void** extra) {
+                             unsigned by, unsigned bz, unsigned shared, void* stream, void** params,
+                             void** extra) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (int code = need_context(s, "cuLaunchKernel")) return code;
@@ -658,19 +677,23 @@ FAKE_CUDA int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned 
     return violation(s, kInvalidContext, call + ": the current context is not the module's");
   if (int code = check_stream(s, call.c_str(), stream)) return code;
   const Entry& entry = m.entries.at(f->name);
-  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 ||
-      gz > 65535 || gx > 2147483647u)
-    return violation(s, kInvalidValue, call + ": grid " + std::to_string(gx) + "x" +
-                                           std::to_string(gy) + "x" + std::to_string(gz) +
-                                           " or block outside the device's limits");
+  if (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || gy > 65535 || gz > 65535 ||
+      gx > 2147483647u)
+    return violation(s, kInvalidValue,
+                     call + ": grid " + std::to_string(gx) + "x" + std::to_string(gy) + "x" +
+                         std::to_string(gz) + " or block outside the device's limits");
   unsigned threads = bx * by * bz;
-  if (threads > 1024 || (entry.max_threads > 0 && threads > static_cast<unsigned>(entry.max_threads)))
+  if (threads > 1024 ||
+      (entry.max_threads > 0 && threads > static_cast<unsigned>(entry.max_threads)))
     return violation(s, kLaunchOutOfResources,
-                     call + ": " + std::to_string(threads) + " threads per block, more than the "
-                     "kernel's launch bounds (" + std::to_string(entry.max_threads) + ")");
+                     call + ": " + std::to_string(threads) +
+                         " threads per block, more than the "
+                         "kernel's launch bounds (" +
+                         std::to_string(entry.max_threads) + ")");
   if (shared > static_cast<unsigned>(f->max_dynamic_shared))
-    return violation(s, kInvalidValue, call + ": " + std::to_string(shared) +
-                                           " bytes of dynamic shared memory without opting in");
+    return violation(
+        s, kInvalidValue,
+        call + ": " + std::to_string(shared) + " bytes of dynamic shared memory without opting in");
 
   Launch launch;
   launch.kernel = f->name;
@@ -687,20 +710,23 @@ FAKE_CUDA int cuLaunchKernel(void* function, unsigned gx, unsigned gy, unsigned 
     bool has_size = false;
     for (int i = 0; extra[i] != nullptr; i += 2) {
       auto key = reinterpret_cast<std::uintptr_t>(extra[i]);
-      if (key == 1) packed = static_cast<const std::uint8_t*>(extra[i + 1]);
-      else if (key == 2) size = *static_cast<std::size_t*>(extra[i + 1]), has_size = true;
-      else return violation(s, kInvalidValue, call + ": unknown key in extra");
+      if (key == 1)
+        packed = static_cast<const std::uint8_t*>(extra[i + 1]);
+      else if (key == 2)
+        size = *static_cast<std::size_t*>(extra[i + 1]), has_size = true;
+      else
+        return violation(s, kInvalidValue, call + ": unknown key in extra");
     }
-    std::size_t want = entry.params.empty()
-                           ? 0
-                           : static_cast<std::size_t>(entry.params.back().offset +
-                                                      entry.params.back().size);
+    std::size_t want =
+        entry.params.empty()
+            ? 0
+            : static_cast<std::size_t>(entry.params.back().offset + entry.params.back().size);
     if (!packed || !has_size)
       return violation(s, kInvalidValue, call + ": extra without buffer pointer and size");
     if (size != want)
-      return violation(s, kInvalidValue, call + ": packed arguments of " + std::to_string(size) +
-                                             " bytes, the kernel's parameters take " +
-                                             std::to_string(want));
+      return violation(s, kInvalidValue,
+                       call + ": packed arguments of " + std::to_string(size) +
+                           " bytes, the kernel's parameters take " + std::to_string(want));
     if (params) return violation(s, kInvalidValue, call + ": both kernelParams and extra");
     launch.packed = true;
   } else if (!params && !entry.params.empty()) {

@@ -26,13 +26,15 @@ namespace tessel::fake_cuda {
 
 // Bits 56..63 of every fake device address; host addresses never have them.
 inline constexpr std::uint64_t kAddressTag = 0xd1ull << 56;
-inline bool is_device_address(std::uint64_t value) { return (value >> 56) == (kAddressTag >> 56); }
+inline bool is_device_address(std::uint64_t value) {
+  return (value >> 56) == (kAddressTag >> 56);
+}
 
 // One parameter of a kernel entry, as its PTX declares it.
 struct Param {
-  int size = 0;   // bytes
-  int align = 0;  // bytes
-  int offset = 0; // in the packed parameter buffer
+  int size = 0;    // bytes
+  int align = 0;   // bytes
+  int offset = 0;  // in the packed parameter buffer
 };
 
 struct Entry {
@@ -50,15 +52,15 @@ struct Module {
 };
 
 struct Launch {
-  std::string kernel;  // the entry's name
-  int module = 0;      // Module::id
+  std::string kernel;             // the entry's name
+  int module = 0;                 // Module::id
   const void* context = nullptr;  // the context current on the launching thread
   const void* stream = nullptr;   // nullptr: the legacy default stream
   std::thread::id thread;
   unsigned grid[3] = {0, 0, 0};
   unsigned block[3] = {0, 0, 0};
   unsigned shared_bytes = 0;
-  bool packed = false;  // arguments came as one buffer through `extra`
+  bool packed = false;                          // arguments came as one buffer through `extra`
   std::vector<std::vector<std::uint8_t>> args;  // each parameter's bytes, PTX sizes
   // For each parameter that holds a device address: how many bytes of its allocation lie from
   // the address to the allocation's end (-1: not a device address).

@@ -11,7 +11,8 @@
 
 namespace tessel::tile {
 
-Expected<CudaBuild> build_cuda(const Kernel& parsed, const std::map<std::string, std::string>& params,
+Expected<CudaBuild> build_cuda(const Kernel& parsed,
+                               const std::map<std::string, std::string>& params,
                                const Target& target, const std::string& virtual_arch) {
   CompileOptions options;
   options.target = target;
@@ -21,8 +22,8 @@ Expected<CudaBuild> build_cuda(const Kernel& parsed, const std::map<std::string,
   b.source = render_cuda(b.lowered, target);
   b.entry = entry_name(b.lowered);
   std::string name = specialisation_string(parsed.name, params);
-  Expected<PtxProgram> ptx = compile_cuda_to_ptx(b.source, b.lowered.name + ".cu", virtual_arch,
-                                                 {"--std=c++17"});
+  Expected<PtxProgram> ptx =
+      compile_cuda_to_ptx(b.source, b.lowered.name + ".cu", virtual_arch, {"--std=c++17"});
   if (!ptx.ok()) return ptx.status().with_context("kernel {}", name);
   b.ptx = std::move(ptx->ptx);
   return b;

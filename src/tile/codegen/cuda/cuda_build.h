@@ -20,12 +20,13 @@ struct CudaBuild {
   Kernel lowered;
   std::string source;  // CUDA C++
   std::string ptx;
-  std::string entry;   // the kernel's entry point in the PTX
+  std::string entry;  // the kernel's entry point in the PTX
 };
 
 // Errors: the pipeline's (file:line:col of the kernel), or NVRTC's log naming the kernel and its
 // parameters.
-Expected<CudaBuild> build_cuda(const Kernel& parsed, const std::map<std::string, std::string>& params,
+Expected<CudaBuild> build_cuda(const Kernel& parsed,
+                               const std::map<std::string, std::string>& params,
                                const Target& target, const std::string& virtual_arch);
 
 // "sm_90" -> "compute_90"; invalid_argument for anything but sm_NN (or compute_NN, returned as is).

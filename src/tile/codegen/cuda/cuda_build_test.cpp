@@ -23,7 +23,9 @@
 namespace tessel::tile {
 namespace {
 
-std::string gpu_list() { return testing::kernels_dir() + "/gpu.txt"; }
+std::string gpu_list() {
+  return testing::kernels_dir() + "/gpu.txt";
+}
 
 TEST(CudaBuild, EveryGpuSpecialisationAssemblesForSm80AndSm90) {
   Expected<const NvrtcApi*> rtc = nvrtc_api();
@@ -76,7 +78,8 @@ TEST(CudaBuild, EveryGpuSpecialisationAssemblesForSm80AndSm90) {
   std::vector<std::thread> threads;
   for (unsigned t = 0; t < std::max(1u, std::thread::hardware_concurrency()); ++t)
     threads.emplace_back(work);
-  for (std::thread& t : threads) t.join();
+  for (std::thread& t : threads)
+    t.join();
 
   int assembled = 0, most_registers = 0;
   std::string spilling;
@@ -104,11 +107,11 @@ TEST(CudaBuild, EveryGpuSpecialisationAssemblesForSm80AndSm90) {
     EXPECT_EQ(b.resources[1].arch, "sm_90");
   }
   EXPECT_EQ(assembled, 2 * static_cast<int>(list->size()));
-  fmt::print("ptxas: {} specialisations x sm_80, sm_90 in {:.1f} s; at most {} registers and {} "
-             "bytes of shared memory per block ({}); small spills:{}\n",
-             list->size(),
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-             most_registers, most_shared, *ptxas, spilling.empty() ? " none" : spilling);
+  fmt::print(
+      "ptxas: {} specialisations x sm_80, sm_90 in {:.1f} s; at most {} registers and {} "
+      "bytes of shared memory per block ({}); small spills:{}\n",
+      list->size(), std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+      most_registers, most_shared, *ptxas, spilling.empty() ? " none" : spilling);
 }
 
 TEST(CudaBuild, GpuListNamesEveryKernel) {
@@ -118,13 +121,13 @@ TEST(CudaBuild, GpuListNamesEveryKernel) {
   ASSERT_TRUE(kernels.ok()) << kernels.status().to_string();
   std::set<std::string> listed;
   for (const Specialisation& s : *list) {
-    EXPECT_TRUE(kernels->count(s.kernel)) << gpu_list() << ":" << s.line << ": no kernel "
-                                          << s.kernel;
+    EXPECT_TRUE(kernels->count(s.kernel))
+        << gpu_list() << ":" << s.line << ": no kernel " << s.kernel;
     listed.insert(s.kernel);
   }
   for (const auto& [name, kernel] : *kernels)
-    EXPECT_TRUE(listed.count(name)) << name << " (" << *kernel.loc.file
-                                    << ") has no line in kernels/gpu.txt";
+    EXPECT_TRUE(listed.count(name))
+        << name << " (" << *kernel.loc.file << ") has no line in kernels/gpu.txt";
 }
 
 TEST(CudaBuild, ArchitecturesMapToTheirVirtualOnes) {
@@ -170,8 +173,8 @@ TEST(CudaPtxas, ReadsRegistersSpillsAndSharedMemory) {
 TEST(CudaPtxas, RejectedPtxCarriesPtxasMessages) {
   Expected<std::string> ptxas = find_ptxas();
   if (!ptxas.ok()) GTEST_SKIP() << ptxas.status().message();
-  auto r = assemble_ptx(*ptxas, ".version 8.0\n.target sm_80\n.address_size 64\nnot ptx\n",
-                        "sm_80", "broken.ptx");
+  auto r = assemble_ptx(*ptxas, ".version 8.0\n.target sm_80\n.address_size 64\nnot ptx\n", "sm_80",
+                        "broken.ptx");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
   EXPECT_NE(r.status().message().find("broken.ptx"), std::string::npos) << r.status().message();

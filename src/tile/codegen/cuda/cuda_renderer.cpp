@@ -90,21 +90,23 @@ CDialect cuda_dialect() {
   d.int_max = "tessel_imax";
   d.float_min = "tessel_fmin";
   d.float_max = "tessel_fmax";
-  d.math = {{MathFn::kExp, "tessel_exp"},     {MathFn::kLog, "tessel_log"},
-            {MathFn::kTanh, "tessel_tanh"},   {MathFn::kErf, "tessel_erf"},
-            {MathFn::kSqrt, "tessel_sqrt"},   {MathFn::kRsqrt, "tessel_rsqrt"},
-            {MathFn::kAbs, "tessel_abs"},     {MathFn::kFloor, "tessel_floor"},
-            {MathFn::kCeil, "tessel_ceil"},   {MathFn::kSigmoid, "tessel_sigmoid"},
-            {MathFn::kRelu, "tessel_relu"},   {MathFn::kGelu, "tessel_gelu"},
+  d.math = {{MathFn::kExp, "tessel_exp"},   {MathFn::kLog, "tessel_log"},
+            {MathFn::kTanh, "tessel_tanh"}, {MathFn::kErf, "tessel_erf"},
+            {MathFn::kSqrt, "tessel_sqrt"}, {MathFn::kRsqrt, "tessel_rsqrt"},
+            {MathFn::kAbs, "tessel_abs"},   {MathFn::kFloor, "tessel_floor"},
+            {MathFn::kCeil, "tessel_ceil"}, {MathFn::kSigmoid, "tessel_sigmoid"},
+            {MathFn::kRelu, "tessel_relu"}, {MathFn::kGelu, "tessel_gelu"},
             {MathFn::kPow, "tessel_pow"}};
-  d.reserved = {"alignas", "alignof", "asm", "auto", "bool", "break", "case", "catch", "char", "class",
-                "const", "constexpr", "continue", "default", "delete", "do", "double", "else", "enum",
-                "explicit", "extern", "false", "float", "for", "friend", "goto", "if", "inline", "int",
-                "long", "mutable", "namespace", "new", "operator", "private", "protected", "public",
-                "register", "return", "short", "signed", "sizeof", "static", "struct", "switch",
-                "template", "this", "throw", "true", "try", "typedef", "typename", "union", "unsigned",
-                "using", "virtual", "void", "volatile", "while", "threadIdx", "blockIdx", "blockDim",
-                "gridDim", "warpSize", "dim3", "min", "max", "exp", "log", "sqrt"};
+  d.reserved = {
+      "alignas", "alignof",  "asm",     "auto",      "bool",     "break",    "case",    "catch",
+      "char",    "class",    "const",   "constexpr", "continue", "default",  "delete",  "do",
+      "double",  "else",     "enum",    "explicit",  "extern",   "false",    "float",   "for",
+      "friend",  "goto",     "if",      "inline",    "int",      "long",     "mutable", "namespace",
+      "new",     "operator", "private", "protected", "public",   "register", "return",  "short",
+      "signed",  "sizeof",   "static",  "struct",    "switch",   "template", "this",    "throw",
+      "true",    "try",      "typedef", "typename",  "union",    "unsigned", "using",   "virtual",
+      "void",    "volatile", "while",   "threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize",
+      "dim3",    "min",      "max",     "exp",       "log",      "sqrt"};
   return d;
 }
 

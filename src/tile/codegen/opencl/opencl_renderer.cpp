@@ -66,13 +66,16 @@ CDialect opencl_dialect() {
             {MathFn::kSigmoid, "tessel_sigmoid"},
             {MathFn::kRelu, "tessel_relu"},
             {MathFn::kGelu, "tessel_gelu"}};
-  d.reserved = {"auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else",
-                "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
-                "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch",
-                "typedef", "union", "unsigned", "void", "volatile", "while", "bool", "half", "uchar",
-                "ushort", "uint", "ulong", "global", "local", "constant", "private", "kernel",
-                "__global", "__local", "read_only", "write_only", "image2d_t", "sampler_t", "event_t",
-                "true", "false", "min", "max", "exp", "log", "sqrt"};
+  d.reserved = {"auto",       "break",     "case",      "char",     "const",   "continue",
+                "default",    "do",        "double",    "else",     "enum",    "extern",
+                "float",      "for",       "goto",      "if",       "inline",  "int",
+                "long",       "register",  "restrict",  "return",   "short",   "signed",
+                "sizeof",     "static",    "struct",    "switch",   "typedef", "union",
+                "unsigned",   "void",      "volatile",  "while",    "bool",    "half",
+                "uchar",      "ushort",    "uint",      "ulong",    "global",  "local",
+                "constant",   "private",   "kernel",    "__global", "__local", "read_only",
+                "write_only", "image2d_t", "sampler_t", "event_t",  "true",    "false",
+                "min",        "max",       "exp",       "log",      "sqrt"};
   return d;
 }
 
