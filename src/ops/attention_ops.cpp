@@ -10,10 +10,14 @@
 // Forward: scores = q k^T (gemm), then kernels/attention.tile's attention_softmax (scale, mask,
 // causal, softmax in one kernel), then P v. Backward recomputes P (nothing of size L S is kept
 // between the passes) and runs dV = P^T dO, dP = dO v^T, dS = P (dP - rowsum(dP P))
-// (softmax_grad), dQ = scale dS k, dK = scale dS^T q. The mask gets no gradient (PyTorch gives
-// an f32 one). dropout_p is not an attribute: attention weights are not dropped here.
+// (softmax_grad), dQ = scale dS k, dK = scale dS^T q; a float mask's gradient is dS summed to
+// its shape (a bool mask has none). dropout_p drops attention weights after the softmax, as
+// PyTorch: the kept ones are scaled by 1 / (1 - p), p = 1 gives zeros, and the mask is the
+// dropout op's hash of (seed, position in [..., Hq, L, S]), so backward makes the same mask
+// again: dV = D(P)^T dO and dP = D(dO v^T).
 #include <cmath>
 
+#include "ops/attention.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -99,6 +103,12 @@ Expected<AttentionShape> attention_shape(const std::vector<TensorMeta>& in, cons
                             dtype_name(want), shape_string(s.full_scores()), shapes_string(in));
   if (a.has("scale") && !std::isfinite(a.get_double("scale", 0)))
     return invalid_argument("{}: scale must be finite", kName);
+  const double p = a.get_double("dropout_p", 0);
+  if (!(p >= 0 && p <= 1))
+    return invalid_argument("{}: dropout probability has to be between 0 and 1, but got {}", kName,
+                            p);
+  if (a.get_int("seed", 0) < 0)
+    return invalid_argument("{}: seed {} is negative", kName, a.get_int("seed", 0));
   return s;
 }
 
@@ -176,6 +186,15 @@ Expected<Tensor> attention_weights(const Tensor& q, const Tensor& k, const Tenso
   return p;
 }
 
+// x (attention weights or their gradient, contiguous [..., Hkv, G L, S], which is [..., Hq, L, S]
+// in memory) with the attention dropout applied: the dropout op's mask for the call's seed.
+Expected<Tensor> dropped(const Tensor& x, const Attrs& a) {
+  const double p = a.get_double("dropout_p", 0);
+  if (p == 0) return x;
+  if (p >= 1) return Tensor::zeros(x.shape(), x.dtype(), x.device());
+  return dropout(x, p, a.get_int("seed", 0));
+}
+
 Expected<Tensor> ungrouped(const Tensor& x, const AttentionShape& s, int64_t cols) {
   if (s.groups() == 1) return x;
   Shape out = s.batch;
@@ -191,20 +210,31 @@ Expected<std::vector<Tensor>> attention_backward(const BackwardArgs& b) {
   const double scale = scale_of(b.attrs, s);
   TESSEL_ASSIGN_OR_RETURN(Tensor p, attention_weights(q, k, b.inputs[3], b.attrs, s));
   TESSEL_ASSIGN_OR_RETURN(Tensor dout, grouped(b.grad_output, s));
+  const int64_t mask_kind = b.attrs.get_int("mask", kNoMask);
   std::vector<Tensor> grads(4);
+  if (b.needs_grad[3] && mask_kind == kNoMask) {  // the unread stand-in: its gradient is 0
+    TESSEL_ASSIGN_OR_RETURN(grads[3], Tensor::zeros(meta[3].shape, meta[3].dtype, q.device()));
+  }
   if (b.needs_grad[2]) {
-    TESSEL_ASSIGN_OR_RETURN(Tensor pt, transposed(p));
+    TESSEL_ASSIGN_OR_RETURN(Tensor pd, dropped(p, b.attrs));
+    TESSEL_ASSIGN_OR_RETURN(Tensor pt, transposed(pd));
     TESSEL_ASSIGN_OR_RETURN(grads[2], matmul(pt, dout));
   }
-  if (!b.needs_grad[0] && !b.needs_grad[1]) return grads;
+  const bool mask_grad = b.needs_grad[3] && mask_kind == kFloatMask;
+  if (!b.needs_grad[0] && !b.needs_grad[1] && !mask_grad) return grads;
   TESSEL_ASSIGN_OR_RETURN(Tensor vt, transposed(v));
-  TESSEL_ASSIGN_OR_RETURN(Tensor dp, matmul(dout, vt));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dpd, matmul(dout, vt));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dp, dropped(dpd, b.attrs));
   TESSEL_ASSIGN_OR_RETURN(Tensor ds, empty_like_device(p.shape(), DType::kF32, p));
   if (ds.numel() > 0) {
     const int64_t n = s.s, rows = ds.numel() / std::max<int64_t>(n, 1);
     auto rows_of = [&](const Tensor& t) { return View{t, {rows, n}, {n, 1}}; };
     TESSEL_TRY(
         launch_kernel("softmax_grad", {{"LOG", "0"}}, {rows_of(p), rows_of(dp), rows_of(ds)}));
+  }
+  if (mask_grad) {  // d(scores + mask) / d mask = 1: dS over [..., Hq, L, S], summed to the mask
+    TESSEL_ASSIGN_OR_RETURN(Tensor full, ungrouped(ds, s, s.s));
+    TESSEL_ASSIGN_OR_RETURN(grads[3], sum_to(full, meta[3].shape));
   }
   if (b.needs_grad[0]) {
     TESSEL_ASSIGN_OR_RETURN(Tensor dq, matmul(ds, k));
@@ -229,6 +259,9 @@ RefTensor attention_reference(const std::vector<RefTensor>& in, const Attrs& a) 
   if (kind == kBoolMask) meta[3].dtype = DType::kBool;
   const AttentionShape s = attention_shape(meta, a).value();
   const double scale = scale_of(a, s);
+  const double p = a.get_double("dropout_p", 0);
+  const int64_t seed = a.get_int("seed", 0);
+  const auto threshold = static_cast<int64_t>(std::ceil(p * 2147483647.0));
   const int64_t outer = reference::numel(s.batch) / s.hq, g = s.groups();
   Shape out_shape = s.batch;
   out_shape.push_back(s.l);
@@ -262,6 +295,11 @@ RefTensor attention_reference(const std::vector<RefTensor>& in, const Attrs& a) 
           x = x == -INFINITY ? 0.0 : std::exp(x - mx);
           sum += x;
         }
+        for (int64_t j = 0; j < s.s && p > 0; ++j) {
+          const bool keep =
+              p < 1 && reference::dropout_keeps((qb * s.l + i) * s.s + j, seed, threshold);
+          w[j] = keep ? w[j] / (1 - p) : 0.0;
+        }
         for (int64_t c = 0; c < s.ev; ++c) {
           double acc = 0;
           for (int64_t j = 0; j < s.s && sum > 0; ++j)
@@ -277,7 +315,7 @@ OpDef attention_op() {
   OpDef op;
   op.name = kName;
   op.arity = 4;
-  op.attrs = {"mask", "causal", "scale", "enable_gqa"};
+  op.attrs = {"mask", "causal", "scale", "enable_gqa", "dropout_p", "seed"};
   op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
     TESSEL_ASSIGN_OR_RETURN(AttentionShape s, attention_shape(in, a));
     Shape out = s.batch;
@@ -292,14 +330,15 @@ OpDef attention_op() {
       meta.push_back({t.shape(), t.dtype()});
     TESSEL_ASSIGN_OR_RETURN(AttentionShape s, attention_shape(meta, a));
     TESSEL_ASSIGN_OR_RETURN(Tensor p, attention_weights(in[0], in[1], in[3], a, s));
-    TESSEL_ASSIGN_OR_RETURN(Tensor y, matmul(p, in[2]));
+    TESSEL_ASSIGN_OR_RETURN(Tensor pd, dropped(p, a));
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, matmul(pd, in[2]));
     TESSEL_ASSIGN_OR_RETURN(Tensor r, ungrouped(y, s, s.ev));
     if (r.shape() != out.shape) return internal_error("{}: output shape", kName);
     return r;
   };
   op.reference = attention_reference;
   op.save_inputs = {true, true, true, true};
-  op.differentiable = {true, true, true, false};
+  op.differentiable = {true, true, true, true};  // the mask when it is f32
   op.backward = attention_backward;
   return op;
 }
@@ -312,10 +351,14 @@ void add_attention_ops(std::vector<OpDef>& ops) {
 
 Expected<Attrs> attention_attrs(const AttentionOptions& o) {
   if (o.dropout_p != 0.0)
-    return invalid_argument(
-        "{}: dropout_p must be 0 (attention weights are not dropped here; got {})", kName,
-        o.dropout_p);
+    return invalid_argument("{}: dropout_p = {} needs a seed (the overloads in ops/attention.h)",
+                            kName, o.dropout_p);
+  return attention_attrs(o, 0);
+}
+
+Expected<Attrs> attention_attrs(const AttentionOptions& o, int64_t seed) {
   Attrs a = Attrs().set("causal", o.causal).set("enable_gqa", o.enable_gqa ? 1 : 0);
+  if (o.dropout_p != 0.0) a.set("dropout_p", o.dropout_p).set("seed", seed);
   if (o.scale) a.set("scale", *o.scale);
   const Tensor& m = o.attn_mask;
   a.set("mask", !m.defined() ? kNoMask : m.dtype() == DType::kBool ? kBoolMask : kFloatMask);
@@ -324,7 +367,13 @@ Expected<Attrs> attention_attrs(const AttentionOptions& o) {
 
 Expected<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const AttentionOptions& o) {
-  TESSEL_ASSIGN_OR_RETURN(Attrs a, attention_attrs(o));
+  if (o.dropout_p != 0.0) return attention_attrs(o).status();
+  return scaled_dot_product_attention(q, k, v, o, 0);
+}
+
+Expected<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const AttentionOptions& o, int64_t seed) {
+  TESSEL_ASSIGN_OR_RETURN(Attrs a, attention_attrs(o, seed));
   Tensor mask = o.attn_mask;
   if (!mask.defined()) {
     TESSEL_ASSIGN_OR_RETURN(mask, Tensor::zeros({1}, DType::kF32, q.device()));

@@ -6,7 +6,10 @@
 // the C++ reference and finite differences are in ops_test.cpp; here also the errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "ops/op.h"
+#include "ops/attention.h"
 #include "ops/ops.h"
 #include "ops/testing/edge_check.h"
 #include "ops/testing/fixture.h"
@@ -47,6 +50,12 @@ TEST(OpAttentionEdgeCases, MatchPyTorchOnEveryDevice) {
       expect_matches(host(g[0]), c.tensor("gq").values, 1e-5, 1e-5, "q gradient");
       expect_matches(host(g[1]), c.tensor("gk").values, 1e-5, 1e-5, "k gradient");
       expect_matches(host(g[2]), c.tensor("gv").values, 1e-5, 1e-5, "v gradient");
+      if (c.has("gmask")) {  // a float mask's gradient, summed over its broadcast dimensions
+        EXPECT_EQ(g[3].shape(), c.tensor("mask").shape);
+        expect_matches(host(g[3]), c.tensor("gmask").values, 1e-5, 1e-5, "mask gradient");
+      } else if (bool_mask) {
+        EXPECT_FALSE(g[3].defined()) << "a bool mask has no gradient";
+      }
     });
   }
 }
@@ -69,13 +78,64 @@ TEST(OpAttentionEdgeCases, InvalidCallsAreErrors) {
     expect_error(scaled_dot_product_attention(k3, k2, k2), Code::kInvalidArgument,
                  {"enable_gqa allows fewer k/v heads"});
     AttentionOptions dropped;
-    dropped.dropout_p = 0.1;
+    dropped.dropout_p = 1.5;
+    expect_error(scaled_dot_product_attention(q, q, q, dropped, 3), Code::kInvalidArgument,
+                 {"dropout probability has to be between 0 and 1, but got 1.5"});
+    dropped.dropout_p = 0.5;
     expect_error(scaled_dot_product_attention(q, q, q, dropped), Code::kInvalidArgument,
-                 {"dropout_p must be 0"});
+                 {"dropout_p = 0.5 needs a seed"});
     AttentionOptions wrong_mask;
     wrong_mask.attn_mask = floats(d, iota(4), {4});
     expect_error(scaled_dot_product_attention(q, q, q, wrong_mask), Code::kInvalidArgument,
                  {"attn_mask must be f32 and broadcast to [1, 2, 3, 3]"});
+  });
+}
+
+// Attention dropout: with v the identity, the output is the dropped weights themselves, which must
+// be the dropout op's mask (same seed, same positions) applied to the undropped weights; the kept
+// fraction is 1 - p within 4 standard deviations; p = 1 gives zeros and zero gradients (as
+// PyTorch). The gradients with dropout are checked against finite differences of the reference in
+// ops_test.cpp (BackendOps), which reproduces the mask.
+TEST(OpAttentionEdgeCases, DropoutUsesTheSeedsMaskAndRate) {
+  for_each_device(kOp, {DType::kF32, DType::kF32, DType::kF32, DType::kF32}, [&](Device* d) {
+    const int64_t l = 64, n = 128;
+    std::vector<float> qv(l * 4), kv(n * 4), eye(n * n, 0.0f);
+    for (size_t i = 0; i < qv.size(); ++i)
+      qv[i] = std::sin(0.37f * static_cast<float>(i));
+    for (size_t i = 0; i < kv.size(); ++i)
+      kv[i] = std::cos(0.23f * static_cast<float>(i));
+    for (int64_t i = 0; i < n; ++i)
+      eye[i * n + i] = 1.0f;
+    Tensor q = floats(d, qv, {1, l, 4}), k = floats(d, kv, {1, n, 4}),
+           v = floats(d, eye, {1, n, n});
+    std::vector<float> weights = host(scaled_dot_product_attention(q, k, v));
+    const Tensor w = floats(d, weights, {1, l, n});
+    for (double p : {0.25, 0.5}) {
+      AttentionOptions o;
+      o.dropout_p = p;
+      std::vector<float> got = host(scaled_dot_product_attention(q, k, v, o, 11));
+      std::vector<float> want = host(dropout(w, p, 11));
+      ASSERT_EQ(got.size(), want.size());
+      int64_t kept = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_NEAR(got[i], want[i], 1e-6 * (1 + std::fabs(want[i]))) << "p " << p << " at " << i;
+        kept += got[i] != 0.0f;
+      }
+      const double total = static_cast<double>(got.size());
+      EXPECT_NEAR(kept / total, 1 - p, 4 * std::sqrt(p * (1 - p) / total)) << "p " << p;
+      // Another seed, another mask.
+      EXPECT_NE(host(scaled_dot_product_attention(q, k, v, o, 12)), got);
+    }
+    AttentionOptions all;
+    all.dropout_p = 1;
+    Attrs a = attention_attrs(all, 1).value();
+    Tensor zero = floats(d, {0}, {1});
+    std::vector<float> y = host(run(kOp, {q, k, v, zero}, a));
+    EXPECT_EQ(y, std::vector<float>(l * n, 0.0f));
+    std::vector<Tensor> g =
+        backward_of(kOp, {q, k, v, zero}, floats(d, std::vector<float>(l * n, 1.0f), {1, l, n}), a);
+    for (int i = 0; i < 3; ++i)
+      EXPECT_EQ(host(g[i]), std::vector<float>(g[i].numel(), 0.0f)) << "gradient " << i;
   });
 }
 

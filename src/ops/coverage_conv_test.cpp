@@ -1,4 +1,5 @@
-// conv_transpose2d, conv_transpose1d and conv1d (ops/conv_transpose_ops.cpp) against PyTorch on
+// conv_transpose2d, conv_transpose1d, conv1d (ops/conv_transpose_ops.cpp) and conv3d
+// (ops/conv3d_ops.cpp) against PyTorch on
 // every device the op library launches on: src/ops/testdata/conv_cases.txt
 // (tools/pytorch/coverage_fixtures.py) holds stride, padding, output_padding (also past the
 // stride, below the dilation), dilation, groups and a depth that takes the CPU's implicit gemm,
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "ops/op.h"
+#include "ops/conv3d.h"
 #include "ops/ops.h"
 #include "ops/testing/edge_check.h"
 #include "ops/testing/fixture.h"
@@ -50,6 +52,26 @@ TEST(OpConvEdgeCases, TransposedConvolutionErrors) {
     expect_error(conv_transpose2d(x, floats(d, iota(18), {2, 1, 3, 3}), b), Code::kInvalidArgument,
                  {"needs x [N, Cin, H, W], weight [Cin"});
     expect_error(conv1d(x, w, b), Code::kInvalidArgument, {"conv1d: needs x [N, C, L]"});
+  });
+}
+
+// conv3d's errors, worded as PyTorch's where PyTorch has them.
+TEST(OpConvEdgeCases, Conv3dErrors) {
+  for_each_device("conv3d", {DType::kF32, DType::kF32, DType::kF32}, [&](Device* d) {
+    Tensor x = floats(d, iota(32), {1, 1, 2, 4, 4}), w = floats(d, iota(27), {1, 1, 3, 3, 3});
+    Tensor b = floats(d, {0}, {1});
+    expect_error(conv3d(x, w, b), Code::kInvalidArgument,
+                 {"Calculated padded input size per channel: (2 x 4 x 4). Kernel size: (3 x 3 x "
+                  "3). Kernel size can't be greater than actual input size"});
+    EXPECT_EQ(conv3d(x, w, b, {1, 1, 1}, {1, 0, 0}).value().shape(), (Shape{1, 1, 2, 2, 2}));
+    // No images: an empty output (PyTorch: [0, 1, 1, 2, 2] for this window).
+    Tensor none = Tensor::empty({0, 1, 3, 4, 4}, DType::kF32, d).value();
+    EXPECT_EQ(conv3d(none, w, b).value().shape(), (Shape{0, 1, 1, 2, 2}));
+    expect_error(conv3d(floats(d, iota(16), {1, 1, 4, 4}), w, b), Code::kInvalidArgument,
+                 {"conv3d: needs x [N, C, D, H, W]"});
+    expect_error(conv3d(x, w, b, {1, 1}), Code::kInvalidArgument, {"stride needs 1 or 3 values"});
+    expect_error(conv3d(x, w, b, {0, 1, 1}, {1, 1, 1}), Code::kInvalidArgument,
+                 {"strides and dilations >= 1"});
   });
 }
 

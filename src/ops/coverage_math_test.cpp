@@ -136,14 +136,21 @@ TEST(OpMathEdgeCases, WhereTakesABoolConditionAndBroadcasts) {
   });
 }
 
-// Integer tensors are not computed by the float element-wise kernels: an error says so, where
-// a kernel converting through f32 would round i64 values past 2^24.
-TEST(OpMathEdgeCases, IntegerInputsAreAnErrorNotARoundedValue) {
-  for_each_device("add", {DType::kF32}, [&](Device* d) {
-    Tensor big = longs(d, {(int64_t{1} << 40) + 1}, {1});
-    expect_error(add(big, big), Code::kInvalidArgument, {"add", "i64"});
-    expect_error(exp(big), Code::kInvalidArgument, {"exp", "floating-point"});
-    expect_error(maximum(big, big), Code::kInvalidArgument, {"maximum", "floating-point"});
+// Integer tensors run integer kernels (ops/integer_ops.h), never a float kernel that would round
+// i64 values past 2^24; exp of an integer is f32, as in PyTorch. The edge cases of every type are
+// in coverage_integer_test.cpp.
+TEST(OpMathEdgeCases, IntegerInputsStayExactPastTwoToThe24) {
+  for_each_device("add", {DType::kI64}, [&](Device* d) {
+    const int64_t v = (int64_t{1} << 40) + 1;
+    Tensor big = longs(d, {v, -v}, {2});
+    EXPECT_EQ(add(big, big).value().to_vector<int64_t>().value(),
+              (std::vector<int64_t>{2 * v, -2 * v}));
+    EXPECT_EQ(maximum(big, neg(big).value()).value().to_vector<int64_t>().value(),
+              (std::vector<int64_t>{v, v}));
+    Expected<Tensor> e = exp(big);
+    ASSERT_TRUE(e.ok()) << e.status().to_string();
+    EXPECT_EQ(e->dtype(), DType::kF32);
+    EXPECT_EQ(e->to_vector<float>().value(), (std::vector<float>{INFINITY, 0.0f}));
   });
 }
 

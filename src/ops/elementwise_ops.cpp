@@ -4,6 +4,7 @@
 // gradients run `unary_grad` (kernels/activation.tile).
 #include <cmath>
 
+#include "ops/integer_ops.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -25,20 +26,30 @@ enum UnaryKind {
   kGeluErf = 13
 };
 
-Expected<TensorMeta> infer_binary(const std::string& name, const std::vector<TensorMeta>& in) {
-  if (in[0].dtype != in[1].dtype || !is_floating_point(in[0].dtype))
-    return invalid_argument("{}: inputs must share one floating-point dtype, got {}", name,
-                            shapes_string(in));
-  Expected<Shape> shape = broadcast_shapes(in[0].shape, in[1].shape);
-  if (!shape.ok())
-    return invalid_argument("{}: shapes {} do not broadcast", name, shapes_string(in));
-  return TensorMeta{*shape, in[0].dtype};
+// PyTorch's promotion (integer_ops.h); true division of integers gives f32.
+Expected<TensorMeta> infer_binary(const std::string& name, BinaryKind kind,
+                                  const std::vector<TensorMeta>& in) {
+  // True division of two integer types is f32 division, whatever they promote to (u8 with i8).
+  std::vector<TensorMeta> m = in;
+  const bool integers = is_integer(in[0].dtype) && is_integer(in[1].dtype);
+  if (kind == kDiv && integers) m[0].dtype = m[1].dtype = DType::kF32;
+  TESSEL_ASSIGN_OR_RETURN(TensorMeta out, infer_promoted(name, m));
+  if (kind == kDiv && is_integer(out.dtype)) out.dtype = DType::kF32;
+  return out;
 }
 
-Expected<Tensor> binary_forward(BinaryKind kind, const std::vector<Tensor>& in,
-                                const TensorMeta& out) {
-  TESSEL_ASSIGN_OR_RETURN(Tensor a, in[0].expand(out.shape));
-  TESSEL_ASSIGN_OR_RETURN(Tensor b, in[1].expand(out.shape));
+Expected<Tensor> binary_forward(const std::string& name, BinaryKind kind,
+                                const std::vector<Tensor>& in, const TensorMeta& out) {
+  if (is_integer(out.dtype)) {
+    const IntBinary k = kind == kAdd   ? IntBinary::kAdd
+                        : kind == kSub ? IntBinary::kSub
+                                       : IntBinary::kMul;
+    return int_binary(name, k, in[0], in[1], out);
+  }
+  TESSEL_ASSIGN_OR_RETURN(Tensor a0, convert(in[0], out.dtype));
+  TESSEL_ASSIGN_OR_RETURN(Tensor b0, convert(in[1], out.dtype));
+  TESSEL_ASSIGN_OR_RETURN(Tensor a, a0.expand(out.shape));
+  TESSEL_ASSIGN_OR_RETURN(Tensor b, b0.expand(out.shape));
   TESSEL_ASSIGN_OR_RETURN(Tensor z, empty_like_device(out.shape, out.dtype, in[0]));
   TESSEL_TRY(launch_elementwise("binary", {{"OP", std::to_string(kind)}}, {a, b, z}, {}));
   return z;
@@ -60,11 +71,11 @@ OpDef binary_op(const std::string& name, BinaryKind kind) {
   OpDef op;
   op.name = name;
   op.arity = 2;
-  op.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) {
-    return infer_binary(name, in);
+  op.infer = [name, kind](const std::vector<TensorMeta>& in, const Attrs&) {
+    return infer_binary(name, kind, in);
   };
-  op.forward = [kind](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
-    return binary_forward(kind, in, out);
+  op.forward = [name, kind](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
+    return binary_forward(name, kind, in, out);
   };
   op.reference = [kind](const std::vector<RefTensor>& in, const Attrs&) {
     return binary_reference(kind, in);
@@ -187,16 +198,28 @@ OpDef scale_op() {
   return op;
 }
 
-// cast among f32, f16 and bf16 (round to nearest even; the `cast` kernel). The gradient is cast
-// back to the input's dtype.
+// cast among f32, f16 and bf16 (round to nearest even; the `cast` kernel) and integers
+// (kernels/integer.tile: int_cast keeps the low bits, int_to_float rounds to nearest,
+// float_to_int rounds toward zero). The gradient is cast back to the input's dtype.
 bool is_castable(DType t) {
-  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16;
+  return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || is_integer(t);
 }
 
 Expected<Tensor> cast_forward(const Tensor& x, DType to) {
   if (x.dtype() == to) return x;
+  // Integers reach floats through i64, so that int_to_float has one specialisation per float
+  // type (the value is exact in i64 either way).
+  if (is_integer(x.dtype()) && !is_integer(to) && x.dtype() != DType::kI64) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor wide, cast_forward(x, DType::kI64));
+    return cast_forward(wide, to);
+  }
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(x.shape(), to, x));
-  TESSEL_TRY(launch_elementwise("cast", {{"U", dtype_name(to)}}, {x, y}, {}));
+  const bool from_int = is_integer(x.dtype()), to_int = is_integer(to);
+  const char* kernel = from_int && to_int ? "int_cast"
+                       : from_int         ? "int_to_float"
+                       : to_int           ? "float_to_int"
+                                          : "cast";
+  TESSEL_TRY(launch_elementwise(kernel, {{"U", dtype_name(to)}}, {x, y}, {}));
   return y;
 }
 
@@ -208,8 +231,9 @@ OpDef cast_op() {
     int64_t code = a.get_int("dtype", static_cast<int64_t>(DType::kF32));
     bool valid = code >= 0 && code < kDTypeCount && is_castable(static_cast<DType>(code));
     if (!valid || !is_castable(in[0].dtype))
-      return invalid_argument("cast: converts among f32, f16 and bf16; got {} to dtype code {}",
-                              shapes_string(in), code);
+      return invalid_argument(
+          "cast: converts among f32, f16, bf16 and the integer types; got {} to dtype code {}",
+          shapes_string(in), code);
     return TensorMeta{in[0].shape, static_cast<DType>(code)};
   };
   op.forward = [](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
@@ -222,6 +246,7 @@ OpDef cast_op() {
       float f = static_cast<float>(v);
       v = to == DType::kBF16  ? static_cast<float>(BFloat16(f))
           : to == DType::kF16 ? static_cast<float>(Half(f))
+          : is_integer(to)    ? std::trunc(v)
                               : f;
     }
     return out;

@@ -101,16 +101,11 @@ OpDef dropout_op() {
     return dropout_kernel(in[0], a);
   };
   op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
-    // The hash of kernels/mask.tile, written out again.
     const double p = a.get_double("p", 0.5);
     const int64_t seed = a.get_int("seed", 0), threshold = dropout_threshold(p);
     RefTensor out = in[0];
     for (int64_t n = 0; n < static_cast<int64_t>(out.values.size()); ++n) {
-      int64_t h1 = (n % kPrime + (seed % kPrime) * 16807 + 1) % kPrime;
-      int64_t h2 = (h1 * h1 + 12345) % kPrime;
-      int64_t h3 = (h2 * 48271 + h1) % kPrime;
-      int64_t h4 = (h3 * h3 + 1013904223) % kPrime;
-      out.values[n] = h4 >= threshold ? out.values[n] / (1 - p) : 0.0;
+      out.values[n] = reference::dropout_keeps(n, seed, threshold) ? out.values[n] / (1 - p) : 0.0;
     }
     return out;
   };

@@ -2,9 +2,12 @@
 // of kernels/elementwise.tile forward, math_grad backward); pow, maximum, minimum (broadcasting,
 // NaN-propagating, binary_math); clamp (min and max attrs, either optional); where (a bool
 // condition, broadcasting); eq, ne, lt, le, gt, ge (bool results, not differentiable). Floats of
-// any width (f32, f16, bf16) compute in f32. Kernels: kernels/math.tile.
+// any width (f32, f16, bf16) compute in f32. Kernels: kernels/math.tile. Integer tensors follow
+// PyTorch (ops/integer_ops.h): exact integer kernels where PyTorch keeps an integer result,
+// conversion to f32 where it does not (exp, log, sqrt, erf).
 #include <cmath>
 
+#include "ops/integer_ops.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -60,6 +63,16 @@ Expected<std::vector<Tensor>> expanded(const std::vector<Tensor>& in, const Shap
   return t;
 }
 
+// Each input converted to `dtype` (integers to the float result of a mixed op).
+Expected<std::vector<Tensor>> converted_all(const std::vector<Tensor>& in, DType dtype) {
+  std::vector<Tensor> out;
+  for (const Tensor& x : in) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor c, convert(x, dtype));
+    out.push_back(c);
+  }
+  return out;
+}
+
 // The reference of an element-wise op over broadcast inputs.
 template <typename F>
 RefTensor broadcast_reference(const std::vector<RefTensor>& in, F f) {
@@ -80,13 +93,20 @@ RefTensor broadcast_reference(const std::vector<RefTensor>& in, F f) {
 OpDef math_op(const std::string& name, MathKind kind) {
   OpDef op;
   op.name = name;
-  op.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) {
+  // abs and neg keep an integer type; the others make integers f32.
+  const bool keeps_integers = kind == kAbs || kind == kNeg;
+  op.infer = [name, keeps_integers](const std::vector<TensorMeta>& in,
+                                    const Attrs&) -> Expected<TensorMeta> {
+    if (is_integer(in[0].dtype))
+      return TensorMeta{in[0].shape, keeps_integers ? in[0].dtype : DType::kF32};
     return infer_float(name, in);
   };
   op.forward = [kind](const std::vector<Tensor>& in, const Attrs&,
                       const TensorMeta& out) -> Expected<Tensor> {
+    if (is_integer(out.dtype)) return int_unary(kind == kAbs ? 0 : 1, in[0]);
+    TESSEL_ASSIGN_OR_RETURN(Tensor x, convert(in[0], out.dtype));
     TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, in[0]));
-    TESSEL_TRY(launch_elementwise("unary", {{"OP", std::to_string(kind)}}, {in[0], y}, {1.0}));
+    TESSEL_TRY(launch_elementwise("unary", {{"OP", std::to_string(kind)}}, {x, y}, {1.0}));
     return y;
   };
   op.reference = [kind](const std::vector<RefTensor>& in, const Attrs&) {
@@ -127,12 +147,16 @@ OpDef binary_math_op(const std::string& name, BinaryMath kind) {
   OpDef op;
   op.name = name;
   op.arity = 2;
-  op.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) {
-    return infer_float(name, in);
+  op.infer = [name, kind](const std::vector<TensorMeta>& in, const Attrs&) {
+    return kind == kPow ? infer_float(name, in) : infer_promoted(name, in);
   };
-  op.forward = [kind](const std::vector<Tensor>& in, const Attrs&,
-                      const TensorMeta& out) -> Expected<Tensor> {
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> t, expanded(in, out.shape, out.dtype));
+  op.forward = [name, kind](const std::vector<Tensor>& in, const Attrs&,
+                            const TensorMeta& out) -> Expected<Tensor> {
+    if (is_integer(out.dtype))
+      return int_binary(name, kind == kMaximum ? IntBinary::kMaximum : IntBinary::kMinimum, in[0],
+                        in[1], out);
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> converted, converted_all(in, out.dtype));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> t, expanded(converted, out.shape, out.dtype));
     TESSEL_TRY(launch_elementwise("binary_math", {{"OP", std::to_string(kind)}}, t, {}));
     return t.back();
   };
@@ -146,9 +170,11 @@ OpDef binary_math_op(const std::string& name, BinaryMath kind) {
     std::vector<Tensor> grads(2);
     for (int i = 0; i < 2; ++i) {
       if (!b.needs_grad[i]) continue;
-      TESSEL_ASSIGN_OR_RETURN(
-          std::vector<Tensor> t,
-          expanded({b.inputs[0], b.inputs[1], b.grad_output}, shape, b.grad_output.dtype()));
+      // A mixed integer and float call differentiates in the float (the output's) dtype.
+      TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> x,
+                              converted_all({b.inputs[0], b.inputs[1]}, b.grad_output.dtype()));
+      TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> t,
+                              expanded({x[0], x[1], b.grad_output}, shape, b.grad_output.dtype()));
       TESSEL_TRY(launch_elementwise(
           "binary_math_grad", {{"OP", std::to_string(kind)}, {"WRT", std::to_string(i)}}, t, {}));
       TESSEL_ASSIGN_OR_RETURN(grads[i], sum_to(t.back(), b.input_meta[i].shape));
@@ -164,18 +190,35 @@ std::pair<double, double> clamp_bounds(const Attrs& a) {
   return {a.get_double("min", -INFINITY), a.get_double("max", INFINITY)};
 }
 
+bool integral_bounds(const Attrs& a) {
+  auto [lo, hi] = clamp_bounds(a);
+  auto integral = [](double v) { return std::isinf(v) || v == std::trunc(v); };
+  return integral(lo) && integral(hi);
+}
+
 OpDef clamp_op() {
   OpDef op;
   op.name = "clamp";
   op.attrs = {"min", "max"};
-  op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) {
+  // An integer tensor stays one with integral (or infinite) bounds; a fractional bound makes the
+  // result f32, as PyTorch's promotion with a float scalar does.
+  op.infer = [](const std::vector<TensorMeta>& in, const Attrs& a) -> Expected<TensorMeta> {
+    if (is_integer(in[0].dtype))
+      return TensorMeta{in[0].shape, integral_bounds(a) ? in[0].dtype : DType::kF32};
     return infer_float("clamp", in);
   };
   op.forward = [](const std::vector<Tensor>& in, const Attrs& a,
                   const TensorMeta& out) -> Expected<Tensor> {
     auto [lo, hi] = clamp_bounds(a);
+    if (is_integer(out.dtype)) {
+      auto bound = [](double v) {
+        return v <= -0x1p63 ? INT64_MIN : v >= 0x1p63 ? INT64_MAX : static_cast<int64_t>(v);
+      };
+      return int_clamp(in[0], bound(lo), bound(hi));
+    }
+    TESSEL_ASSIGN_OR_RETURN(Tensor x, convert(in[0], out.dtype));
     TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, in[0]));
-    TESSEL_TRY(launch_elementwise("clamp", {{"GRAD", "0"}}, {in[0], in[0], y}, {lo, hi}));
+    TESSEL_TRY(launch_elementwise("clamp", {{"GRAD", "0"}}, {x, x, y}, {lo, hi}));
     return y;
   };
   op.reference = [](const std::vector<RefTensor>& in, const Attrs& a) {
@@ -201,7 +244,7 @@ OpDef clamp_op() {
 Expected<TensorMeta> infer_where(const std::vector<TensorMeta>& in) {
   if (in[0].dtype != DType::kBool)
     return invalid_argument("where: the condition is bool, got {}", shapes_string(in));
-  TESSEL_ASSIGN_OR_RETURN(TensorMeta values, infer_float("where", {in[1], in[2]}));
+  TESSEL_ASSIGN_OR_RETURN(TensorMeta values, infer_promoted("where", {in[1], in[2]}));
   Expected<Shape> shape = broadcast_shapes(in[0].shape, values.shape);
   if (!shape.ok()) return invalid_argument("where: shapes {} do not broadcast", shapes_string(in));
   return TensorMeta{*shape, values.dtype};
@@ -214,7 +257,10 @@ OpDef where_op() {
   op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) { return infer_where(in); };
   op.forward = [](const std::vector<Tensor>& in, const Attrs&,
                   const TensorMeta& out) -> Expected<Tensor> {
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> t, expanded(in, out.shape, out.dtype));
+    if (is_integer(out.dtype)) return int_where(in[0], in[1], in[2], out);
+    TESSEL_ASSIGN_OR_RETURN(Tensor a, convert(in[1], out.dtype));
+    TESSEL_ASSIGN_OR_RETURN(Tensor b, convert(in[2], out.dtype));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> t, expanded({in[0], a, b}, out.shape, out.dtype));
     TESSEL_TRY(launch_elementwise("where", {{"T", dtype_name(out.dtype)}}, t, {}));
     return t.back();
   };
@@ -267,12 +313,20 @@ OpDef compare_op(const std::string& name, CompareKind kind) {
   op.name = name;
   op.arity = 2;
   op.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) -> Expected<TensorMeta> {
-    TESSEL_ASSIGN_OR_RETURN(TensorMeta m, infer_float(name, in));
-    return TensorMeta{m.shape, DType::kBool};
+    // Two integer types compare exactly in i64 whatever they promote to (u8 with i8 too).
+    std::vector<TensorMeta> m = in;
+    if (is_integer(in[0].dtype) && is_integer(in[1].dtype)) m[1].dtype = m[0].dtype;
+    TESSEL_ASSIGN_OR_RETURN(TensorMeta joined, infer_promoted(name, m));
+    return TensorMeta{joined.shape, DType::kBool};
   };
-  op.forward = [kind](const std::vector<Tensor>& in, const Attrs&,
-                      const TensorMeta& out) -> Expected<Tensor> {
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> t, expanded(in, out.shape, out.dtype));
+  op.forward = [name, kind](const std::vector<Tensor>& in, const Attrs&,
+                            const TensorMeta& out) -> Expected<Tensor> {
+    if (is_integer(in[0].dtype()) && is_integer(in[1].dtype()))
+      return int_compare(kind, in[0], in[1], out);
+    TESSEL_ASSIGN_OR_RETURN(DType common, result_type(name, {{in[0].shape(), in[0].dtype()},
+                                                             {in[1].shape(), in[1].dtype()}}));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> converted, converted_all(in, common));
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> t, expanded(converted, out.shape, out.dtype));
     TESSEL_TRY(launch_elementwise("compare", {{"OP", std::to_string(kind)}}, t, {}));
     return t.back();
   };

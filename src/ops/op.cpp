@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "ops/conv3d.h"
+#include "ops/integer_ops.h"
+
 namespace tessel::ops {
 
 int64_t Attrs::get_int(const std::string& name, int64_t fallback) const {
@@ -117,6 +120,8 @@ const std::vector<OpDef>& all_ops() {
     add_attention_ops(list);
     add_conv_transpose_ops(list);
     add_conv1d_ops(list);
+    add_integer_ops(list);
+    add_conv3d_ops(list);  // after add_conv_ops: it runs conv2d
     for (OpDef& op : list) {
       TESSEL_CHECK(op.infer && op.forward && op.reference, "op '{}' is missing a part", op.name);
       op.save_inputs.resize(op.arity, false);

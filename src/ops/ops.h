@@ -12,10 +12,10 @@
 
 namespace tessel::ops {
 
-// Among f32, f16 and bf16, rounding to nearest even.
+// Among f32, f16, bf16 (nearest even) and the integer types (ops/integer_ops.h).
 Expected<Tensor> cast(const Tensor& x, DType dtype);
 
-// Element-wise, with NumPy broadcasting for the binary ones (any float dtype, one per call).
+// Element-wise, NumPy broadcasting, PyTorch's type promotion (integers: ops/integer_ops.h).
 Expected<Tensor> add(const Tensor& a, const Tensor& b);
 Expected<Tensor> sub(const Tensor& a, const Tensor& b);
 Expected<Tensor> mul(const Tensor& a, const Tensor& b);
@@ -137,7 +137,7 @@ struct AttentionOptions {
   int64_t causal = 0;  // 1: is_causal (top-left aligned), 2: bottom-right aligned
   std::optional<double> scale;  // default 1 / sqrt(E)
   bool enable_gqa = false;      // Hq a multiple of Hkv: q head h reads k/v head h / (Hq / Hkv)
-  double dropout_p = 0;         // must be 0: attention weights are not dropped
+  double dropout_p = 0;         // > 0 takes a seed: the overloads in ops/attention.h
 };
 Expected<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const AttentionOptions& options = {});

@@ -31,6 +31,7 @@ struct Input {
   int64_t ignore = INT64_MIN;  // kIds: this value appears too, at every third position
   bool transposed = false;     // passed as a transposed view of a contiguous tensor
   DType dtype = DType::kF32;   // kReal, kPositive: f32, f16 or bf16 (values rounded to it)
+  int64_t low = 0;             // kIds: values in [low, classes)
 };
 Input real(Shape s) {
   return {Input::kReal, std::move(s)};
@@ -40,6 +41,11 @@ Input positive(Shape s) {
 }
 Input ids(Shape s, int64_t classes, int64_t ignore = INT64_MIN) {
   return {Input::kIds, std::move(s), classes, ignore};
+}
+Input ints(Shape s, int64_t low, int64_t high) {  // i64 values in [low, high)
+  Input i{Input::kIds, std::move(s), high};
+  i.low = low;
+  return i;
 }
 Input flags(Shape s) {  // bool, about half true
   return {Input::kBool, std::move(s)};
@@ -365,6 +371,14 @@ std::vector<Case> all_cases() {
       {"conv_transpose1d",
        {real({2, 4, 6}), real({4, 1, 3}), real({2})},
        Attrs().set("stride", {3}).set("padding", {1}).set("output_padding", {2}).set("groups", 2)});
+  // conv3d (ops/conv3d_ops.cpp; PyTorch's values in coverage_conv_test.cpp): depth padding and
+  // stride, groups with dilation, one value for all three dimensions.
+  c.push_back({"conv3d",
+               {real({1, 2, 4, 3, 4}), real({3, 2, 2, 2, 3}), real({3})},
+               Attrs().set("stride", {2, 1, 1}).set("padding", {1, 0, 1})});
+  c.push_back({"conv3d",
+               {real({2, 4, 3, 3, 3}), real({4, 2, 3, 1, 2}), real({4})},
+               Attrs().set("groups", 2).set("dilation", {1, 1, 2}).set("padding", {1})});
   // scaled_dot_product_attention (ops/attention_ops.cpp; PyTorch's values in
   // coverage_attention_test.cpp): no mask (an unread 4th input), f32 and bool masks, causal
   // top-left and bottom-right, grouped-query heads, a scale.
@@ -386,6 +400,10 @@ std::vector<Case> all_cases() {
   c.push_back({"scaled_dot_product_attention",
                {real({6, 4}), real({300, 4}), real({300, 5}), real({6, 300})},
                Attrs().set("mask", 2)});
+  // Dropout (the mask reproduced by the reference) with a float mask's gradient, and GQA.
+  c.push_back({"scaled_dot_product_attention",
+               {real({1, 4, 5, 3}), real({1, 2, 7, 3}), real({1, 2, 7, 2}), real({4, 1, 7})},
+               Attrs().set("mask", 2).set("enable_gqa", 1).set("dropout_p", 0.3).set("seed", 5)});
   // batch_norm: x, weight, bias, running_mean, running_var (no gradients for the last two).
   c.push_back({"batch_norm",  // L = 70 spans two 64-wide lanes, N = 17 two 16-row ones
                {real({17, 3, 7, 10}), real({3}), real({3}), real({3}), positive({3})},
@@ -417,6 +435,11 @@ std::vector<Case> all_cases() {
   c.push_back({"clamp", {transposed({3, 5})}, Attrs().set("min", 0.25)});
   c.push_back({"clamp", {real({2, 3, 4})}, Attrs().set("max", -1.0)});
   c.push_back({"where", {flags({3, 5}), real({3, 5}), real({5})}, {}});
+  // Integer division (ops/integer_ops.cpp), divisors without 0; the edge cases are PyTorch
+  // fixtures in coverage_integer_test.cpp.
+  c.push_back({"floor_divide", {ints({3, 4}, -20, 20), ints({4}, 1, 6)}, {}});
+  c.push_back({"div_trunc", {ints({3, 4}, -20, 20), ints({3, 1}, -6, -1)}, {}});
+  c.push_back({"remainder", {ints({3, 4}, -20, 20), ints({4}, -5, -1)}, {}});
   c.push_back({"where", {flags({4, 1}), real({1}), transposed({4, 6})}, {}});
   for (const char* op : {"eq", "ne", "lt", "le", "gt", "ge"})
     c.push_back({op, {real({3, 5}), real({5})}, {}});
@@ -497,7 +520,7 @@ std::vector<RefTensor> make_inputs(const Case& c, uint32_t seed) {
       } else if (in.kind == Input::kIds) {
         t.values[i] = (in.ignore != INT64_MIN && i % 3 == 1)
                           ? in.ignore
-                          : std::uniform_int_distribution<int64_t>(0, in.classes - 1)(rng);
+                          : std::uniform_int_distribution<int64_t>(in.low, in.classes - 1)(rng);
       } else {
         float lo = in.kind == Input::kPositive ? 0.5f : -2.0f;
         float f = std::uniform_real_distribution<float>(lo, 2.0f)(rng);
@@ -646,14 +669,17 @@ void check_case(const Case& c, Device* device, int index) {
   for (size_t i = 0; i < in.size(); ++i) {
     args.inputs.push_back(op.save_inputs[i] ? in[i] : Tensor());
     args.input_meta.push_back({in[i].shape(), in[i].dtype()});
-    args.needs_grad.push_back(op.differentiable[i] && c.inputs[i].kind != Input::kIds);
+    args.needs_grad.push_back(op.differentiable[i] && c.inputs[i].kind != Input::kIds &&
+                              c.inputs[i].kind != Input::kBool);
   }
   if (op.save_output) args.output = *out;
   auto grads = op.backward(args);
   ASSERT_TRUE(grads.ok()) << grads.status().to_string();
   ASSERT_EQ(grads->size(), in.size());
   for (size_t i = 0; i < in.size(); ++i) {
-    if (!op.differentiable[i] || c.inputs[i].kind == Input::kIds) continue;  // ids: none
+    if (!op.differentiable[i] || c.inputs[i].kind == Input::kIds ||
+        c.inputs[i].kind == Input::kBool)
+      continue;  // ids and bool masks: none
     const Tensor& g = (*grads)[i];
     ASSERT_TRUE(g.defined()) << "no gradient for input " << i;
     ASSERT_EQ(g.shape(), in[i].shape()) << "gradient shape of input " << i;

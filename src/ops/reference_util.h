@@ -46,4 +46,15 @@ inline Shape broadcast(const Shape& a, const Shape& b) {
   return out;
 }
 
+// Whether dropout keeps the element at row-major position n: the hash of kernels/mask.tile's
+// `dropout`, written out again (threshold = ceil(p (2^31 - 1))).
+inline bool dropout_keeps(int64_t n, int64_t seed, int64_t threshold) {
+  constexpr int64_t kPrime = 2147483647;  // 2^31 - 1
+  const int64_t h1 = (n % kPrime + (seed % kPrime) * 16807 + 1) % kPrime;
+  const int64_t h2 = (h1 * h1 + 12345) % kPrime;
+  const int64_t h3 = (h2 * 48271 + h1) % kPrime;
+  const int64_t h4 = (h3 * h3 + 1013904223) % kPrime;
+  return h4 >= threshold;
+}
+
 }  // namespace tessel::ops::reference

@@ -224,7 +224,7 @@ def pool_errors():
 
 def conv_case(w, op, label, x, weight, bias, **attrs):
     f = {"conv_transpose2d": F.conv_transpose2d, "conv_transpose1d": F.conv_transpose1d,
-         "conv1d": F.conv1d}[op]
+         "conv1d": F.conv1d, "conv3d": F.conv3d}[op]
     y, gy, (gx, gw, gb) = with_grads(lambda a, b, c: f(a, b, c, **attrs), [x, weight, bias],
                                      [True, True, True])
     tessel_attrs = {k: (list(v) if isinstance(v, (list, tuple)) else
@@ -251,20 +251,33 @@ def conv_cases():
     conv_case(w, "conv1d", "stride_2_padding_1_dilation_2", f32(2, 3, 11), f32(4, 3, 3), f32(4),
               stride=2, padding=1, dilation=2)
     conv_case(w, "conv1d", "depthwise", f32(1, 4, 9), f32(4, 1, 4), f32(4), padding=2, groups=4)
+    conv_case(w, "conv3d", "stride_2_1_2_padding_1_1_0", f32(2, 3, 5, 6, 5), f32(4, 3, 3, 3, 2),
+              f32(4), stride=[2, 1, 2], padding=[1, 1, 0])
+    conv_case(w, "conv3d", "groups_2_dilation_2_1_2", f32(1, 4, 6, 5, 5), f32(6, 2, 2, 3, 3),
+              f32(6), padding=[1, 0, 1], dilation=[2, 1, 2], groups=2)
+    conv_case(w, "conv3d", "deep_channels_implicit_gemm", f32(1, 16, 3, 4, 4),
+              f32(4, 16, 2, 3, 3), f32(4), padding=[1, 1, 1])
+    conv_case(w, "conv3d", "depth_stride_past_the_window", f32(2, 2, 7, 3, 3), f32(3, 2, 1, 2, 2),
+              f32(3), stride=[3, 1, 1])
     w.write()
 
 
 def attention_case(w, label, q, k, v, mask=None, is_causal=False, lower_right=False, scale=None,
                    enable_gqa=False):
-    def f(q_, k_, v_):
-        m = mask
+    float_mask = mask is not None and mask.dtype != torch.bool
+
+    def f(q_, k_, v_, *m_):
+        m = m_[0] if m_ else mask
         if lower_right:  # PyTorch's CausalBias gives NaN for rows without keys: the same mask
             length, keys = q_.shape[-2], k_.shape[-2]  # as a boolean one gives zeros there
             m = torch.ones(length, keys, dtype=torch.bool).tril(diagonal=keys - length)
         return F.scaled_dot_product_attention(q_, k_, v_, attn_mask=m, is_causal=is_causal,
                                               scale=scale, enable_gqa=enable_gqa)
 
-    y, gy, (gq, gk, gv) = with_grads(f, [q, k, v], [True, True, True])
+    # A float mask has a gradient too (gmask, summed over the dimensions it is broadcast along).
+    inputs = [q, k, v] + ([mask] if float_mask else [])
+    y, gy, grads = with_grads(f, inputs, [True] * len(inputs))
+    gq, gk, gv = grads[:3]
     attrs = {"mask": 0 if mask is None else 1 if mask.dtype == torch.bool else 2,  # tessel's
              "causal": 2 if lower_right else 1 if is_causal else 0,
              "enable_gqa": int(enable_gqa)}
@@ -274,6 +287,8 @@ def attention_case(w, label, q, k, v, mask=None, is_causal=False, lower_right=Fa
     if mask is not None:
         tensors["mask"] = mask
     tensors.update({"y": y, "gy": gy, "gq": gq, "gk": gk, "gv": gv})
+    if float_mask:
+        tensors["gmask"] = grads[3]
     w.case("scaled_dot_product_attention", label, attrs, tensors)
 
 
@@ -308,6 +323,8 @@ def attention_and_conv_errors():
     show("sdpa 3 q heads, 2 kv heads, enable_gqa",
          lambda: F.scaled_dot_product_attention(torch.randn(1, 3, 2, 4), torch.randn(1, 2, 2, 4),
                                                 torch.randn(1, 2, 2, 4), enable_gqa=True))
+    show("conv3d window larger than the padded input",
+         lambda: F.conv3d(torch.randn(1, 1, 2, 4, 4), torch.randn(1, 1, 3, 3, 3)))
     show("conv_transpose2d output_padding 2, stride 2",
          lambda: F.conv_transpose2d(torch.randn(1, 1, 3, 3), torch.randn(1, 1, 3, 3), stride=2,
                                     output_padding=2))
