@@ -20,6 +20,7 @@
 #include "nn/gpt.h"
 #include "optim/clip.h"
 #include "parallel/rank_shard.h"
+#include "parallel/sync_batch_norm.h"
 #include "support/atomic_file.h"
 #include "train/model_registry.h"
 #include "train/progress.h"
@@ -250,6 +251,12 @@ Status Trainer::build_data_parallel() {
   if (!dp.ok()) return dp.status().with_context("{}: [distributed]", config_.source);
   data_parallel_ = std::move(*dp);
   TESSEL_TRY(data_parallel_->broadcast_buffers(*model_));
+  if (d.sync_batchnorm) {
+    // Weighted by this rank's share (set_batch_share), which the uneven split moves.
+    Expected<int> layers = parallel::convert_sync_batchnorm(*model_, *group_, data_parallel_.get());
+    if (!layers.ok())
+      return layers.status().with_context("{}: key 'distributed.sync_batchnorm'", config_.source);
+  }
   optimizer_.reset();  // each bucket has its own; the single-process one would only hold memory
   return ok_status();
 }
