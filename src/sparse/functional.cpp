@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <map>
 #include <mutex>
 
@@ -131,15 +132,23 @@ double cpu_now_us() {
   return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) * 1e-3;
 }
 
-// The median CPU time of each of `fns`, in microseconds, after one untimed call of each (kernel
-// compiles): at least `rounds` rounds in which every one runs once, the order reversed every other
-// round so that neither always runs second (on warmer or colder caches). CPU time, not wall time:
-// on a machine shared with other work, wall time is stretched by however long a thread waits for a
-// core, which flipped close choices between runs; CPU time hardly moves.
-Expected<std::vector<double>> cpu_us_in_turns(const std::vector<std::function<Status()>>& fns,
-                                              int rounds) {
-  // Short calls get more rounds (up to 25, about 20 ms of CPU time in all): a median of five
-  // sub-millisecond calls still moves by a fifth under load.
+// One candidate's timed calls: the median of process CPU time and the fastest wall time.
+struct Timing {
+  double median_cpu_us = 0, min_wall_us = 0;
+};
+
+double wall_now_us() {
+  return std::chrono::duration<double, std::micro>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Times each of `fns` after one untimed call of each (kernel compiles): at least `rounds` rounds
+// in which every one runs once, the order reversed every other round so that neither always
+// runs second (on warmer or colder caches). Short calls get more rounds (up to 25, about 20 ms
+// of CPU time in all): a median of five sub-millisecond calls still moves by a fifth under load.
+Expected<std::vector<Timing>> time_in_turns(const std::vector<std::function<Status()>>& fns,
+                                            int rounds) {
   double warm_us = 0;
   for (const auto& fn : fns) {
     const double start = cpu_now_us();
@@ -148,20 +157,23 @@ Expected<std::vector<double>> cpu_us_in_turns(const std::vector<std::function<St
   }
   if (warm_us > 0)
     rounds = std::clamp(static_cast<int>(20000 / warm_us), rounds, std::max(rounds, 25));
-  std::vector<std::vector<double>> samples(fns.size());
+  std::vector<std::vector<double>> cpu(fns.size());
+  std::vector<Timing> t(fns.size());
+  for (Timing& x : t)
+    x.min_wall_us = 1e300;
   for (int r = 0; r < rounds; ++r)
     for (size_t j = 0; j < fns.size(); ++j) {
       const size_t i = r % 2 == 0 ? j : fns.size() - 1 - j;
-      const double start = cpu_now_us();
+      const double wall = wall_now_us(), start = cpu_now_us();
       TESSEL_TRY(fns[i]());
-      samples[i].push_back(cpu_now_us() - start);
+      cpu[i].push_back(cpu_now_us() - start);
+      t[i].min_wall_us = std::min(t[i].min_wall_us, wall_now_us() - wall);
     }
-  std::vector<double> medians;
-  for (std::vector<double>& v : samples) {
-    std::sort(v.begin(), v.end());
-    medians.push_back(v[v.size() / 2]);
+  for (size_t i = 0; i < fns.size(); ++i) {
+    std::sort(cpu[i].begin(), cpu[i].end());
+    t[i].median_cpu_us = cpu[i][cpu[i].size() / 2];
   }
-  return medians;
+  return t;
 }
 
 // d + a by one scatter of a's (row, column) pairs, for both COO and CSR.
@@ -223,10 +235,18 @@ Expected<Plan> plan_for(const SparseMatrix& a, SparseOp op, int64_t n, bool need
         return ok_status();
       });
     }
-    TESSEL_ASSIGN_OR_RETURN(std::vector<double> cpu_us, cpu_us_in_turns(runs, 5));
-    for (size_t i = 0; i < 2; ++i)
-      plan.candidates[timed[i]].measured_us =
-          cpu_us[i] / std::max(1, plan.candidates[timed[i]].threads);
+    TESSEL_ASSIGN_OR_RETURN(std::vector<Timing> times, time_in_turns(runs, 5));
+    // Calls under 2 ms mostly run within one scheduler slice, so the fastest of 25 is an idle
+    // machine's time, while their CPU time carries the pool's spinning (tens of us) and counts a
+    // one-thread kernel's idle partner; longer calls are always interrupted under load, and the
+    // median CPU time over the threads a kernel spreads over is the steadier figure.
+    const bool short_calls = std::max(times[0].min_wall_us, times[1].min_wall_us) < 2000;
+    for (size_t i = 0; i < 2; ++i) {
+      Candidate& cand = plan.candidates[timed[i]];
+      cand.measured_wall = short_calls;
+      cand.measured_us =
+          short_calls ? times[i].min_wall_us : times[i].median_cpu_us / std::max(1, cand.threads);
+    }
     // Within 5%, the two are one to the measurement (CPU time still moves a few percent with
     // the caches' state), so the model's order stands and repeated plans agree.
     const double first = *c[0].measured_us, second = *c[other].measured_us;
