@@ -41,6 +41,7 @@ struct Options {
   std::string model;
   bool compare = false;
   bool quick = false;
+  bool reuse = false;
   std::string trial;
 };
 
@@ -58,7 +59,9 @@ void print_outcome(const TuneOutcome& o, bool json) {
                           {"best", o.best_params},
                           {"best_seconds", o.best_seconds},
                           {"default", o.default_params},
-                          {"default_seconds", o.default_seconds}};
+                          {"default_seconds", o.default_seconds},
+                          {"chosen", o.chosen_params},
+                          {"confirm_ratios", o.confirm_ratios}};
     if (flops > 0 && o.best_seconds > 0) row["gflops"] = flops / o.best_seconds * 1e-9;
     std::printf("%s\n", row.dump().c_str());
     return;
@@ -69,6 +72,9 @@ void print_outcome(const TuneOutcome& o, bool json) {
   if (o.default_seconds > 0)
     std::printf(", defaults (%s) %.3f ms: %.2fx", o.default_params.c_str(), o.default_seconds * 1e3,
                 o.default_seconds / o.best_seconds);
+  if (!o.chosen_params.empty())
+    std::printf(", chosen: %s",
+                o.chosen_params == o.default_params ? "the defaults" : o.chosen_params.c_str());
   std::printf("  [%d trials, %d failed]\n", o.trials, o.failed);
 }
 
@@ -150,7 +156,8 @@ Status run(const Options& o) {
   }
   if (o.show) TESSEL_TRY(show(*db, o.json));
   if (o.compare) {
-    TESSEL_ASSIGN_OR_RETURN(double worst, compare_exhaustive(o.device, o.json, db.get(), o.quick));
+    TESSEL_ASSIGN_OR_RETURN(double worst,
+                            compare_exhaustive(o.device, o.json, db.get(), o.quick, o.reuse));
     if (!o.json) std::printf("worst ratio: %.3f\n", worst);
   }
   std::vector<TuneTarget> targets;
@@ -211,6 +218,9 @@ void add_tune_command(CLI::App& app) {
   tune->add_flag("--compare-exhaustive", options->compare,
                  "search vs random vs grid on spaces measured exhaustively");
   tune->add_flag("--quick", options->quick, "with --compare-exhaustive: two small cases only");
+  tune->add_flag("--reuse", options->reuse,
+                 "with --compare-exhaustive: points the database already measured are not "
+                 "measured again (replays the searches over an earlier run)");
   tune->add_option("--trial", options->trial, "(internal) run one trial and print its result")
       ->group("");
   tune->callback([options] {
