@@ -22,6 +22,7 @@ CDialect cpu_dialect() {
   d.bool_type = "bool";
   d.i8 = "int8_t";
   d.u8 = "uint8_t";
+  d.i16 = "int16_t";
   d.i32 = "int32_t";
   d.i64 = "int64_t";
   d.f32 = "float";
