@@ -80,7 +80,7 @@ void print_outcome(const TuneOutcome& o, bool json) {
 
 Status show(tune::TuneDb& db, bool json) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<tune::Trial> rows, db.all());
-  // The best ok trial of each key, and how many trials each key has.
+  // The choice of each key, and how many trials each key has.
   std::map<std::string, std::pair<const tune::Trial*, int>> best;
   for (const tune::Trial& t : rows) {
     const std::string key = t.key.kernel + "|" + t.key.device + "|" + t.key.dtype + "|" +
@@ -88,7 +88,11 @@ Status show(tune::TuneDb& db, bool json) {
                             t.key.source_hash;
     auto& [pick, count] = best[key];
     ++count;
-    if (t.status == "ok" && (pick == nullptr || t.seconds < pick->seconds)) pick = &t;
+    // The tuner's choice, else (a database from an older tuner) the fastest good trial.
+    auto chosen = [](const tune::Trial* x) { return x->detail.rfind(tune::kChosenPrefix, 0) == 0; };
+    if (t.status == "ok" && (pick == nullptr || (chosen(&t) && !chosen(pick)) ||
+                             (chosen(&t) == chosen(pick) && t.seconds < pick->seconds)))
+      pick = &t;
   }
   if (!json)
     std::printf("%s: %zu trials\n%-13s %-5s %-8s %-20s %-26s %10s %6s  %s\n", db.path().c_str(),
@@ -210,7 +214,7 @@ void add_tune_command(CLI::App& app) {
   tune->add_flag("--json", options->json, "one JSON object per result");
   tune->add_option("--db", options->db,
                    "tuning database (default $TESSEL_TUNE_DB, else ~/.cache/tessel/tune.db)");
-  tune->add_flag("--show", options->show, "list the best specialisation of every tuned key");
+  tune->add_flag("--show", options->show, "list the chosen specialisation of every tuned key");
   tune->add_option("--export", options->export_file, "write every trial to FILE (JSON lines)");
   tune->add_option("--import", options->import_file, "add the trials of FILE (from --export)");
   tune->add_option("--model", options->model,
