@@ -46,6 +46,13 @@ double residual_std(const GptConfig& config) {
   return 0.02 / std::sqrt(2.0 * static_cast<double>(config.n_layer));
 }
 
+// qkv [B, T, 3C] -> [B, T, C] by the op causal_attention, recorded with the [B, H, T] buffer
+// it writes the rows' log-sum-exp into (its backward reads it; no gradient).
+Expected<Variable> fused_attention(const Variable& qkv, int64_t b, int64_t t, int64_t h) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor lse, Tensor::empty({b, h, t}, DType::kF32, qkv.data().device()));
+  return autograd::apply("causal_attention", {qkv, Variable(lse)}, ops::Attrs().set("heads", h));
+}
+
 }  // namespace
 
 GptConfig gpt_tiny() {
@@ -78,10 +85,21 @@ Expected<Variable> GptAttention::forward(const Variable& x) {
     return invalid_argument("CausalSelfAttention: n_embd {} is not a multiple of n_head {}",
                             n_embd_, n_head_);
   const int64_t b = s[0], t = s[1], c = n_embd_, h = n_head_, d = c / h;
-  // q, k, v = x W_i^T + b_i with W_i, b_i the i-th row blocks of c_attn's fused [3C, C] weight
-  // and [3C] bias (views): three products instead of one, so that backward writes the
-  // gradients of the weight blocks ([C, C]) instead of three zero-padded [B, T, 3C] gradients
-  // of output slices, each the size of the whole activation. Then [B, T, C] -> [B, H, T, D].
+  if (!attn_dropout_ || !is_training()) {
+    // One projection to [B, T, 3C], then the fused kernels read q, k, v from it by strides and
+    // write y as [B, T, H, D] = [B, T, C]: no permute copies, one gradient for the whole
+    // projection (ops/flash_attention.h).
+    TESSEL_ASSIGN_OR_RETURN(Variable qkv, (*c_attn_)(x));
+    TESSEL_ASSIGN_OR_RETURN(Variable y, fused_attention(qkv, b, t, h));
+    TESSEL_ASSIGN_OR_RETURN(Variable out, (*c_proj_)(y));
+    if (resid_dropout_) return (*resid_dropout_)(out);
+    return out;
+  }
+  // With attention dropout the weights are spelled out. q, k, v = x W_i^T + b_i with W_i, b_i the
+  // i-th row blocks of c_attn's fused [3C, C] weight and [3C] bias (views): three products instead
+  // of one, so that backward writes the gradients of the weight blocks ([C, C]) instead of three
+  // zero-padded [B, T, 3C] gradients of output slices, each the size of the whole activation. Then
+  // [B, T, C] -> [B, H, T, D].
   TESSEL_ASSIGN_OR_RETURN(Variable w, value(c_attn_->weight()));
   Variable bias;
   const bool has_bias = c_attn_->bias() != nullptr;
@@ -102,19 +120,13 @@ Expected<Variable> GptAttention::forward(const Variable& x) {
     TESSEL_ASSIGN_OR_RETURN(Variable split, autograd::reshape(part, {b, t, h, d}));
     TESSEL_ASSIGN_OR_RETURN(heads[i], autograd::permute(split, {0, 2, 1, 3}));
   }
-  Variable y;
-  if (attn_dropout_ && is_training()) {
-    // Dropout on the attention weights sits inside the composite, so it is spelled out here.
-    TESSEL_ASSIGN_OR_RETURN(Variable kt, autograd::permute(heads[1], {0, 1, 3, 2}));
-    TESSEL_ASSIGN_OR_RETURN(Variable scores, autograd::matmul(heads[0], kt));
-    TESSEL_ASSIGN_OR_RETURN(scores, autograd::scale(scores, 1.0 / std::sqrt(double(d))));
-    TESSEL_ASSIGN_OR_RETURN(scores, autograd::causal_mask(scores));
-    TESSEL_ASSIGN_OR_RETURN(Variable weights, autograd::softmax(scores));
-    TESSEL_ASSIGN_OR_RETURN(weights, (*attn_dropout_)(weights));
-    TESSEL_ASSIGN_OR_RETURN(y, autograd::matmul(weights, heads[2]));
-  } else {
-    TESSEL_ASSIGN_OR_RETURN(y, autograd::causal_self_attention(heads[0], heads[1], heads[2]));
-  }
+  TESSEL_ASSIGN_OR_RETURN(Variable kt, autograd::permute(heads[1], {0, 1, 3, 2}));
+  TESSEL_ASSIGN_OR_RETURN(Variable scores, autograd::matmul(heads[0], kt));
+  TESSEL_ASSIGN_OR_RETURN(scores, autograd::scale(scores, 1.0 / std::sqrt(double(d))));
+  TESSEL_ASSIGN_OR_RETURN(scores, autograd::causal_mask(scores));
+  TESSEL_ASSIGN_OR_RETURN(Variable weights, autograd::softmax(scores));
+  TESSEL_ASSIGN_OR_RETURN(weights, (*attn_dropout_)(weights));
+  TESSEL_ASSIGN_OR_RETURN(Variable y, autograd::matmul(weights, heads[2]));
   TESSEL_ASSIGN_OR_RETURN(Variable merged, autograd::permute(y, {0, 2, 1, 3}));  // [B, T, H, D]
   TESSEL_ASSIGN_OR_RETURN(Variable flat, autograd::reshape(merged, {b, t, c}));  // copies
   TESSEL_ASSIGN_OR_RETURN(Variable out, (*c_proj_)(flat));

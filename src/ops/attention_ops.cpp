@@ -12,8 +12,12 @@
 // between the passes) and runs dV = P^T dO, dP = dO v^T, dS = P (dP - rowsum(dP P))
 // (softmax_grad), dQ = scale dS k, dK = scale dS^T q. The mask gets no gradient (PyTorch gives
 // an f32 one). dropout_p is not an attribute: attention weights are not dropped here.
+// Causal attention without a mask, with L = S, E = Ev and one k/v head per query head, runs on
+// the fused kernels instead (ops/flash_attention.h: no L x S matrix in memory; backward reruns
+// the fused forward for the row log-sum-exp, since the op keeps only its inputs).
 #include <cmath>
 
+#include "ops/flash_attention.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -184,11 +188,55 @@ Expected<Tensor> ungrouped(const Tensor& x, const AttentionShape& s, int64_t col
   return reshape(x, out);
 }
 
+// Causal attention without a mask, one k/v head per query head and L = S = the fused kernels'
+// case (ops/flash_attention.h): q, k, v as [B, H, L, E] views, or nullopt.
+std::optional<AttentionHeads> fused_case(const Tensor& q, const Tensor& k, const Tensor& v,
+                                         const Attrs& a, const AttentionShape& s) {
+  const int64_t causal = a.get_int("causal", 0);
+  if (a.get_int("mask", kNoMask) != kNoMask || causal == 0 || s.l != s.s || s.e != s.ev ||
+      s.groups() != 1 || !flash_attention_supported(q.device(), s.e))
+    return std::nullopt;
+  std::optional<View> qv = heads_view(q), kv = heads_view(k), vv = heads_view(v);
+  if (!qv || !kv || !vv) return std::nullopt;
+  return AttentionHeads{*qv, *kv, *vv};
+}
+
+// The fused forward: the output [..., L, E] and the rows' log-sum-exp [B, H, L].
+Expected<std::pair<Tensor, Tensor>> fused_forward(const AttentionHeads& heads, const Tensor& q,
+                                                  double scale) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor o, empty_like_device(q.shape(), DType::kF32, q));
+  const Shape& hs = heads.q.shape;
+  TESSEL_ASSIGN_OR_RETURN(Tensor lse, empty_like_device({hs[0], hs[1], hs[2]}, DType::kF32, q));
+  const View lv{lse, lse.shape(), lse.strides()};
+  TESSEL_TRY(flash_attention_forward(heads, *heads_view(o), lv, scale));
+  return std::pair<Tensor, Tensor>{o, lse};
+}
+
+Expected<std::vector<Tensor>> fused_backward(const AttentionHeads& heads, const BackwardArgs& b,
+                                             double scale) {
+  const Tensor &q = b.inputs[0], &k = b.inputs[1], &v = b.inputs[2];
+  TESSEL_ASSIGN_OR_RETURN(auto forward, fused_forward(heads, q, scale));
+  Tensor d_out = b.grad_output;
+  if (!heads_view(d_out)) {
+    TESSEL_ASSIGN_OR_RETURN(d_out, contiguous_on_device(d_out));
+  }
+  std::vector<Tensor> grads(4);
+  TESSEL_ASSIGN_OR_RETURN(grads[0], empty_like_device(q.shape(), DType::kF32, q));
+  TESSEL_ASSIGN_OR_RETURN(grads[1], empty_like_device(k.shape(), DType::kF32, k));
+  TESSEL_ASSIGN_OR_RETURN(grads[2], empty_like_device(v.shape(), DType::kF32, v));
+  const Tensor& lse = forward.second;
+  TESSEL_TRY(flash_attention_backward(
+      heads, *heads_view(forward.first), *heads_view(d_out), View{lse, lse.shape(), lse.strides()},
+      {*heads_view(grads[0]), *heads_view(grads[1]), *heads_view(grads[2])}, scale));
+  return grads;
+}
+
 Expected<std::vector<Tensor>> attention_backward(const BackwardArgs& b) {
   std::vector<TensorMeta> meta = b.input_meta;
   TESSEL_ASSIGN_OR_RETURN(AttentionShape s, attention_shape(meta, b.attrs));
   const Tensor &q = b.inputs[0], &k = b.inputs[1], &v = b.inputs[2];
   const double scale = scale_of(b.attrs, s);
+  if (auto heads = fused_case(q, k, v, b.attrs, s)) return fused_backward(*heads, b, scale);
   TESSEL_ASSIGN_OR_RETURN(Tensor p, attention_weights(q, k, b.inputs[3], b.attrs, s));
   TESSEL_ASSIGN_OR_RETURN(Tensor dout, grouped(b.grad_output, s));
   std::vector<Tensor> grads(4);
@@ -291,6 +339,10 @@ OpDef attention_op() {
     for (const Tensor& t : in)
       meta.push_back({t.shape(), t.dtype()});
     TESSEL_ASSIGN_OR_RETURN(AttentionShape s, attention_shape(meta, a));
+    if (auto heads = fused_case(in[0], in[1], in[2], a, s)) {
+      TESSEL_ASSIGN_OR_RETURN(auto fused, fused_forward(*heads, in[0], scale_of(a, s)));
+      return fused.first;
+    }
     TESSEL_ASSIGN_OR_RETURN(Tensor p, attention_weights(in[0], in[1], in[3], a, s));
     TESSEL_ASSIGN_OR_RETURN(Tensor y, matmul(p, in[2]));
     TESSEL_ASSIGN_OR_RETURN(Tensor r, ungrouped(y, s, s.ev));
@@ -308,6 +360,7 @@ OpDef attention_op() {
 
 void add_attention_ops(std::vector<OpDef>& ops) {
   ops.push_back(attention_op());
+  add_flash_attention_ops(ops);
 }
 
 Expected<Attrs> attention_attrs(const AttentionOptions& o) {

@@ -386,6 +386,20 @@ std::vector<Case> all_cases() {
   c.push_back({"scaled_dot_product_attention",
                {real({6, 4}), real({300, 4}), real({300, 5}), real({6, 300})},
                Attrs().set("mask", 2)});
+  // The fused kernels (ops/flash_attention.h): scaled_dot_product_attention's causal case with
+  // L = S past a 64-row block, and causal_attention on a GPT's qkv [B, T, 3 C] (its second input
+  // is the lse it writes): head sizes 3, 4 and 64, T = 1, a scale, a transposed qkv view.
+  c.push_back({"scaled_dot_product_attention",
+               {real({1, 2, 67, 4}), real({1, 2, 67, 4}), real({1, 2, 67, 4}), real({1})},
+               Attrs().set("mask", 0).set("causal", 1)});
+  c.push_back({"causal_attention", {real({2, 5, 18}), real({2, 2, 5})}, Attrs().set("heads", 2)});
+  c.push_back({"causal_attention", {real({1, 1, 12}), real({1, 1, 1})}, Attrs().set("heads", 1)});
+  c.push_back({"causal_attention",
+               {real({1, 67, 24}), real({1, 2, 67})},
+               Attrs().set("heads", 2).set("scale", 0.7)});
+  c.push_back({"causal_attention", {real({1, 6, 192}), real({1, 1, 6})}, Attrs().set("heads", 1)});
+  c.push_back(
+      {"causal_attention", {transposed({2, 7, 12}), real({2, 2, 7})}, Attrs().set("heads", 2)});
   // batch_norm: x, weight, bias, running_mean, running_var (no gradients for the last two).
   c.push_back({"batch_norm",  // L = 70 spans two 64-wide lanes, N = 17 two 16-row ones
                {real({17, 3, 7, 10}), real({3}), real({3}), real({3}), positive({3})},
