@@ -251,9 +251,12 @@ std::unique_ptr<ConvPeer> load_onednn_conv(int threads, std::string* why) {
   // oneDNN runs on OpenMP: the thread count is read when libgomp starts, and set again below in
   // case the runtime was already up.
   setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  // RTLD_NODELETE: libgomp's worker threads spin for a while after a parallel region and outlive
+  // any dlclose; unloading oneDNN (and with it libgomp) under a spinning worker crashed `bench
+  // conv` at exit with 2 or more threads, losing its last, buffered lines.
   void* handle = nullptr;
   for (const char* name : {"libdnnl.so.2", "libdnnl.so"})
-    if ((handle = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if ((handle = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE))) break;
   if (!handle) {
     const char* e = dlerror();
     *why = std::string("oneDNN not loaded: ") + (e ? e : "unknown dlopen error");

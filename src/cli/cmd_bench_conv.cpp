@@ -282,6 +282,7 @@ Status run_bench(const Options& o) {
     std::printf("# tessel / onednn: geometric mean %.2f, lowest %.2f over %zu rows\n",
                 std::exp(log_sum / double(ratios.size())),
                 *std::min_element(ratios.begin(), ratios.end()), ratios.size());
+    std::fflush(stdout);
   }
   return ok_status();
 }

@@ -1,7 +1,8 @@
 // What the CPU renderer does to let the C++ compiler vectorise element loops, checked on the
 // generated source and by running it: trailing dimensions of literal extent get constant strides
-// in the contiguous version of a loop (with the any-strides version still right), and `&&` / `||`
-// become `&` / `|` unless the right side could trap.
+// in the contiguous version of a loop (with the any-strides version still right), `&&` / `||`
+// become `&` / `|` unless the right side could trap, and a loop stopped at a tensor's edge runs in
+// whole vectors with the edge as a mask.
 #include <gtest/gtest.h>
 
 #include "tile/codegen/cpu/cpu_renderer.h"
@@ -67,8 +68,8 @@ TEST(CpuRenderer, PairsKernelIsRightForAnyStrides) {
   const int64_t rows = 2, n = 3;
   for (bool spread : {false, true}) {
     SCOPED_TRACE(spread ? "spread" : "contiguous");
-    std::vector<int64_t> strides = spread ? std::vector<int64_t>{9, 3, 2}
-                                          : std::vector<int64_t>{6, 2, 1};
+    std::vector<int64_t> strides =
+        spread ? std::vector<int64_t>{9, 3, 2} : std::vector<int64_t>{6, 2, 1};
     std::vector<float> x(18, 0.0f), y(12, -7.0f);
     const float pairs[6][2] = {{1, 2}, {3, -1}, {-2, 5}, {4, 0.5f}, {-1, -3}, {0.25f, 8}};
     for (int64_t r = 0; r < rows; ++r)
@@ -83,6 +84,48 @@ TEST(CpuRenderer, PairsKernelIsRightForAnyStrides) {
       EXPECT_EQ(y[2 * p], a > 0 && b > 0 ? std::max(a, b) : a) << "pair " << p;
       EXPECT_EQ(y[2 * p + 1], b) << "pair " << p;
     }
+  }
+}
+
+// Y[r, n] = 2 X[r, n + 1] + X[r, n] over rows of any length: a 32-wide tile, so that short rows
+// end inside the tile's first vector.
+constexpr const char* kShift = R"(
+kernel shift(X: f32[R, N], Y: f32[R, M]) {
+  grid (cdiv(M, 32), R) as (bx, r) {
+    parallel (j) in [32] {
+      n = bx * 32 + j
+      Y[r, n] = 2.0 * X[r, n + 1] + X[r, n]
+    }
+  }
+}
+)";
+
+TEST(CpuRenderer, EdgeOfATensorIsAMaskInWholeVectors) {
+  std::string src = rendered(kShift);
+  // Inside the tensor, the literal extent; at its edge, whole vectors under a mask.
+  EXPECT_NE(src.find("if (_tlimitj == 32)"), std::string::npos) << src;
+  EXPECT_NE(src.find("j < std::min<int64_t>(32, (_tlimitj + 15) / 16 * 16)"), std::string::npos)
+      << src;
+  EXPECT_NE(src.find("if ((j - _tlimitj) >> 63)"), std::string::npos) << src;
+  // Rows that end in the first vector, in the second, and past the tile (a full block, then an
+  // edge); elements past a row's end in the output's storage (its row stride is wider) stay as
+  // they were.
+  Expected<testing::Launcher> k = testing::cpu_launcher(parse_kernel(kShift, "test.tile").value());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (int64_t m : {1, 7, 14, 17, 32, 37}) {
+    SCOPED_TRACE("row of " + std::to_string(m));
+    const int64_t rows = 3, n = m + 1, pitch = m + 40;
+    std::vector<float> x(rows * n), y(rows * pitch, -7.0f);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = float(i % 13) - 4.0f;
+    ASSERT_TRUE((*k)({TensorArg{x.data(), ScalarType::kF32, {rows, n}, {}},
+                      TensorArg{y.data(), ScalarType::kF32, {rows, m}, {pitch, 1}}})
+                    .ok());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < pitch; ++i) {
+        const float want = i < m ? 2 * x[r * n + i + 1] + x[r * n + i] : -7.0f;
+        EXPECT_EQ(y[r * pitch + i], want) << "row " << r << " element " << i;
+      }
   }
 }
 
