@@ -1,10 +1,12 @@
-// What the benchmarks that start their own jobs of ranks (`tessel bench ddp`, `bench hetero`)
-// share: this program's path (the ranks are this program with --worker), the machine's load
-// (printed beside every figure: the machine is shared) and the JSON rows rank 0 prints.
+// What the benchmarks that start their own jobs of ranks (`tessel bench ddp`, `bench hetero`,
+// `bench plan`) share: this program's path (the ranks are this program with --worker), the
+// machine's load (printed beside every figure: the machine is shared) and the JSON rows rank 0
+// prints.
 #pragma once
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -26,6 +28,20 @@ inline double load_average() {
   double one_minute = 0.0;
   loadavg >> one_minute;
   return one_minute;
+}
+
+// `uptime`'s line (the load beside a benchmark's figures), without its newline.
+inline std::string uptime() {
+  std::string out;
+  if (FILE* p = ::popen("uptime", "r")) {
+    char line[256];
+    while (std::fgets(line, sizeof(line), p))
+      out += line;
+    ::pclose(p);
+  }
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
+    out.pop_back();
+  return out;
 }
 
 // Every JSON object in a rank's output, one per line (a line may carry the launcher's prefix).

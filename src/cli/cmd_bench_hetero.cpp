@@ -30,9 +30,11 @@
 // Losses: before the timed rounds the job trains --check-steps steps with an uneven split (the
 // 2:1 split an exactly half-speed rank would get) and rank 0 then trains the same steps as one
 // process with the whole batch from the same initial weights; max_loss_diff is the largest
-// difference of the two runs' losses. BatchNorm (resnet18) normalises with each rank's own rows'
-// statistics, as PyTorch DDP without SyncBatchNorm: that model's losses differ from one process
-// by what the statistics of a part of the batch differ from the whole's, and the row says so.
+// difference of the two runs' losses. BatchNorm (resnet18) is synchronised by default
+// (--batch-norm sync: parallel/sync_batch_norm.h, torch.nn.SyncBatchNorm, statistics over both
+// ranks' rows, the backward weighted by the shares), so its losses equal one process too; with
+// --batch-norm per-rank each rank normalises with its own rows' statistics, as PyTorch DDP without
+// SyncBatchNorm, and the losses differ by what a part's statistics differ from the whole's.
 #include <sched.h>
 #include <unistd.h>
 
@@ -58,6 +60,7 @@
 #include "dist/process_group.h"
 #include "parallel/data_parallel.h"
 #include "parallel/rebalance.h"
+#include "parallel/sync_batch_norm.h"
 #include "support/thread_pool.h"
 #include "train/workloads.h"
 
@@ -82,6 +85,7 @@ struct Options {
   int check_steps = 2;
   int slow_rank = 1;
   std::string slow_by = "repeat";
+  std::string batch_norm = "sync";  // or "per-rank"
   // Worker only.
   bool worker = false;
   std::string workload;
@@ -91,19 +95,6 @@ double median(std::vector<double> v) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
-}
-
-std::string uptime() {
-  std::string out;
-  if (FILE* p = ::popen("uptime", "r")) {
-    char line[256];
-    while (std::fgets(line, sizeof(line), p))
-      out += line;
-    ::pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == ' '))
-    out.pop_back();
-  return out;
 }
 
 // Pins the calling thread (and the threads it starts later) to the `index`-th core it may run on.
@@ -244,6 +235,8 @@ Status run_worker(const Options& o) {
       auto dp,
       parallel::DataParallel::create(run->parameters(), *group, make_adamw, {.zero_stage = stage}));
   TESSEL_TRY(dp->broadcast_buffers(run->model()));
+  if (o.batch_norm == "sync")  // the shadow and the one-process run keep plain batch norm
+    TESSEL_TRY(parallel::convert_sync_batchnorm(run->model(), *group, dp.get()).status());
   std::unique_ptr<train::WorkloadRun> shadow;
   if (o.slow_by == "repeat" && rank == o.slow_rank) {
     TESSEL_ASSIGN_OR_RETURN(shadow, train::WorkloadRun::create(o.workload, cpu_device(), 2));
@@ -338,7 +331,9 @@ Status run_worker(const Options& o) {
       row["loss_tolerance"] = kLossTolerance;
       row["check_steps"] = o.check_steps;
       const bool batch_norm = o.workload.rfind("resnet", 0) == 0;
-      row["batch_norm"] = batch_norm ? "per-rank statistics" : "none";
+      row["batch_norm"] = !batch_norm              ? "none"
+                          : o.batch_norm == "sync" ? "synchronised (SyncBatchNorm)"
+                                                   : "per-rank statistics";
       row["losses_equal"] = max_loss_diff <= kLossTolerance;
     }
     std::printf("%s\n", row.dump().c_str());
@@ -373,7 +368,9 @@ Expected<std::vector<nlohmann::json>> run_job(const Options& o, const std::strin
                     "--slow-rank",
                     std::to_string(o.slow_rank),
                     "--slow-by",
-                    o.slow_by};
+                    o.slow_by,
+                    "--batch-norm",
+                    o.batch_norm};
   launch.env = {{"TESSEL_THREADS", "1"}};  // "threads": each rank sets its own
   launch.capture = true;
   TESSEL_ASSIGN_OR_RETURN(dist::LaunchResult result, dist::launch(launch));
@@ -436,10 +433,9 @@ int run(const Options& o) {
   fmt::print("after: {}\n\n", uptime());
   for (const auto& [workload, ratio] : ratios)
     fmt::print("{}: uneven / even throughput = {:.2f} (bar: >= 1.15)\n", workload, ratio);
-  fmt::print(
-      "losses: max |job - one process| over {} check steps, tolerance {} (BatchNorm: "
-      "per-rank statistics)\n",
-      o.check_steps, kLossTolerance);
+  fmt::print("losses: max |job - one process| over {} check steps, tolerance {} (BatchNorm: {})\n",
+             o.check_steps, kLossTolerance,
+             o.batch_norm == "sync" ? "synchronised over the ranks" : "per-rank statistics");
   return 0;
 }
 
@@ -474,6 +470,10 @@ void add_bench_hetero_command(CLI::App& bench) {
                   "repeat (default: the slow rank computes each step twice), threads (2 kernel "
                   "threads against 1) or load (a spinning thread on the slow rank's core)")
       ->check(CLI::IsMember({"repeat", "threads", "load"}));
+  cmd->add_option("--batch-norm", options->batch_norm,
+                  "sync (default: SyncBatchNorm over the ranks) or per-rank (each rank's own "
+                  "statistics, as DDP without SyncBatchNorm)")
+      ->check(CLI::IsMember({"sync", "per-rank"}));
   cmd->add_option("--slow-rank", options->slow_rank, "the rank made slow (1; -1: none)")
       ->check(CLI::Range(-1, 1));
   cmd->add_flag("--worker", options->worker)->group("");

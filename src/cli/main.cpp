@@ -1,5 +1,7 @@
 // Entry point of the `tessel` command: parses the command line and runs one subcommand.
 #include <cstdio>
+#include <new>
+#include <system_error>
 
 #include "cli/commands.h"
 
@@ -30,6 +32,16 @@ int main(int argc, char** argv) {
   tessel::cli::add_bench_sparse_command(bench);
   tessel::cli::add_bench_plan_command(bench);
 
-  CLI11_PARSE(app, argc, argv);
+  // A failed allocation that no command turned into an error (a std::vector, a thread's stack)
+  // ends the command with a message and exit code 1 instead of std::terminate's abort.
+  try {
+    CLI11_PARSE(app, argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fputs("error: out of host memory (a memory limit, or the machine is full)\n", stderr);
+    return 1;
+  } catch (const std::system_error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
   return tessel::cli::exit_code;
 }

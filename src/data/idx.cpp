@@ -101,6 +101,8 @@ class IdxStream {
     const char* message = gzerror(file_, &code);
     if (code == Z_ERRNO)
       return errno_error(path_ + ": read at byte offset " + std::to_string(offset_));
+    if (code == Z_MEM_ERROR)  // zlib's own buffers: the file may well be fine
+      return resource_exhausted("{}: out of memory for zlib's buffers while decompressing", path_);
     return invalid_argument(
         "{}: corrupt gzip stream near byte offset {} of the decompressed data: {}", path_, offset_,
         message);

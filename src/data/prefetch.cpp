@@ -1,6 +1,10 @@
 // Background prefetch thread over a bounded queue.
 #include "data/prefetch.h"
 
+#include <system_error>
+
+#include "support/log.h"
+
 namespace tessel {
 
 Prefetcher::Prefetcher(std::unique_ptr<BatchSource> source, size_t depth)
@@ -18,7 +22,17 @@ void Prefetcher::start() {
   stopping_ = false;
   failure_.reset();
   queue_.clear();
-  thread_ = std::thread([this] { produce(); });
+  // Without a thread (a memory or thread limit), next() reads on the caller's thread: the same
+  // batches, only without the overlap. An uncaught std::system_error here used to abort the run.
+  try {
+    thread_ = std::thread([this] { produce(); });
+    inline_ = false;
+  } catch (const std::system_error& e) {
+    if (!inline_)
+      log_warn("prefetch: could not start its thread ({}); reading batches on the caller's thread",
+               e.what());
+    inline_ = true;
+  }
 }
 
 void Prefetcher::stop() {
@@ -52,6 +66,15 @@ void Prefetcher::produce() {
 
 Expected<Batch> Prefetcher::next() {
   std::unique_lock<std::mutex> lock(mutex_);
+  if (inline_) {
+    if (failure_) return *failure_;
+    Expected<Batch> batch = source_->next();
+    if (batch.ok())
+      consumed_ = source_->position();
+    else
+      failure_ = batch.status();
+    return batch;
+  }
   ready_.wait(lock, [this] { return !queue_.empty() || failure_.has_value(); });
   if (queue_.empty()) return *failure_;
   Ready ready = std::move(queue_.front());

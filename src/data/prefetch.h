@@ -11,7 +11,8 @@
 // every later next(); the thread stops producing after it. position() counts only what the
 // consumer took, not what the thread read ahead, so it is what a checkpoint must record.
 // restore() stops the thread, discards what it read ahead, moves the source and starts again.
-// The destructor stops and joins the thread (never waits on a full queue).
+// The destructor stops and joins the thread (never waits on a full queue). When no thread can be
+// started (a memory or thread limit), next() reads the source on the caller's thread instead.
 #pragma once
 
 #include <condition_variable>
@@ -55,6 +56,7 @@ class Prefetcher : public BatchSource {
   std::optional<Status> failure_;  // that error, repeated by later next() calls
   DataPosition consumed_;
   std::thread thread_;
+  bool inline_ = false;  // no thread could be started: next() reads the source itself
 };
 
 }  // namespace tessel

@@ -3,6 +3,14 @@
 #include "data/prefetch.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "data/test_files.h"
 
@@ -104,6 +112,57 @@ TEST(Prefetcher, ReaderErrorsSurfaceOnTheConsumerSide) {
   // Restoring starts a fresh producer.
   ASSERT_TRUE(batches.restore({0, 1, Pcg32()}).ok());
   EXPECT_EQ(batches.next()->inputs.at<float>({0}), 2);
+}
+
+// Under a memory limit that leaves no room for a thread's stack, the prefetcher reads on the
+// caller's thread: the same batches, errors and positions (the thread's std::system_error used
+// to abort the whole run). In a child process with the address space capped 2 MiB above what it
+// uses; the child first starts threads until one cannot start.
+TEST(Prefetcher, WithoutAThreadReadsOnTheCallersThread) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizers reserve more address space than the limit leaves";
+#else
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    long pages = 0;
+    if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+      if (std::fscanf(f, "%ld", &pages) != 1) pages = 0;
+      std::fclose(f);
+    }
+    const rlim_t used = rlim_t(pages) * rlim_t(::sysconf(_SC_PAGESIZE));
+    struct rlimit limit = {used + (2u << 20), used + (2u << 20)};
+    if (pages == 0 || ::setrlimit(RLIMIT_AS, &limit) != 0) ::_exit(3);
+    // Threads until one cannot start: the first ones may reuse stacks that glibc cached from
+    // threads the earlier tests joined. They stay parked; _exit does not wait for them.
+    std::vector<std::thread> parked;
+    bool refused = false;
+    for (int t = 0; t < 256 && !refused; ++t) {
+      try {
+        parked.emplace_back([] { ::pause(); });
+      } catch (const std::system_error&) {
+        refused = true;
+      }
+    }
+    if (!refused) ::_exit(4);  // the limit did not bite: nothing would be tested
+    Prefetcher batches(std::make_unique<FailingSource>(3), 2);
+    for (int i = 1; i <= 3; ++i) {
+      Expected<Batch> b = batches.next();
+      if (!b.ok() || b->inputs.at<float>({0}) != float(i)) ::_exit(10 + i);
+      if (batches.position().batch != uint64_t(i)) ::_exit(20 + i);
+    }
+    for (int repeat = 0; repeat < 2; ++repeat)
+      if (batches.next().status().message() != "/data/x.idx: byte offset 8: expected 10 bytes")
+        ::_exit(30 + repeat);
+    if (!batches.restore({0, 1, Pcg32()}).ok() || batches.next()->inputs.at<float>({0}) != 2.0f)
+      ::_exit(40);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+#endif
 }
 
 TEST(Prefetcher, ShutsDownWithAFullQueueOrImmediately) {

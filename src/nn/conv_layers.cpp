@@ -59,20 +59,93 @@ Expected<Variable> BatchNorm2d::forward(const Variable& x) {
   if (x.data().rank() != 4)
     return invalid_argument("BatchNorm2d: expected input [N, C, H, W], got {}",
                             shape_string(x.shape()));
+  if (sync_ && is_training()) return forward_synchronised(x, w, b);
   autograd::BatchNormState state{running_mean_->tensor, running_var_->tensor};
   TESSEL_ASSIGN_OR_RETURN(Variable y,
                           autograd::batch_norm(x, w, b, state, is_training(), momentum_, eps_));
   if (is_training()) {
     running_mean_->tensor = state.running_mean;
     running_var_->tensor = state.running_var;
-    // A scalar counter: read, add one, write back (one 8-byte copy per step on a device).
-    TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> count,
-                            num_batches_tracked_->tensor.to_vector<int64_t>());
-    TESSEL_ASSIGN_OR_RETURN(
-        num_batches_tracked_->tensor,
-        Tensor::full({}, double(count.at(0) + 1), DType::kI64, x.data().device()));
+    TESSEL_TRY(count_batch());
   }
   return y;
+}
+
+Status BatchNorm2d::count_batch() {
+  // A scalar counter: read, add one, write back (one 8-byte copy per step on a device).
+  TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> count,
+                          num_batches_tracked_->tensor.to_vector<int64_t>());
+  TESSEL_ASSIGN_OR_RETURN(num_batches_tracked_->tensor,
+                          Tensor::full({}, double(count.at(0) + 1), DType::kI64,
+                                       num_batches_tracked_->tensor.device()));
+  return ok_status();
+}
+
+// SyncBatchNorm's training forward, composed of recorded ops so that autograd derives its
+// backward: the reductions of the statistics' backward come out of BatchNormSync's all-reduce
+// backward (PyTorch's SyncBatchNorm all-reduces sum(dy) and sum(dy * (x - mean)) by hand; the
+// chain rule through the two all-reduces below is the same sums). Two passes, as the batch_norm
+// op: the mean first, then the variance around it, so no E[x^2] - mean^2 cancellation.
+Expected<Variable> BatchNorm2d::forward_synchronised(const Variable& x, const Variable& w,
+                                                     const Variable& b) {
+  using autograd::Variable;
+  const Shape& s = x.shape();
+  const int64_t c = s[1];
+  const Shape per_channel = {1, c, 1, 1};
+  // One all-reduce carries every channel's sum and the number of values per channel (rows x H x
+  // W; uneven shares make it differ between ranks).
+  TESSEL_ASSIGN_OR_RETURN(Variable local_sum, autograd::sum(x, {0, 2, 3}, /*keepdim=*/true));
+  TESSEL_ASSIGN_OR_RETURN(Tensor local_count, Tensor::full({1, 1, 1, 1}, double(s[0] * s[2] * s[3]),
+                                                           DType::kF32, x.data().device()));
+  TESSEL_ASSIGN_OR_RETURN(Variable packed,
+                          autograd::concat(local_sum, Variable(local_count), /*dim=*/1));
+  TESSEL_ASSIGN_OR_RETURN(Variable totals, sync_->all_reduce_sum(packed));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<float> host_totals, totals.data().to_vector<float>());
+  const double count = host_totals.at(size_t(c));
+  if (count <= 1)
+    return invalid_argument(
+        "SyncBatchNorm: expected more than 1 value per channel when training, got {} over all "
+        "ranks (input {})",
+        count, shape_string(s));
+  TESSEL_ASSIGN_OR_RETURN(Variable totals_flat, autograd::reshape(totals, {c + 1}));
+  TESSEL_ASSIGN_OR_RETURN(Variable sum_flat, autograd::slice(totals_flat, 0, 0, c));
+  TESSEL_ASSIGN_OR_RETURN(Variable total_sum, autograd::reshape(sum_flat, per_channel));
+  TESSEL_ASSIGN_OR_RETURN(Variable mean, autograd::scale(total_sum, 1.0 / count));
+  TESSEL_ASSIGN_OR_RETURN(Variable centred, autograd::sub(x, mean));
+  TESSEL_ASSIGN_OR_RETURN(Variable squares, autograd::mul(centred, centred));
+  TESSEL_ASSIGN_OR_RETURN(Variable local_squares, autograd::sum(squares, {0, 2, 3}, true));
+  TESSEL_ASSIGN_OR_RETURN(Variable total_squares, sync_->all_reduce_sum(local_squares));
+  TESSEL_ASSIGN_OR_RETURN(Variable var, autograd::scale(total_squares, 1.0 / count));
+  TESSEL_ASSIGN_OR_RETURN(Variable var_eps, var + eps_);
+  TESSEL_ASSIGN_OR_RETURN(Variable invstd, autograd::rsqrt(var_eps));
+  TESSEL_ASSIGN_OR_RETURN(Variable w4, autograd::reshape(w, per_channel));
+  TESSEL_ASSIGN_OR_RETURN(Variable b4, autograd::reshape(b, per_channel));
+  TESSEL_ASSIGN_OR_RETURN(Variable y, centred * invstd * w4 + b4);
+
+  // Running statistics as PyTorch's SyncBatchNorm moves them: towards the global mean and the
+  // global unbiased variance (count / (count - 1) over every rank's values).
+  autograd::NoGrad no_grad;
+  const Shape flat = {c};
+  TESSEL_ASSIGN_OR_RETURN(Variable mean_c, autograd::reshape(Variable(mean.data()), flat));
+  TESSEL_ASSIGN_OR_RETURN(Variable var_c, autograd::reshape(Variable(var.data()), flat));
+  TESSEL_ASSIGN_OR_RETURN(Variable new_mean,
+                          Variable(running_mean_->tensor) * (1 - momentum_) + mean_c * momentum_);
+  TESSEL_ASSIGN_OR_RETURN(Variable new_var, Variable(running_var_->tensor) * (1 - momentum_) +
+                                                var_c * (momentum_ * count / (count - 1)));
+  TESSEL_TRY(running_mean_->tensor.copy_from(new_mean.data()));
+  TESSEL_TRY(running_var_->tensor.copy_from(new_var.data()));
+  TESSEL_TRY(count_batch());
+  return y;
+}
+
+int convert_sync_batchnorm(Module& model, std::shared_ptr<BatchNormSync> sync) {
+  int converted = 0;
+  for (auto& [name, module] : model.named_modules())
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(module)) {
+      bn->set_sync(sync);
+      ++converted;
+    }
+  return converted;
 }
 
 MaxPool2d::MaxPool2d(int64_t kernel_size, int64_t stride, int64_t padding)

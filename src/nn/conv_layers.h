@@ -5,7 +5,8 @@
 //                        weight [out, in / groups, k, k], bias [out]: kaiming_uniform(a = sqrt(5)),
 //                        and U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in / groups * k * k
 //   BatchNorm2d(c)       weight [c] = 1, bias [c] = 0; buffers running_mean [c] = 0,
-//                        running_var [c] = 1, num_batches_tracked [] = 0 (i64)
+//                        running_var [c] = 1, num_batches_tracked [] = 0 (i64); with a
+//                        BatchNormSync (convert_sync_batchnorm) it is torch.nn.SyncBatchNorm
 //   MaxPool2d, AvgPool2d (kernel, stride = kernel, padding), no parameters
 //   Flatten              [N, ...] -> [N, prod(...)] (torch.nn.Flatten's default start_dim = 1)
 //   Dropout(p, seed)     zeroes with probability p and scales by 1/(1-p) in training mode; the
@@ -14,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -48,15 +50,36 @@ class Conv2d : public Module {
   Conv2dOptions options_;
 };
 
+// The cross-rank sum that makes BatchNorm2d a SyncBatchNorm (torch.nn.SyncBatchNorm): the batch
+// statistics of the whole global batch, over every rank's rows. parallel/sync_batch_norm.h
+// implements it over a process group; nn/ only calls it.
+class BatchNormSync {
+ public:
+  virtual ~BatchNormSync() = default;
+  // The element-wise sum over the ranks of each rank's `local` (f32, any shape, the same on every
+  // rank), recorded for autograd: its backward is the sum over the ranks of their gradients,
+  // each weighted by how much that rank's loss counts in the data-parallel gradient relative to
+  // this rank's (1 when the ranks' shares are even, as in PyTorch). Every rank calls it in the
+  // same order.
+  virtual Expected<Variable> all_reduce_sum(const Variable& local) = 0;
+};
+
 class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t features, double eps = 1e-5, double momentum = 0.1);
   // x [N, C, H, W]: batch statistics (and running-statistic updates) in training mode, the
-  // running statistics in eval mode.
+  // running statistics in eval mode. Synchronised (set_sync), training uses the statistics of
+  // every rank's rows together, and the running variance's unbiased correction counts them all.
   Expected<Variable> forward(const Variable& x) override;
-  std::string type_name() const override { return "BatchNorm2d"; }
+  std::string type_name() const override { return sync_ ? "SyncBatchNorm" : "BatchNorm2d"; }
+  void set_sync(std::shared_ptr<BatchNormSync> sync) { sync_ = std::move(sync); }
+  bool synchronised() const { return sync_ != nullptr; }
 
  private:
+  Expected<Variable> forward_synchronised(const Variable& x, const Variable& w, const Variable& b);
+  Status count_batch();
+
+  std::shared_ptr<BatchNormSync> sync_;
   Parameter* weight_;
   Parameter* bias_;
   Buffer* running_mean_;
@@ -64,6 +87,11 @@ class BatchNorm2d : public Module {
   Buffer* num_batches_tracked_;
   double eps_, momentum_;
 };
+
+// torch.nn.SyncBatchNorm.convert_sync_batchnorm: every BatchNorm2d under `model` (itself
+// included) synchronises its batch statistics through `sync` from now on (nullptr: back to
+// per-rank statistics). Returns how many layers it set.
+int convert_sync_batchnorm(Module& model, std::shared_ptr<BatchNormSync> sync);
 
 class MaxPool2d : public Module {
  public:

@@ -22,6 +22,17 @@ Expected<Tensor> entry_view(const std::vector<Tensor>& full, const nn::FlatParam
   TESSEL_ASSIGN_OR_RETURN(Tensor v, full[e.group].slice(0, e.offset, e.offset + e.numel));
   return v.reshape(e.parameter->shape);
 }
+
+// Waits for every call, also after one failed, and returns the first error: the calls write
+// into buffers that an early return would free while the others still write them.
+Status wait_all(const std::vector<dist::Work>& works) {
+  Status first;
+  for (const auto& w : works) {
+    Status s = w.wait();
+    if (first.ok() && !s.ok()) first = s;
+  }
+  return first;
+}
 }  // namespace
 
 struct DataParallel::Bucket {
@@ -90,6 +101,16 @@ DataParallel::DataParallel(nn::FlatParameters& params, dist::ProcessGroup& group
     : params_(params), group_(&group), options_(options) {}
 
 DataParallel::~DataParallel() {
+  // A collective still queued reads this object's buffers and writes into them (a bucket's
+  // gradients, its shard, ZeRO-3's gathered values) on the communicator's progress thread. The
+  // buffers go back to the caching allocator below, which hands the memory to the next tensor
+  // of that size while the exchange would still write it: wait for every such call first (ZeRO-3
+  // always has one, the gather that end_step starts for the next forward). Its error, if any,
+  // no longer matters; a broken communicator fails its queued calls at once.
+  for (const auto& b : buckets_) {
+    if (b->reduction) (void)b->reduction->wait();
+    if (b->gather) (void)b->gather->wait();
+  }
   for (const auto& e : params_.entries()) {
     if (!e.parameter->variable.defined()) continue;
     e.parameter->variable.state()->on_grad_ready = nullptr;
@@ -549,19 +570,28 @@ Expected<std::vector<Tensor>> DataParallel::gather_flat(
     const std::function<Tensor(const Bucket&)>& shard_of, std::optional<DType> dtype) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> full, zeroed_flat(dtype));
   std::vector<dist::Work> works;
+  Status queued;
   for (const auto& b : buckets_) {
     const Tensor shard = shard_of(*b);
-    TESSEL_ASSIGN_OR_RETURN(dist::DataType type, dist::ProcessGroup::comm_dtype(shard.dtype()));
+    Expected<dist::DataType> type = dist::ProcessGroup::comm_dtype(shard.dtype());
+    if (!type.ok()) {
+      queued = type.status();
+      break;
+    }
     char* into =
         static_cast<char*>(address(full[b->group])) + b->begin * int64_t(dtype_size(shard.dtype()));
-    TESSEL_ASSIGN_OR_RETURN(dist::Work w,
-                            group_->all_gather(address(shard), into, size_t(b->shard), type));
-    works.push_back(std::move(w));
+    Expected<dist::Work> w = group_->all_gather(address(shard), into, size_t(b->shard), *type);
+    if (!w.ok()) {
+      queued = w.status();
+      break;
+    }
+    works.push_back(std::move(*w));
   }
-  for (const auto& w : works) {
-    Status s = wait(w);
-    if (!s.ok()) return s.with_context("gathering shards for a checkpoint");
-  }
+  const Clock::time_point start = Clock::now();
+  Status s = wait_all(works);
+  stats_.exposed_comm_ms += std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  if (s.ok()) s = queued;
+  if (!s.ok()) return s.with_context("gathering shards for a checkpoint");
   return full;
 }
 
@@ -763,23 +793,27 @@ Expected<double> DataParallel::time_collectives_alone() {
     return ok_status();
   };
   const int stage = options_.zero_stage;
+  Status queued;
   for (const auto& b : buckets_) {
     const size_t count = size_t(b->end - b->begin);
     if (stage == 3)  // the forward gather
-      TESSEL_TRY(
-          queue(group_->all_gather(address(part), address(full), size_t(b->shard), b->comm_type)));
+      queued =
+          queue(group_->all_gather(address(part), address(full), size_t(b->shard), b->comm_type));
+    if (!queued.ok()) break;
     if (stage == 0) {
-      TESSEL_TRY(queue(group_->all_reduce(address(full), count, b->comm_type, dist::RedOp::kAvg)));
+      queued = queue(group_->all_reduce(address(full), count, b->comm_type, dist::RedOp::kAvg));
     } else {
-      TESSEL_TRY(queue(group_->reduce_scatter(address(full), address(part), size_t(b->shard),
-                                              b->comm_type, dist::RedOp::kAvg)));
-      if (stage < 3)
-        TESSEL_TRY(queue(
-            group_->all_gather(address(part), address(full), size_t(b->shard), b->comm_type)));
+      queued = queue(group_->reduce_scatter(address(full), address(part), size_t(b->shard),
+                                            b->comm_type, dist::RedOp::kAvg));
+      if (queued.ok() && stage < 3)
+        queued =
+            queue(group_->all_gather(address(part), address(full), size_t(b->shard), b->comm_type));
     }
+    if (!queued.ok()) break;
   }
-  for (const auto& w : works)
-    TESSEL_TRY(w.wait());
+  Status s = wait_all(works);  // all of them: they use `full` and `part`
+  TESSEL_TRY(s);
+  TESSEL_TRY(queued);
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 

@@ -12,6 +12,7 @@
 // the 1e-7 level and AdamW's normalisation keeps that small).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -459,6 +460,72 @@ TEST(DataParallel, ClipGradNormUsesTheWholeGradientUnderEveryStage) {
     const double after = std::sqrt(stage == 0 ? clipped_sq[0] : clipped_sq[0] + clipped_sq[1]);
     EXPECT_NEAR(after, max_norm, 1e-4 * max_norm) << "stage " << stage;
   }
+}
+
+// ZeRO-3 ends every step by starting the gather of the bucket the next forward reads first; a
+// DataParallel destroyed right after must wait for that all-gather before its buffers go back
+// to the caching allocator, or the exchange writes into memory that the allocator has already
+// handed to someone else (what TSan saw as two ranks' progress threads writing one block).
+// Rank 1 joins the gather only 100 ms after rank 0 started destroying its DataParallel; by
+// then rank 0 has taken every cached block of the gathered buffer's size (the allocator hands
+// out its most recently freed block first) and filled it with a sentinel, which must survive.
+TEST(DataParallel, DestroyingWaitsForTheCollectivesThatUseItsBuffers) {
+  auto groups = dist::ProcessGroup::in_process(2).value();
+  std::atomic<bool> destroying{false}, rank1_joined{false};
+  std::vector<std::string> errors(2);
+  bool returned_before_rank1_joined = false;
+  size_t sentinels_overwritten = 0;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto fail = [&](const Status& s) { errors[size_t(r)] = s.to_string(); };
+      nn::GPT model(test_gpt());
+      Pcg32 init(7, 1);
+      auto params = nn::FlatParameters::create(model, cpu_device(), init).value();
+      auto dp = DataParallel::create(params, *groups[size_t(r)], make_adamw, small_buckets(3));
+      if (!dp.ok()) return fail(dp.status());
+      auto [x, y] = batch(0, r * kRowsPerRank, kRowsPerRank);
+      Variable loss = model.loss(model.forward(Variable(x)).value(), Variable(y)).value();
+      Status s = loss.backward();
+      if (s.ok()) s = (*dp)->finish_backward();
+      if (!s.ok()) return fail(s);
+      const auto [begin, end] = (*dp)->bucket_ranges().back();
+      if (r == 1) {
+        while (!destroying.load())
+          std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        rank1_joined.store(true);
+        s = (*dp)->skip_step();  // queues rank 1's side of the gather
+        if (!s.ok()) return fail(s);
+        dp->reset();
+      } else {
+        s = (*dp)->skip_step();  // queues rank 0's side; it cannot finish before rank 1's
+        if (!s.ok()) return fail(s);
+        destroying.store(true);
+        dp->reset();
+        returned_before_rank1_joined = !rank1_joined.load();
+        std::vector<Tensor> taken;
+        for (int i = 0; i < 64; ++i)
+          taken.push_back(Tensor::full({end - begin}, -7.0, DType::kF32).value());
+        s = groups[0]->barrier();  // after the gather, in this rank's call order
+        if (!s.ok()) return fail(s);
+        for (const Tensor& t : taken) {
+          const std::vector<float> values = t.to_vector<float>().value();
+          if (std::any_of(values.begin(), values.end(), [](float v) { return v != -7.0f; }))
+            ++sentinels_overwritten;
+        }
+        return;
+      }
+      s = groups[1]->barrier();
+      if (!s.ok()) return fail(s);
+    });
+  for (auto& t : threads)
+    t.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_FALSE(returned_before_rank1_joined)
+      << "rank 0's DataParallel was destroyed while its all-gather was still queued";
+  EXPECT_EQ(sentinels_overwritten, 0u) << "a collective wrote into memory freed by its owner";
 }
 
 // BatchNorm's running statistics are buffers, not flat parameters: broadcast_buffers gives every

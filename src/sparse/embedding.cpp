@@ -1,5 +1,5 @@
-// Row-sparse embedding gradients and lazy optimizers (see embedding.h). Kernels: embedding
-// (gather rows), sgd_rows and adamw_rows (kernels/sparse.tile).
+// Row-sparse embedding gradients and lazy optimizers (see embedding.h). Kernels: gather_rows,
+// sum_rows, sgd_segments and adamw_segments (kernels/sparse.tile).
 #include "sparse/embedding.h"
 
 #include <algorithm>
@@ -9,12 +9,11 @@
 #include "autograd/functional.h"
 #include "nn/init.h"
 #include "ops/kernel_cache.h"
-#include "sparse/sparse_ops.h"
+#include "ops/kernel_util.h"
 
 namespace tessel::sparse {
 
-void dedupe_ids(const std::vector<int64_t>& ids, int64_t v, std::vector<int64_t>* unique,
-                std::vector<int64_t>* local) {
+IdGroups group_ids(const std::vector<int64_t>& ids, int64_t v) {
   // Positions sorted by id: one stable counting pass per byte of v - 1, low byte first.
   const size_t n = ids.size();
   std::vector<uint32_t> order(n), next(n);
@@ -32,13 +31,28 @@ void dedupe_ids(const std::vector<int64_t>& ids, int64_t v, std::vector<int64_t>
       next[start[(static_cast<uint64_t>(ids[p]) >> shift) & 255]++] = p;
     order.swap(next);
   }
-  unique->clear();
-  local->assign(n, 0);
-  for (uint32_t p : order) {
-    if (unique->empty() || unique->back() != ids[p]) unique->push_back(ids[p]);
-    (*local)[p] = static_cast<int64_t>(unique->size()) - 1;
+  IdGroups g;
+  g.positions.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t p = order[i];
+    if (g.unique.empty() || g.unique.back() != ids[p]) {
+      g.unique.push_back(ids[p]);
+      g.starts.push_back(static_cast<int64_t>(i));
+    }
+    g.positions[i] = p;
   }
+  g.starts.push_back(static_cast<int64_t>(n));
+  return g;
 }
+
+namespace {
+
+// The kernels take the row width as a compile-time size (kernels/sparse.tile).
+ops::KernelParams row_params(const SparseEmbedding& emb) {
+  return {{"W", std::to_string(emb.embedding_dim())}};
+}
+
+}  // namespace
 
 Expected<SparseEmbedding> SparseEmbedding::create(int64_t num_embeddings, int64_t embedding_dim,
                                                   Device* device, Pcg32& rng) {
@@ -66,36 +80,51 @@ Expected<Variable> SparseEmbedding::forward(const Tensor& ids) {
     if (host[i] < 0 || host[i] >= v)
       return out_of_range("SparseEmbedding: id {} at position {} is outside the table of {} rows",
                           host[i], i, v);
-  std::vector<int64_t> unique, local;
-  dedupe_ids(host, v, &unique, &local);
+  const IdGroups groups = group_ids(host, v);
   Device* device = weight_.device();
-  const int64_t u = static_cast<int64_t>(unique.size()), c = embedding_dim();
-  TESSEL_ASSIGN_OR_RETURN(indices_, Tensor::from_vector(unique, {u}, device));
-  TESSEL_ASSIGN_OR_RETURN(Tensor local_ids, Tensor::from_vector(local, ids.shape(), device));
-  // The leaf the gradient goes to: [U, C] in shape only (a zero-stride view of one element),
-  // since embedding_rows reads the table itself.
-  TESSEL_ASSIGN_OR_RETURN(Tensor one, Tensor::zeros({1, 1}, DType::kF32, device));
-  TESSEL_ASSIGN_OR_RETURN(Tensor placeholder, one.expand({u, c}));
-  rows_ = Variable(placeholder, /*requires_grad=*/true);
-  TESSEL_ASSIGN_OR_RETURN(const ops::OpDef* op, find_sparse_op("embedding_rows"));
-  return autograd::apply(*op, {Variable(weight_), rows_, Variable(ids), Variable(local_ids)});
+  const int64_t u = static_cast<int64_t>(groups.unique.size()), r = ids.numel(),
+                c = embedding_dim();
+  TESSEL_ASSIGN_OR_RETURN(indices_, Tensor::from_vector(groups.unique, {u}, device));
+  TESSEL_ASSIGN_OR_RETURN(starts_, Tensor::from_vector(groups.starts, {u + 1}, device));
+  TESSEL_ASSIGN_OR_RETURN(positions_, Tensor::from_vector(groups.positions, {r}, device));
+  Shape shape = ids.shape();
+  shape.push_back(c);
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, Tensor::empty(shape, DType::kF32, device));
+  if (r > 0) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor flat_ids, ops::contiguous_on_device(ids));
+    TESSEL_TRY(
+        ops::launch_kernel("gather_rows", row_params(*this),
+                           {weight_, ops::View{flat_ids, {r}, {1}}, ops::View{y, {r, c}, {c, 1}}}));
+  }
+  output_ = Variable(y, /*requires_grad=*/true);
+  return output_;
+}
+
+Expected<Tensor> SparseEmbedding::grad_values() const {
+  if (!output_.defined() || !output_.grad().defined()) return Tensor();
+  const Tensor& g = output_.grad();
+  const int64_t r = positions_.numel();
+  if (g.is_contiguous()) return g.reshape({r, embedding_dim()});
+  TESSEL_ASSIGN_OR_RETURN(Tensor dense, ops::contiguous_on_device(g));
+  return dense.reshape({r, embedding_dim()});
+}
+
+Expected<Tensor> SparseEmbedding::grad_rows() const {
+  TESSEL_ASSIGN_OR_RETURN(Tensor d, grad_values());
+  if (!d.defined()) return Tensor();
+  TESSEL_ASSIGN_OR_RETURN(
+      Tensor g, Tensor::empty({indices_.numel(), embedding_dim()}, DType::kF32, weight_.device()));
+  if (g.numel() == 0) return g;
+  TESSEL_TRY(ops::launch_kernel("sum_rows", row_params(*this), {d, starts_, positions_, g}));
+  return g;
 }
 
 void SparseEmbedding::zero_grad() {
-  // The rows' leaf is made anew by each forward and its gradient belongs to no flat buffer:
-  // dropping the leaf leaves grad_rows() undefined until the next backward reaches it
-  // (Variable::zero_grad would keep a zero gradient of the old rows).
-  rows_ = Variable();
+  // The output leaf is made anew by each forward and its gradient belongs to no flat buffer:
+  // dropping it leaves the gradient undefined until the next backward reaches a new one
+  // (Variable::zero_grad would keep a zero gradient of the old batch).
+  output_ = Variable();
 }
-
-namespace {
-
-// The lazy steps' kernels take the row width as a compile-time size (kernels/sparse.tile).
-ops::KernelParams row_params(const SparseEmbedding& emb) {
-  return {{"W", std::to_string(emb.embedding_dim())}};
-}
-
-}  // namespace
 
 Expected<LazySgd> LazySgd::create(const LazySgdOptions& options) {
   if (options.lr < 0 || options.weight_decay < 0)
@@ -107,11 +136,11 @@ Expected<LazySgd> LazySgd::create(const LazySgdOptions& options) {
 }
 
 Status LazySgd::step(SparseEmbedding& emb) {
-  const Tensor& g = emb.grad_rows();
-  if (!g.defined() || g.numel() == 0) return ok_status();
-  return ops::launch_kernel(
-      "sgd_rows", row_params(emb),
-      {emb.weight(), emb.grad_indices(), g, options_.lr, options_.weight_decay});
+  TESSEL_ASSIGN_OR_RETURN(Tensor d, emb.grad_values());
+  if (!d.defined() || d.numel() == 0) return ok_status();
+  return ops::launch_kernel("sgd_segments", row_params(emb),
+                            {emb.weight(), emb.grad_indices(), emb.grad_starts(),
+                             emb.grad_positions(), d, options_.lr, options_.weight_decay});
 }
 
 Expected<LazyAdamW> LazyAdamW::create(const SparseEmbedding& emb, const LazyAdamWOptions& options) {
@@ -132,17 +161,18 @@ Expected<LazyAdamW> LazyAdamW::create(const SparseEmbedding& emb, const LazyAdam
 }
 
 Status LazyAdamW::step(SparseEmbedding& emb) {
-  const Tensor& g = emb.grad_rows();
+  TESSEL_ASSIGN_OR_RETURN(Tensor d, emb.grad_values());
   ++step_count_;
-  if (!g.defined() || g.numel() == 0) return ok_status();
+  if (!d.defined() || d.numel() == 0) return ok_status();
   const LazyAdamWOptions& o = options_;
   // The bias corrections of the global step, in double, as optim/optimizer.cpp's AdamW.
   const double t = static_cast<double>(step_count_);
   const double step_size = o.lr / (1 - std::pow(o.beta1, t));
   const double bc2_sqrt = std::sqrt(1 - std::pow(o.beta2, t));
-  return ops::launch_kernel("adamw_rows", row_params(emb),
-                            {emb.weight(), emb.grad_indices(), g, m_, v_, o.lr, o.beta1, o.beta2,
-                             o.eps, o.weight_decay, step_size, bc2_sqrt});
+  return ops::launch_kernel(
+      "adamw_segments", row_params(emb),
+      {emb.weight(), emb.grad_indices(), emb.grad_starts(), emb.grad_positions(), d, m_, v_, o.lr,
+       o.beta1, o.beta2, o.eps, o.weight_decay, step_size, bc2_sqrt});
 }
 
 }  // namespace tessel::sparse

@@ -6,11 +6,14 @@
 //   Variable y = emb.forward(ids).value();            // [..., 384]
 //   loss.backward();  opt.step(emb);  emb.zero_grad();
 //
-// forward() finds the distinct ids of the batch (U of them, on the host), gathers those rows of
-// the table into a leaf Variable [U, C] and looks the batch up in that; backward therefore
-// produces a [U, C] gradient, never a [V, C] one, and an optimizer step reads and writes U rows
-// of the table and of its state. So a step costs O(U C) where a dense gradient costs O(V C) for
-// the zero fill, the gradient and the optimizer's pass over the whole table.
+// forward() groups the batch's ids on the host (U distinct ones) and gathers the rows of the
+// table; its output is a leaf Variable, so backward leaves the output's gradient D [..., C] on it
+// and nothing else: PyTorch's uncoalesced sparse gradient (indices = the ids, values = D), with
+// no [V, C] tensor and not even a [U, C] one. An optimizer step then sums each distinct id's
+// positions of D and updates that row of the table and of its state in one pass, so a step costs
+// O(B T C) (the lookup, and reading D once) plus O(U C) (the touched rows), where a dense
+// gradient costs O(V C) for the gradient, the optimizer's pass over the whole table and the zero
+// fill. grad_rows() coalesces on request.
 //
 // Lazy semantics (documented, as PyTorch's SparseAdam): rows not in the batch keep their value
 // and their optimizer state; AdamW's moments of a row advance only on steps that touch it, while
@@ -37,13 +40,19 @@ class SparseEmbedding {
   // Over an existing table [V, C] (shared, not copied).
   static Expected<SparseEmbedding> over(Tensor weight);
 
-  // ids: i64 of any shape, each in [0, V) -> [..., C].
+  // ids: i64 of any shape, each in [0, V) -> a leaf [..., C] (requires grad).
   Expected<Variable> forward(const Tensor& ids);
 
-  // The rows the last forward used (distinct, increasing) [U] and their gradient [U, C]
-  // (undefined before a backward reached it).
+  // The last forward's distinct ids, increasing [U], and how its positions group by them: the
+  // positions id by id [R] and where each id's run starts [U + 1].
   const Tensor& grad_indices() const { return indices_; }
-  const Tensor& grad_rows() const { return rows_.defined() ? rows_.grad() : empty_; }
+  const Tensor& grad_starts() const { return starts_; }
+  const Tensor& grad_positions() const { return positions_; }
+  // The uncoalesced gradient: the last output's gradient as [R, C] rows, one per position
+  // (undefined before a backward reached it).
+  Expected<Tensor> grad_values() const;
+  // The coalesced gradient of the rows grad_indices() names [U, C]: each id's positions summed.
+  Expected<Tensor> grad_rows() const;
   void zero_grad();
 
   const Tensor& weight() const { return weight_; }
@@ -52,17 +61,19 @@ class SparseEmbedding {
 
  private:
   Tensor weight_;
-  Tensor indices_;
-  Variable rows_;
-  Tensor empty_;
+  Tensor indices_, starts_, positions_;
+  Variable output_;
 };
 
-// The distinct ids of a batch in increasing order (`unique`) and, for each position, the index
-// of its id there (`local`), for ids in [0, v): a radix sort of the positions by id (one pass per
-// byte of v - 1), O(ids) per pass where sorting and a binary search per id were O(ids log ids).
-// forward() uses it; exposed for its test.
-void dedupe_ids(const std::vector<int64_t>& ids, int64_t v, std::vector<int64_t>* unique,
-                std::vector<int64_t>* local);
+// A batch's ids grouped by value, for ids in [0, v): `unique` the distinct ids, increasing;
+// `positions` every position, grouped by id (in increasing order within an id); `starts` [U + 1]
+// where each id's positions begin. A radix sort of the positions by id (one stable counting
+// pass per byte of v - 1), O(ids) per pass where sorting and a binary search per id were
+// O(ids log ids). forward() uses it; exposed for its test.
+struct IdGroups {
+  std::vector<int64_t> unique, starts, positions;
+};
+IdGroups group_ids(const std::vector<int64_t>& ids, int64_t v);
 
 struct LazySgdOptions {
   double lr = 0.01;

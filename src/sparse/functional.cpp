@@ -2,7 +2,9 @@
 // functional.h).
 #include "sparse/functional.h"
 
-#include <chrono>
+#include <time.h>
+
+#include <algorithm>
 #include <map>
 #include <mutex>
 
@@ -121,18 +123,36 @@ Expected<Variable> product_as(const SparseVariable& a, const Variable& b, Choice
   return internal_error("unknown sparse choice");
 }
 
-// Microseconds of one run of `fn`, the best of a few after one untimed run (kernel compiles).
-Expected<double> time_us(const std::function<Status()>& fn) {
-  TESSEL_TRY(fn());
-  double best = 1e300;
-  for (int i = 0; i < 3; ++i) {
-    auto start = std::chrono::steady_clock::now();
+// The process's CPU time (all threads) in microseconds.
+double cpu_now_us() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) * 1e-3;
+}
+
+// The median CPU time of each of `fns`, in microseconds, after one untimed call of each (kernel
+// compiles): `rounds` rounds in which every one runs once, the order reversed every other round
+// so that neither always runs second (on warmer or colder caches). CPU time, not wall time: on a
+// machine shared with other work, wall time is stretched by however long a thread waits for a
+// core, which flipped close choices between runs; CPU time hardly moves.
+Expected<std::vector<double>> cpu_us_in_turns(const std::vector<std::function<Status()>>& fns,
+                                              int rounds) {
+  for (const auto& fn : fns)
     TESSEL_TRY(fn());
-    best = std::min(
-        best, std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
-                  .count());
+  std::vector<std::vector<double>> samples(fns.size());
+  for (int r = 0; r < rounds; ++r)
+    for (size_t j = 0; j < fns.size(); ++j) {
+      const size_t i = r % 2 == 0 ? j : fns.size() - 1 - j;
+      const double start = cpu_now_us();
+      TESSEL_TRY(fns[i]());
+      samples[i].push_back(cpu_now_us() - start);
+    }
+  std::vector<double> medians;
+  for (std::vector<double>& v : samples) {
+    std::sort(v.begin(), v.end());
+    medians.push_back(v[v.size() / 2]);
   }
-  return best;
+  return medians;
 }
 
 // d + a by one scatter of a's (row, column) pairs, for both COO and CSR.
@@ -162,33 +182,46 @@ Expected<Plan> plan_for(const SparseMatrix& a, SparseOp op, int64_t n, bool need
     // Forward runs only, each format made first (as PreparedSpmm keeps it).
     autograd::NoGrad no_grad;
     Variable b(*dense);
+    std::vector<std::function<Status()>> runs;
     for (size_t i = 0; i < 2; ++i) {
-      Candidate& cand = plan.candidates[i];
-      TESSEL_ASSIGN_OR_RETURN(PreparedSpmm prepared, PreparedSpmm::fixed(a, cand.choice));
+      const Choice choice = plan.candidates[i].choice;
+      TESSEL_ASSIGN_OR_RETURN(PreparedSpmm prepared, PreparedSpmm::fixed(a, choice));
       SparseVariable sv = SparseVariable::of(a);
       Tensor densified;
-      if (op == SparseOp::kAddDense && cand.choice == Choice::kDense) {
+      if (op == SparseOp::kAddDense && choice == Choice::kDense) {
         TESSEL_ASSIGN_OR_RETURN(densified, a.to_dense());
       }
-      TESSEL_ASSIGN_OR_RETURN(double us, time_us([&]() -> Status {
-                                switch (op) {
-                                  case SparseOp::kSpmm:
-                                    return prepared.run(*dense).status();
-                                  case SparseOp::kSpmv:
-                                    return product_as(sv, b, cand.choice, true).status();
-                                  case SparseOp::kAddDense:
-                                    if (densified.defined())
-                                      return ops::add(densified, *dense).status();
-                                    return scatter_add(sv, b).status();
-                                }
-                                return ok_status();
-                              }));
-      cand.measured_us = us;
+      runs.push_back([=]() -> Status {
+        switch (op) {
+          case SparseOp::kSpmm:
+            return prepared.run(*dense).status();
+          case SparseOp::kSpmv:
+            return product_as(sv, b, choice, true).status();
+          case SparseOp::kAddDense:
+            if (densified.defined()) return ops::add(densified, *dense).status();
+            return scatter_add(sv, b).status();
+        }
+        return ok_status();
+      });
     }
-    bool second = *c[1].measured_us < *c[0].measured_us;
-    plan.choice = c[second ? 1 : 0].choice;
-    plan.reason = "measured: the two best estimates were within " +
-                  fmt::format("{:.0f}%", 100 * options.measure_margin);
+    TESSEL_ASSIGN_OR_RETURN(std::vector<double> cpu_us, cpu_us_in_turns(runs, 5));
+    for (size_t i = 0; i < 2; ++i)
+      plan.candidates[i].measured_us = cpu_us[i] / std::max(1, plan.candidates[i].threads);
+    // Within 5%, the two are one to the measurement (CPU time still moves a few percent with
+    // the caches' state), so the model's order stands and repeated plans agree.
+    const double first = *c[0].measured_us, second = *c[1].measured_us;
+    if (second < first / 1.05) {
+      plan.choice = c[1].choice;
+      plan.reason = fmt::format(
+          "measured: the two best estimates were within {:.0f}%, the second ran {:.2f}x faster",
+          100 * options.measure_margin, first / second);
+    } else {
+      plan.choice = c[0].choice;
+      plan.reason = fmt::format(
+          "measured: the two best estimates were within {:.0f}%, the second ran {:.2f}x as fast "
+          "(under 1.05x faster keeps the model's choice)",
+          100 * options.measure_margin, first / second);
+    }
   }
   log_debug("{}", plan.explain());
   std::lock_guard<std::mutex> lock(cache_mutex());

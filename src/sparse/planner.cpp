@@ -201,9 +201,10 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
       t.add("copy", stream_us(rows * cols * 8, d.bandwidth_gbs));
       t.add("scatter", stream_us(nnz * 20 + nnz * (cached ? 8 : 128), d.bandwidth_gbs));
     }
-    return {c, t.us, std::nullopt, t.why};
+    return {c, t.us, std::nullopt, t.why, d.threads};
   }
   const int64_t col_tiles = std::max<int64_t>(1, (n + 255) / 256);
+  int threads = d.threads;
   switch (c) {
     case Choice::kDense: {
       t.add("densify", stream_us(rows * cols * 4 + nnz * 20, d.bandwidth_gbs));
@@ -228,6 +229,7 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
       // One block per 64 columns walks every nonzero; a single thread for a vector.
       int par =
           op == SparseOp::kSpmv ? 1 : static_cast<int>(std::min<int64_t>(d.threads, (n + 63) / 64));
+      threads = par;
       double eff =
           op == SparseOp::kSpmv ? 0.02 : kCooEfficiency * std::min(1.0, nn / d.vector_lanes);
       t.add("multiply-add", fma_us(nnz * nn, eff, par, d));
@@ -248,7 +250,7 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
       break;
     }
   }
-  return {c, t.us, std::nullopt, t.why};
+  return {c, t.us, std::nullopt, t.why, threads};
 }
 
 }  // namespace
@@ -285,7 +287,10 @@ std::string Plan::explain() const {
       fmt::format("sparse {} plan: {} ({}), N = {}\n  matrix: {}\n  device: {}\n", op_name(op),
                   choice_name(choice), reason, n, stats.describe(), device.describe());
   for (const Candidate& c : candidates) {
-    std::string measured = c.measured_us ? fmt::format(", measured {:.1f} us", *c.measured_us) : "";
+    std::string measured =
+        c.measured_us
+            ? fmt::format(", measured {:.1f} us (CPU time / {} threads)", *c.measured_us, c.threads)
+            : "";
     out += fmt::format("  {} {:<5} estimate {:9.1f} us{} = {}\n", c.choice == choice ? "*" : " ",
                        choice_name(c.choice), c.estimate_us, measured, c.why);
   }

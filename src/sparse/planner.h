@@ -2,8 +2,9 @@
 // matrix (density, row-length spread, empty rows, block fill) and figures of the device (memory
 // bandwidth, FP32 peak, cache sizes, vector width, threads) go into a cost model per candidate
 // (csr, coo, bsr, dense gemm); the cheapest wins. Where the model's two best are within
-// `measure_margin` of each other and the caller allows it, both are timed once on the real
-// operands and the faster is kept (planning is per matrix, so this is paid once).
+// `measure_margin` of each other and the caller allows it, both are timed on the real operands,
+// taking turns, in CPU time, and the faster is kept (planning is per matrix, so this is paid
+// once).
 //
 //   Plan p = plan_spmm(a, /*n=*/256, /*needs_grad=*/false);
 //   log_debug("{}", p.explain());     // every candidate, its estimate and why the winner won
@@ -33,27 +34,27 @@ const char* op_name(SparseOp op);
 struct StructureStats {
   int64_t rows = 0, cols = 0, nnz = 0;
   double density = 0;
-  double mean_row = 0;        // nonzeros per row
-  double row_cv = 0;          // standard deviation / mean of the row lengths
+  double mean_row = 0;  // nonzeros per row
+  double row_cv = 0;    // standard deviation / mean of the row lengths
   int64_t max_row = 0;
-  double empty_rows = 0;      // fraction of rows without a nonzero
-  int64_t block = 16;         // the block edge measured (BR = BC)
-  int64_t blocks = 0;         // nonzero blocks of block x block
-  double block_fill = 0;      // nnz / (blocks * block^2): 1 = perfectly block-sparse
+  double empty_rows = 0;  // fraction of rows without a nonzero
+  int64_t block = 16;     // the block edge measured (BR = BC)
+  int64_t blocks = 0;     // nonzero blocks of block x block
+  double block_fill = 0;  // nnz / (blocks * block^2): 1 = perfectly block-sparse
   static StructureStats measure(const HostPattern& p, int64_t block = 16);
   std::string describe() const;
 };
 
 // The device's side of the model.
 struct DeviceFigures {
-  std::string device;          // "cpu", "opencl:0"
+  std::string device;  // "cpu", "opencl:0"
   int threads = 1;
   int vector_lanes = 8;        // f32 lanes of the widest vector unit
   double bandwidth_gbs = 20;   // main memory (measured triad where cached, else a default)
   double peak_gflops = 100;    // FP32 FMA peak, all threads
   int64_t l2_bytes = 1 << 20;  // per core
   int64_t l3_bytes = 32 << 20;
-  std::string source;          // where the figures came from
+  std::string source;  // where the figures came from
   static DeviceFigures of(Device* device);
   std::string describe() const;
 };
@@ -67,8 +68,11 @@ struct PlanOptions {
 struct Candidate {
   Choice choice;
   double estimate_us = 0;
+  // Where timed: the median process CPU time of its runs over `threads`, which estimates its
+  // time on an idle machine and moves little when other work shares the cores.
   std::optional<double> measured_us;
   std::string why;  // the terms of the estimate
+  int threads = 1;  // the threads its kernel spreads over
 };
 
 struct Plan {

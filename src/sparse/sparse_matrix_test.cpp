@@ -188,6 +188,31 @@ TEST(Planner, ChoosesFromStructureAndExplains) {
   expect_contains(bad.reason, "TESSEL_SPARSE_FORMAT ignored: unknown sparse choice 'diagonal'");
 }
 
+// The measurement step: the two best candidates are both timed (in CPU time, taking turns) and
+// the second replaces the model's first only when it ran more than 5% faster; the plan is kept
+// per pattern, so asking again returns it unchanged.
+TEST(SparsePlanner, MeasuresTheTwoBestAndKeepsTheModelsChoiceWhenClose) {
+  SparseMatrix a = testing::random_matrix(96, 80, 0.1, 11, cpu_device());
+  Tensor b = testing::random_dense({80, 32}, 12, cpu_device());
+  PlanOptions always;
+  always.measure_margin = 1e9;  // every pair counts as close
+  Plan p = plan_for(a, SparseOp::kSpmm, 32, false, always, &b).value();
+  ASSERT_GE(p.candidates.size(), 2u);
+  const Candidate &first = p.candidates[0], &second = p.candidates[1];
+  ASSERT_TRUE(first.measured_us.has_value()) << p.explain();
+  ASSERT_TRUE(second.measured_us.has_value()) << p.explain();
+  EXPECT_GT(*first.measured_us, 0);
+  EXPECT_GT(*second.measured_us, 0);
+  EXPECT_EQ(p.choice,
+            *second.measured_us * 1.05 < *first.measured_us ? second.choice : first.choice)
+      << p.explain();
+  expect_contains(p.reason, "measured: the two best estimates were within");
+  expect_contains(p.explain(), "(CPU time / ");
+  Plan again = plan_for(a, SparseOp::kSpmm, 32, false, always, &b).value();
+  EXPECT_EQ(again.choice, p.choice);
+  EXPECT_EQ(again.reason, p.reason);
+}
+
 // Every choice of spmm, spmv and the dense-operand-first product gives dense matmul's result and
 // gradients (values and the dense operand), on every device.
 TEST(SparseFunctional, EveryChoiceMatchesDenseMatmulWithGradients) {

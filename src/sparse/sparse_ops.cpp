@@ -434,73 +434,6 @@ OpDef gather_values_op() {
   return op;
 }
 
-// y = table[ids] recorded as rows[local] with rows = table[unique ids] (SparseEmbedding): the
-// forward gathers straight from the table, and the gradient goes to `rows` [U, C] only, summed
-// per row by spmm_csr over the positions grouped by local id. `rows` is never read: the caller
-// may pass a zero-stride placeholder of the right shape.
-OpDef embedding_rows_op() {
-  OpDef op;
-  op.name = "embedding_rows";
-  op.arity = 4;
-  op.infer = [](const std::vector<TensorMeta>& in, const Attrs&) -> Expected<TensorMeta> {
-    const TensorMeta &table = in[0], &rows = in[1];
-    if (table.dtype != DType::kF32 || table.shape.size() != 2 || rows.dtype != DType::kF32 ||
-        rows.shape.size() != 2 || rows.shape[1] != table.shape[1] || in[2].dtype != DType::kI64 ||
-        in[3].dtype != DType::kI64 || in[2].shape != in[3].shape)
-      return invalid_argument(
-          "embedding_rows: needs f32 table [V, C], rows [U, C] and two i64 id tensors of one "
-          "shape, got {}",
-          ops::shapes_string(in));
-    Shape out = in[2].shape;
-    out.push_back(table.shape[1]);
-    return TensorMeta{out, DType::kF32};
-  };
-  op.forward = [](const std::vector<Tensor>& in, const Attrs&,
-                  const TensorMeta& out) -> Expected<Tensor> {
-    TESSEL_ASSIGN_OR_RETURN(Tensor y, ops::empty_like_device(out.shape, DType::kF32, in[0]));
-    if (y.numel() == 0) return y;
-    TESSEL_ASSIGN_OR_RETURN(Tensor ids, ops::contiguous_on_device(in[2]));
-    const int64_t r = ids.numel(), c = in[0].size(1);
-    TESSEL_TRY(ops::launch_kernel("gather_rows", {{"W", std::to_string(c)}},
-                                  {in[0], View{ids, {r}, {1}}, View{y, {r, c}, {c, 1}}}));
-    return y;
-  };
-  op.backward = [](const BackwardArgs& a) -> Expected<std::vector<Tensor>> {
-    std::vector<Tensor> grads(4);
-    const int64_t u = a.input_meta[1].shape[0];
-    TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> local, a.inputs[3].to_vector<int64_t>());
-    std::vector<int64_t> indptr(static_cast<size_t>(u + 1), 0), positions(local.size());
-    for (int64_t id : local)
-      indptr[id + 1] += 1;
-    for (size_t i = 1; i < indptr.size(); ++i)
-      indptr[i] += indptr[i - 1];
-    std::vector<int64_t> next(indptr.begin(), indptr.end() - 1);
-    for (size_t p = 0; p < local.size(); ++p)
-      positions[next[local[p]]++] = static_cast<int64_t>(p);
-    Device* device = a.grad_output.device();
-    const int64_t n = static_cast<int64_t>(local.size()), c = a.input_meta[1].shape[1];
-    TESSEL_ASSIGN_OR_RETURN(Tensor rowptr, Tensor::from_vector(indptr, {u + 1}, device));
-    TESSEL_ASSIGN_OR_RETURN(Tensor cols, Tensor::from_vector(positions, {n}, device));
-    TESSEL_ASSIGN_OR_RETURN(Tensor ones, Tensor::full({n}, 1.0, DType::kF32, device));
-    TESSEL_ASSIGN_OR_RETURN(Tensor g, ops::contiguous_on_device(a.grad_output));
-    TESSEL_ASSIGN_OR_RETURN(Tensor g2, g.reshape({n, c}));
-    TESSEL_ASSIGN_OR_RETURN(grads[1], run_spmm_csr(rowptr, cols, ones, g2));
-    return grads;
-  };
-  op.save_inputs = {false, false, false, true};
-  op.differentiable = {false, true, false, false};
-  op.reference = [](const std::vector<RefTensor>& in, const Attrs&) {
-    const int64_t c = in[1].shape[1];
-    RefTensor out{in[3].shape, {}};
-    out.shape.push_back(c);
-    for (double id : in[3].values)
-      for (int64_t j = 0; j < c; ++j)
-        out.values.push_back(in[1].values[static_cast<int64_t>(id) * c + j]);
-    return out;
-  };
-  return op;
-}
-
 }  // namespace
 
 ops::KernelParams spmm_params(Device* device, int64_t n) {
@@ -521,8 +454,7 @@ int64_t csr_tile(Device* device, int64_t n) {
   if (device->kind() != DeviceKind::kCpu) return n % 64 == 0 ? 64 : 0;
   for (int64_t bn : {256, 128, 64})
     if (n % bn == 0) return bn;
-  // A narrow operand is one tile of its own width (one specialisation per width). (One tile of
-  // 384 for the embedding gradient measured no fewer instructions than three of 128.)
+  // A narrow operand is one tile of its own width (one specialisation per width).
   return n <= 256 ? n : 0;
 }
 
@@ -530,7 +462,7 @@ const std::vector<OpDef>& sparse_ops() {
   static const std::vector<OpDef> ops = [] {
     std::vector<OpDef> list{spmm_csr_op(false),   spmm_coo_op(false), spmm_bsr_op(),
                             spmm_csr_op(true),    spmm_coo_op(true),  sparse_add_dense_op(),
-                            sparse_to_dense_op(), gather_values_op(), embedding_rows_op()};
+                            sparse_to_dense_op(), gather_values_op()};
     for (OpDef& op : list) {
       op.save_inputs.resize(op.arity, false);
       op.differentiable.resize(op.arity, true);

@@ -14,8 +14,6 @@
 //   sparse_add_dense  rows, cols, values, D [M, K]                        D + S
 //   sparse_to_dense   rows, cols, values  (attrs rows, cols)              S as [M, K]
 //   gather_values     values, permutation, inverse permutation            values[permutation]
-//   embedding_rows    table [V, C], rows [U, C], ids, local ids           table[ids] = rows[local]
-//                     (gradient to rows only: SparseEmbedding)
 //
 // "rows" is the row of each stored value (CSR's rows expanded) and T the transpose's CSR
 // (SparseMatrix::transposed()): the backward passes need them. Gradients: values get

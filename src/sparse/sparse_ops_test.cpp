@@ -130,26 +130,6 @@ TEST(SparseOps, EveryOpForwardAndGradientOnEveryDevice) {
                ops::Attrs().set("rows", s.m).set("cols", s.k));
       SparseMatrix::Transposed t = a.transposed().value();
       check_op("gather_values", {a.values(), t.permutation, t.inverse}, {});
-      // The sparse embedding's lookup: rows = table[unique ids], looked up by local ids.
-      {
-        Tensor table = testing::random_dense({s.m, s.k}, 15, device);
-        std::vector<int64_t> ids = {3 % s.m, 0, 3 % s.m, s.m - 1, 1 % s.m, 0};
-        std::vector<int64_t> unique = ids;
-        std::sort(unique.begin(), unique.end());
-        unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-        std::vector<int64_t> local;
-        std::vector<float> rows, host = table.to_vector<float>().value();
-        for (int64_t id : ids)
-          local.push_back(std::lower_bound(unique.begin(), unique.end(), id) - unique.begin());
-        for (int64_t id : unique)
-          rows.insert(rows.end(), host.begin() + id * s.k, host.begin() + (id + 1) * s.k);
-        const int64_t u = static_cast<int64_t>(unique.size());
-        check_op("embedding_rows",
-                 {table, Tensor::from_vector(rows, {u, s.k}, device).value(),
-                  Tensor::from_vector(ids, {2, 3}, device).value(),
-                  Tensor::from_vector(local, {2, 3}, device).value()},
-                 {});
-      }
       // BSR with ragged edge blocks (4 x 3 blocks over 37 x 29), forward only.
       SparseMatrix bsr = a.to(SparseFormat::kBsr, 4, 3).value();
       check_op("spmm_bsr", {bsr.indptr(), bsr.col_indices(), bsr.values(), b}, rows, true);

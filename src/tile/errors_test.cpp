@@ -98,6 +98,17 @@ const ErrorCase kCases[] = {
      "kernel k<T: dtype = f32>(x: T[N]) {\n  grid (N) as (b) { }\n}\n",
      "e.tile:1:10: parameter 'T' is a float dtype (f32, f16, bf16, f64); got 'i32'",
      {{"T", "i32"}}},
+    {"IntegerDtypeParameterGivenFloat",
+     "kernel k<T: dtype = i32>(x: T[N]) {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:10: parameter 'T' is an integer dtype (i8, u8, i16, i32, i64); got 'f32'",
+     {{"T", "f32"}}},
+    {"DtypeParameterDefaultsToBool",
+     "kernel k<T: dtype = bool>(x: T[N]) {\n  grid (N) as (b) { }\n}\n",
+     "e.tile:1:10: dtype parameter 'T' must default to a float type (f32, f16, bf16, f64) or an "
+     "integer type (i8, u8, i16, i32, i64), not bool"},
+    {"IntegerDtypeParameterInFloatMath",
+     "kernel k<T: dtype = i32>(x: T[N]) {\n  grid (N) as (b) {\n    x[b] = exp(x[b])\n  }\n}\n",
+     "e.tile:3:16: exp needs a float argument, got T; convert it, e.g. f32(...)"},
     {"TileDimensionNotPositive",
      "kernel k<BM = 4>(x: f32[N]) {\n"
      "  grid (N) as (b) {\n"

@@ -76,7 +76,7 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   if (!d.enabled) return ok_status();
   TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("distributed"));
   TESSEL_TRY(t.check_keys({"backend", "zero_stage", "bucket_cap_mb", "first_bucket_mb", "overlap",
-                           "split", "rebalance_every", "rebalance_hysteresis"}));
+                           "split", "rebalance_every", "rebalance_hysteresis", "sync_batchnorm"}));
   TESSEL_ASSIGN_OR_RETURN(d.backend, get_choice(t, "backend", {"shm", "mpi", "nccl"}, "shm"));
   TESSEL_ASSIGN_OR_RETURN(int64_t stage, get_at_least<int64_t>(t, "zero_stage", 0, 0));
   if (stage > 3)
@@ -88,6 +88,7 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   TESSEL_ASSIGN_OR_RETURN(d.first_bucket_mb,
                           get_at_least(t, "first_bucket_mb", d.first_bucket_mb, 0.001));
   TESSEL_ASSIGN_OR_RETURN(d.overlap, t.get_or<bool>("overlap", d.overlap));
+  TESSEL_ASSIGN_OR_RETURN(d.sync_batchnorm, t.get_or<bool>("sync_batchnorm", d.sync_batchnorm));
   TESSEL_ASSIGN_OR_RETURN(std::string split, get_choice(t, "split", {"even", "uneven"}, "even"));
   d.uneven = split == "uneven";
   for (const char* key : {"rebalance_every", "rebalance_hysteresis"})

@@ -28,7 +28,9 @@
 //               split = "even" | "uneven"   (uneven: each rank's rows of the global batch follow
 //               its measured throughput, parallel/rebalance.h)   rebalance_every = 10 (steps
 //               between measurements)   rebalance_hysteresis = 0.05 (a move must shorten the
-//               predicted step by more than this fraction)
+//               predicted step by more than this fraction)   sync_batchnorm = false (true:
+//               BatchNorm2d layers normalise with the whole global batch's statistics, as
+//               torch.nn.SyncBatchNorm.convert_sync_batchnorm; parallel/sync_batch_norm.h)
 //               (batch_size is per rank: a step takes batch_size x ranks x grad_accum_steps;
 //               clip_grad_norm and checkpoints work in every mode: the norm is of the whole
 //               gradient, the checkpoint is the single-process file, gathered from the shards)
@@ -83,6 +85,7 @@ struct DistributedConfig {
   bool uneven = false;  // split = "uneven"
   int64_t rebalance_every = 10;
   double rebalance_hysteresis = 0.05;
+  bool sync_batchnorm = false;
 };
 
 // The [federated] table (train/federated.h); absent: not federated.

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <system_error>
 
 #include "autograd/autocast.h"
 #include "autograd/functional.h"
@@ -18,6 +20,7 @@
 #include "nn/gpt.h"
 #include "optim/clip.h"
 #include "parallel/rank_shard.h"
+#include "parallel/sync_batch_norm.h"
 #include "support/atomic_file.h"
 #include "train/model_registry.h"
 #include "train/progress.h"
@@ -84,10 +87,21 @@ Trainer::~Trainer() {
   if (metrics_) std::fclose(metrics_);
 }
 
+// A failed allocation deep in a library (a std::vector, a thread's stack) throws; at these two
+// doors it becomes an error that says where the run was, instead of std::terminate. Tensor
+// memory has its own error naming the size (CachingAllocator); this is for the rest.
 Expected<std::unique_ptr<Trainer>> Trainer::create(TrainConfig config, TrainerOptions options) {
-  std::unique_ptr<Trainer> trainer(new Trainer(std::move(config), options));
-  TESSEL_TRY(trainer->build());
-  return trainer;
+  try {
+    std::unique_ptr<Trainer> trainer(new Trainer(std::move(config), options));
+    TESSEL_TRY(trainer->build());
+    return trainer;
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted(
+        "out of host memory while setting up the run (model, data, "
+        "optimizer); a memory limit, or the machine is full");
+  } catch (const std::system_error& e) {
+    return resource_exhausted("setting up the run: {}", e.what());
+  }
 }
 
 Status Trainer::build() {
@@ -237,6 +251,12 @@ Status Trainer::build_data_parallel() {
   if (!dp.ok()) return dp.status().with_context("{}: [distributed]", config_.source);
   data_parallel_ = std::move(*dp);
   TESSEL_TRY(data_parallel_->broadcast_buffers(*model_));
+  if (d.sync_batchnorm) {
+    // Weighted by this rank's share (set_batch_share), which the uneven split moves.
+    Expected<int> layers = parallel::convert_sync_batchnorm(*model_, *group_, data_parallel_.get());
+    if (!layers.ok())
+      return layers.status().with_context("{}: key 'distributed.sync_batchnorm'", config_.source);
+  }
   optimizer_.reset();  // each bucket has its own; the single-process one would only hold memory
   return ok_status();
 }
@@ -461,6 +481,19 @@ Expected<std::string> Trainer::sample(const SampleConfig& options) {
 }
 
 Expected<RunSummary> Trainer::run(int64_t stop_at) {
+  try {
+    return run_steps(stop_at);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted(
+        "out of host memory after step {} of {} (a memory limit, or the machine is full); the "
+        "last checkpoint written is intact",
+        step_, total_steps_);
+  } catch (const std::system_error& e) {
+    return resource_exhausted("after step {} of {}: {}", step_, total_steps_, e.what());
+  }
+}
+
+Expected<RunSummary> Trainer::run_steps(int64_t stop_at) {
   const TrainConfig& c = config_;
   const int64_t end = stop_at >= 0 ? std::min(stop_at, total_steps_) : total_steps_;
   RunSummary summary;

@@ -124,6 +124,7 @@ class Trainer {
   explicit Trainer(TrainConfig config, TrainerOptions options)
       : config_(std::move(config)), options_(options) {}
   Status build();
+  Expected<RunSummary> run_steps(int64_t stop_at);  // run() without its out-of-memory guard
   Status build_data_parallel();
   Status write_metrics(const std::string& json_line);
   optim::Optimizer& mutable_optimizer() {

@@ -217,6 +217,46 @@ TEST(TrainerDistributed, AnUnevenSplitTrainsAsOneProcessWhileTheSharesMove) {
   }
 }
 
+// [distributed] sync_batchnorm = true: the CNN's BatchNorm2d layers normalise over the global
+// batch, so an uneven split whose shares move trains as one process (without it each rank's
+// rows have their own statistics and the losses differ from the first step on).
+TEST(TrainerDistributed, SyncBatchNormUnderAnUnevenSplitTrainsAsOneProcess) {
+  auto cnn = [](int64_t batch, const std::string& distributed) {
+    const std::string text = fmt::format(R"(
+seed = 5
+[model]
+name = "cnn"
+[data]
+name = "synthetic"
+shape = [1, 28, 28]
+samples = 64
+eval_samples = 8
+batch_size = {}
+eval_batch_size = 8
+[optimizer]
+name = "adamw"
+lr = 0.001
+[train]
+steps = 6
+log_interval = 6
+{}
+)",
+                                         batch, distributed);
+    return parse_train_config(Config::parse(text, "bn.toml").value()).value();
+  };
+  auto single = Trainer::create(cnn(8, ""), {.progress = nullptr}).value();
+  const std::vector<double> want = single->run().value().losses;
+  const std::string uneven =
+      "[distributed]\nbucket_cap_mb = 0.05\nsplit = \"uneven\"\nrebalance_every = 1\n"
+      "rebalance_hysteresis = 0.0\n";
+  auto synced = run_ranks(2, cnn(4, uneven + "sync_batchnorm = true\n"));
+  expect_same(synced[0], want, "sync_batchnorm, rank 0");
+  expect_same(synced[1], want, "sync_batchnorm, rank 1");
+  auto per_rank = run_ranks(2, cnn(4, uneven));
+  ASSERT_EQ(per_rank[0].size(), want.size());
+  EXPECT_GT(std::abs(per_rank[0][0] - want[0]), 1e-4) << "per-rank statistics matched anyway";
+}
+
 TEST(TrainerDistributed, ConfigErrorsOfTheSplitNameTheKey) {
   const std::string base =
       "[model]\nname = \"mlp\"\n[data]\nname = \"fashion_mnist\"\n[train]\nsteps = 1\n"

@@ -17,6 +17,7 @@ std::string CRenderer::value_type(const DType& t) const {
     case ScalarType::kBool: return d_.bool_type;
     case ScalarType::kI8: return d_.i8;
     case ScalarType::kU8: return d_.u8;
+    case ScalarType::kI16: return d_.i16;
     case ScalarType::kI32: return d_.i32;
     case ScalarType::kI64: return d_.i64;
     case ScalarType::kF16:
@@ -72,6 +73,10 @@ bool CRenderer::may_trap(const Expr& e) {
       if (may_trap(i)) return true;
   }
   return false;
+}
+
+bool CRenderer::is_narrow_int(const DType& t) {
+  return t.is_int() && !t.is_param() && t.bytes() < 4;
 }
 
 std::string CRenderer::cast(const std::string& value, const DType& from, const DType& to) {
@@ -145,13 +150,16 @@ std::string CRenderer::expr(const Expr& e) {
       if (d_.eager_logic && (b->op == BinaryOp::kAnd || b->op == BinaryOp::kOr) && !may_trap(b->b))
         op = b->op == BinaryOp::kAnd ? "&" : "|";
       std::string r = fmt::format("({} {} {})", x, op, y);
-      // Arithmetic on 16-bit floats is done in f32 and rounded back, as the IR says.
+      // Arithmetic on 16-bit floats is done in f32 and rounded back, as the IR says; C promotes
+      // integers narrower than int, so their results are narrowed back (wrapping) the same way.
       if (b->type.is_half() && !is_comparison(b->op)) return cast(r, kF32, b->type);
+      if (is_narrow_int(b->type)) return cast(r, kI32, b->type);
       return r;
     }
     case NodeKind::kUnary: {
       const Unary* u = e->as<Unary>();
-      return fmt::format("({}{})", u->op == UnaryOp::kNeg ? "-" : "!", expr(u->a));
+      std::string r = fmt::format("({}{})", u->op == UnaryOp::kNeg ? "-" : "!", expr(u->a));
+      return is_narrow_int(u->type) ? cast(r, kI32, u->type) : r;
     }
     case NodeKind::kCall: {
       const Call* c = e->as<Call>();

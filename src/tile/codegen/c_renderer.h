@@ -17,7 +17,7 @@ namespace tessel::tile {
 struct CDialect {
   std::string target;  // "cpu", "opencl", "cuda": named in the generated file's header
   // Value types. f16 and bf16 values are computed as f32 (`f32` below) and stored as 16 bits.
-  std::string bool_type, i8, u8, i32, i64, f32, f64;
+  std::string bool_type, i8, u8, i16, i32, i64, f32, f64;
   std::string f16_storage, bf16_storage;
   // Functions converting 16-bit storage to a float value and back, and rounding a float to the
   // precision of a 16-bit type (for casts).
@@ -73,8 +73,10 @@ class CRenderer {
   virtual void barrier(const Barrier* b);
   void store(const Store* s);
   static bool may_trap(const Expr& e);
+  // i8, u8, i16: C computes them as int, so results are narrowed back to the IR's type.
+  static bool is_narrow_int(const DType& t);
   void emit(const std::string& line);
-  void open(const std::string& line);   // emit "line {" and indent
+  void open(const std::string& line);          // emit "line {" and indent
   void close(const std::string& suffix = "");  // dedent and emit "}"
 
   const CDialect& d_;

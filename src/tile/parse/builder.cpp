@@ -109,7 +109,7 @@ Ex KernelBuilder::param(const std::string& name, int64_t default_value, Loc loc)
 
 DType KernelBuilder::dtype_param(const std::string& name, DType default_value, Loc loc) {
   if (ok()) fail(sema_->add_dtype_param(name, default_value, where(loc)));
-  return DType::param(name);
+  return DType::param(name, default_value.scalar());
 }
 
 Tile KernelBuilder::tensor(const std::string& name, DType dtype, std::vector<Dim> dims, Loc loc) {

@@ -19,7 +19,7 @@ const std::set<std::string>& reserved_names() {
                                "global",    "dtype",    "true",   "false",  "inf",    "copy",
                                "gemm",      "clear",    "fill",   "reduce", "select", "min",
                                "max",       "cdiv",     "masked", "barrier"};
-    for (int t = 0; t <= static_cast<int>(ScalarType::kF64); ++t)
+    for (int t = 0; t <= static_cast<int>(ScalarType::kI16); ++t)
       s.insert(scalar_type_name(static_cast<ScalarType>(t)));
     MathFn fn;
     for (const char* m : {"exp", "log", "tanh", "erf", "sqrt", "rsqrt", "abs", "floor", "ceil",
@@ -131,12 +131,14 @@ Status Sema::add_int_param(std::string name, int64_t default_value, SourceLoc lo
 }
 
 Status Sema::add_dtype_param(std::string name, DType default_value, SourceLoc loc) {
-  if (default_value.is_param() || !default_value.is_float())
-    return error_at(
-        loc, "dtype parameter '{}' must default to a float type (f32, f16, bf16, f64), not {}",
-        name, default_value.name());
+  if (default_value.is_param() || (!default_value.is_float() && !default_value.is_int()))
+    return error_at(loc,
+                    "dtype parameter '{}' must default to a float type (f32, f16, bf16, f64) or an "
+                    "integer type (i8, u8, i16, i32, i64), not {}",
+                    name, default_value.name());
   Symbol s;
   s.is_dtype_param = true;
+  s.dtype_param = DType::param(name, default_value.scalar());
   TESSEL_TRY(define(name, s, loc));
   kernel_.params.push_back(Param{name, true, 0, default_value, loc});
   return ok_status();
@@ -145,7 +147,7 @@ Status Sema::add_dtype_param(std::string name, DType default_value, SourceLoc lo
 Expected<DType> Sema::dtype(const std::string& name, const SourceLoc& loc) {
   if (auto t = scalar_type_from_name(name)) return DType(*t);
   const Symbol* s = find(name);
-  if (s && s->is_dtype_param) return DType::param(name);
+  if (s && s->is_dtype_param) return s->dtype_param;
   if (s) return error_at(loc, "'{}' is not a dtype", name);
   return error_at(
       loc, "unknown dtype '{}' (expected f32, f16, bf16, f64, i32, i64, ... or a dtype parameter)",
@@ -210,10 +212,9 @@ Status Sema::add_target_defaults(TargetDefaults defaults, const std::vector<Sour
         !value.empty() && (std::isdigit(static_cast<unsigned char>(value[0])) || value[0] == '-');
     if (p->is_dtype) {
       auto t = scalar_type_from_name(value);
-      if (!t || !DType(*t).is_float())
-        return error_at(value_locs[i],
-                        "parameter '{}' is a float dtype (f32, f16, bf16, f64); got '{}'", name,
-                        value);
+      if (!t || !same_dtype_class(DType(*t), p->dtype_value))
+        return error_at(value_locs[i], "parameter '{}' is {}; got '{}'", name,
+                        dtype_class_name(p->dtype_value), value);
     } else if (!is_int) {
       return error_at(value_locs[i], "parameter '{}' is an integer; got '{}'", name, value);
     }
@@ -306,7 +307,7 @@ Expected<Expr> Sema::call(const std::string& name, std::vector<Expr> args, Sourc
   if (auto t = scalar_type_from_name(name)) {
     cast_to = DType(*t);
   } else if (const Symbol* s = find(name); s && s->is_dtype_param) {
-    cast_to = DType::param(name);
+    cast_to = s->dtype_param;
   }
   if (cast_to) {
     TESSEL_TRY(expect_args(1));

@@ -89,6 +89,7 @@ class Sema {
     Expr value;     // a Var
     Buffer buffer;  // or a tile / tensor
     bool is_dtype_param = false;
+    DType dtype_param;  // DType::param(name, its default), when is_dtype_param
     SourceLoc loc;
   };
   Status define(const std::string& name, Symbol symbol, const SourceLoc& loc);

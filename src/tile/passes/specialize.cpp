@@ -38,6 +38,10 @@ class Substitute : public IRMutator {
     if (n->type.is_param()) return Var::make(n->name, resolve(n->type), n->var_kind, n->loc);
     return self;
   }
+  Expr mutate_node(const IntImm* n, const Expr& self) override {
+    if (n->type.is_param()) return IntImm::make(n->value, resolve(n->type), n->loc);
+    return self;
+  }
   Expr mutate_node(const FloatImm* n, const Expr& self) override {
     if (n->type.is_param()) return FloatImm::make(n->value, resolve(n->type), n->loc);
     return self;
@@ -88,9 +92,9 @@ Expected<Kernel> specialize(const Kernel& kernel, const std::map<std::string, st
       const std::string& text = it->second;
       if (p.is_dtype) {
         auto t = scalar_type_from_name(text);
-        if (!t || !DType(*t).is_float())
-          return error_at(p.loc, "parameter '{}' is a float dtype (f32, f16, bf16, f64); got '{}'",
-                          p.name, text);
+        if (!t || !same_dtype_class(DType(*t), p.dtype_value))
+          return error_at(p.loc, "parameter '{}' is {}; got '{}'", p.name,
+                          dtype_class_name(p.dtype_value), text);
         p.dtype_value = DType(*t);
       } else {
         int64_t v = 0;

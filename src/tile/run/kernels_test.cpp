@@ -125,6 +125,42 @@ TEST(ElementwiseKernel, CastsRoundToNearestEven) {
   }
 }
 
+// An integer dtype parameter specialised to i8, u8 and i16: C computes their sums in int, and the
+// renderers narrow them back, so a sum wraps around before the comparison sees it (as PyTorch's).
+template <typename Int>
+void check_narrow_sum(const char* type, ScalarType scalar, std::vector<Int> x, std::vector<Int> want_sum) {
+  static const std::string source =
+      "kernel narrow<T: dtype = i32>(X: T[N], Y: T[N], C: bool[N]) {\n"
+      "  grid (cdiv(N, 64)) as (b) {\n"
+      "    parallel (i) in [64] {\n"
+      "      s = X[b * 64 + i] + X[b * 64 + i]\n"
+      "      Y[b * 64 + i] = s\n"
+      "      C[b * 64 + i] = s < 0\n"
+      "    }\n"
+      "  }\n"
+      "}\n";
+  auto parsed = parse_tile(source, "narrow.tile");
+  ASSERT_TRUE(parsed.ok()) << parsed.status().to_string();
+  for (const testing::Backend& b : testing::test_backends()) {
+    SCOPED_TRACE("backend " + b.name + ", T = " + type);
+    auto launch = b.compile((*parsed)[0], {{"T", type}});
+    ASSERT_TRUE(launch.ok()) << launch.status().to_string();
+    const int64_t n = static_cast<int64_t>(x.size());
+    std::vector<Int> y(n, 0);
+    std::vector<uint8_t> c(n, 7);
+    ASSERT_TRUE((*launch)({TensorArg{x.data(), scalar, {n}, {}}, TensorArg{y.data(), scalar, {n}, {}},
+                           TensorArg{c.data(), ScalarType::kBool, {n}, {}}}).ok());
+    EXPECT_EQ(y, want_sum);
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(c[i], want_sum[i] < 0 ? 1 : 0) << "element " << i;
+  }
+}
+
+TEST(IntegerKernel, NarrowIntegerArithmeticWrapsAround) {
+  check_narrow_sum<int8_t>("i8", ScalarType::kI8, {100, -100, 64, 1, -64}, {-56, 56, -128, 2, -128});
+  check_narrow_sum<uint8_t>("u8", ScalarType::kU8, {200, 128, 1, 0}, {144, 0, 2, 0});
+  check_narrow_sum<int16_t>("i16", ScalarType::kI16, {20000, -20000, 16384, 1}, {-25536, 25536, -32768, 2});
+}
+
 const std::vector<std::pair<int64_t, int64_t>> kRows = {{1, 1}, {3, 5}, {17, 256}, {5, 600}, {64, 257}};
 
 TEST(SoftmaxKernel, RowsSumToOneAndMatchReference) {

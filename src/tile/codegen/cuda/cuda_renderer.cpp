@@ -72,6 +72,7 @@ CDialect cuda_dialect() {
   d.bool_type = "bool";
   d.i8 = "signed char";
   d.u8 = "unsigned char";
+  d.i16 = "short";
   d.i32 = "int";
   d.i64 = "long long";
   d.f32 = "float";

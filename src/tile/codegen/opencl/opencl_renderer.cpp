@@ -43,6 +43,7 @@ CDialect opencl_dialect() {
   d.bool_type = "bool";
   d.i8 = "char";
   d.u8 = "uchar";
+  d.i16 = "short";
   d.i32 = "int";
   d.i64 = "long";
   d.f32 = "float";
