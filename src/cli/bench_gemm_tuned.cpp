@@ -27,15 +27,18 @@ Expected<TunedGemms> tuned_cpu_gemms(
       TESSEL_ASSIGN_OR_RETURN(std::string chosen, choices.choose(key));
       if (chosen.empty()) continue;
       std::map<std::string, std::string> params = base.at(dtype);
-      for (const auto& [name, value] : tune::parse_params(chosen))
+      bool is_default = true;
+      for (const auto& [name, value] : tune::parse_params(chosen)) {
         params[name] = value;
+        is_default = is_default && !ops::differs_from_default(gemm, name, value);
+      }
       const std::string id = tune::params_string(params);
       if (!compiled.count(id)) {
         TESSEL_ASSIGN_OR_RETURN(ops::DeviceKernel kernel,
                                 ops::DeviceKernel::compile(gemm, cpu_device(), params));
         compiled[id] = std::make_shared<ops::DeviceKernel>(std::move(kernel));
       }
-      out[{dtype, m, n, k}] = TunedGemm{compiled[id], chosen};
+      out[{dtype, m, n, k}] = TunedGemm{compiled[id], chosen, is_default};
     }
   return out;
 }

@@ -19,7 +19,8 @@ namespace tessel::cli {
 
 struct TunedGemm {
   std::shared_ptr<ops::DeviceKernel> kernel;
-  std::string params;  // "BK=384 BM=192 BN=256"
+  std::string params;       // "BK=384 BM=192 BN=256"
+  bool is_default = false;  // the tuner kept gemm.tile's own block sizes for this shape
 };
 // By (dtype, m, n, k); empty when the database chose nothing for any shape.
 using TunedGemms = std::map<std::tuple<tile::GemmInput, int64_t, int64_t, int64_t>, TunedGemm>;

@@ -121,8 +121,9 @@ struct Contender {
   double settle_seconds;
   std::function<Status(float* c)> fetch;
   bool is_tessel = false;
-  std::string tiles;         // tessel-cpu's tuned block sizes, when the tuning database chose them
-  bool opencl_peer = false;  // CLBlast: tessel-opencl's peer, not tessel-cpu's
+  std::string tiles;  // tessel-cpu's tuned block sizes, when the tuning database chose them
+  bool tuned_is_default = false;  // ... and they are gemm.tile's own
+  bool opencl_peer = false;       // CLBlast: tessel-opencl's peer, not tessel-cpu's
   std::vector<float> c;
   std::vector<double> seconds;
   double gflops = 0;
@@ -361,7 +362,10 @@ Status run_bench(const Options& options) {
           [=, &w](float* c) { return tuned_cpu->launch(gemm_args(w, dtype, a, b, c)); },
           /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
       contenders.back().is_tessel = true;
-      if (tuned_here != tuned.end()) contenders.back().tiles = tuned_here->second.params;
+      if (tuned_here != tuned.end()) {
+        contenders.back().tiles = tuned_here->second.params;
+        contenders.back().tuned_is_default = tuned_here->second.is_default;
+      }
       if (!tuned.empty()) {
         contenders.emplace_back(
             "tessel-cpu-default",
@@ -504,7 +508,10 @@ Status run_bench(const Options& options) {
                                 {"agrees", bool(agrees[x])}};
           if (c.is_tessel && peer_of(c) > 0) row["ratio"] = std::round(ratio(c) * 1000) / 1000;
           if (c.impl == "tessel-cpu") row["isa"] = isa.name;
-          if (!c.tiles.empty()) row["tuned"] = c.tiles;
+          if (!c.tiles.empty()) {
+            row["tuned"] = c.tiles;
+            row["tuned_is_default"] = c.tuned_is_default;
+          }
           std::printf("%s\n", row.dump().c_str());
         }
       } else {
@@ -539,6 +546,12 @@ Status run_bench(const Options& options) {
         }
         if (best_peer > 0) std::printf("  %.2fx", ratio(*find("tessel-cpu")));
         if (cl && peer_of(*cl) > 0) std::printf(", %.2fx", ratio(*cl));
+        const Contender* cpu = find("tessel-cpu");
+        if (const Contender* d = find("tessel-cpu-default"); d && d->gflops > 0)
+          std::printf("; tuned %.2fx default (%s)", cpu->gflops / d->gflops,
+                      cpu->tiles.empty()      ? "not tuned"
+                      : cpu->tuned_is_default ? "same kernel: the tuner kept the defaults"
+                                              : cpu->tiles.c_str());
         bool all_agree = std::all_of(agrees.begin(), agrees.end(), [](bool v) { return v; });
         std::printf("%s\n", all_agree ? "" : "  RESULTS DIFFER");
       }

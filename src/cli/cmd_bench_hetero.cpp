@@ -155,7 +155,7 @@ struct StepResult {
 // One data-parallel step with `shares` rows per rank.
 Expected<StepResult> train_step(train::WorkloadRun& run, parallel::DataParallel& dp,
                                 dist::ProcessGroup& group, const std::vector<int64_t>& shares,
-                                train::WorkloadRun* shadow) {
+                                train::WorkloadRun* shadow, parallel::GroupBatchNormSync* sync) {
   const int r = group.rank();
   int64_t lo = 0, global = 0;
   for (size_t q = 0; q < shares.size(); ++q) {
@@ -180,6 +180,8 @@ Expected<StepResult> train_step(train::WorkloadRun& run, parallel::DataParallel&
   }
   StepResult result;
   result.compute_s = std::chrono::duration<double>(Clock::now() - start).count();
+  // Synchronised batch norm waits for the slowest rank at every layer: not this rank's work.
+  if (sync) result.compute_s -= sync->take_waited_s();
   TESSEL_TRY(rows > 0 ? dp.finish_backward() : dp.pass_without_rows());
   TESSEL_TRY(dp.optimizer().step());
   TESSEL_TRY(run.parameters().zero_grad());
@@ -235,8 +237,10 @@ Status run_worker(const Options& o) {
       auto dp,
       parallel::DataParallel::create(run->parameters(), *group, make_adamw, {.zero_stage = stage}));
   TESSEL_TRY(dp->broadcast_buffers(run->model()));
-  if (o.batch_norm == "sync")  // the shadow and the one-process run keep plain batch norm
-    TESSEL_TRY(parallel::convert_sync_batchnorm(run->model(), *group, dp.get()).status());
+  std::shared_ptr<parallel::GroupBatchNormSync> sync;
+  if (o.batch_norm == "sync") {  // the shadow and the one-process run keep plain batch norm
+    TESSEL_ASSIGN_OR_RETURN(sync, parallel::convert_sync_batchnorm(run->model(), *group, dp.get()));
+  }
   std::unique_ptr<train::WorkloadRun> shadow;
   if (o.slow_by == "repeat" && rank == o.slow_rank) {
     TESSEL_ASSIGN_OR_RETURN(shadow, train::WorkloadRun::create(o.workload, cpu_device(), 2));
@@ -251,7 +255,7 @@ Status run_worker(const Options& o) {
   std::vector<double> job_losses, one_process_losses;
   for (int s = 0; s < o.check_steps; ++s) {
     TESSEL_ASSIGN_OR_RETURN(StepResult step,
-                            train_step(*run, *dp, *group, check_shares, shadow.get()));
+                            train_step(*run, *dp, *group, check_shares, shadow.get(), sync.get()));
     job_losses.push_back(step.loss);
   }
   if (rank == 0 && o.check_steps > 0) {  // the same initial weights (seed 1), the whole batch
@@ -284,7 +288,7 @@ Status run_worker(const Options& o) {
         const bool uneven = split.name == "uneven";
         const std::vector<int64_t> shares = uneven ? balance.shares() : even;
         TESSEL_ASSIGN_OR_RETURN(StepResult step,
-                                train_step(*run, *dp, *group, shares, shadow.get()));
+                                train_step(*run, *dp, *group, shares, shadow.get(), sync.get()));
         if (uneven && ++uneven_steps % o.rebalance_every == 0) {
           TESSEL_ASSIGN_OR_RETURN(bool moved,
                                   balance.exchange(*group, shares[size_t(rank)], step.compute_s));

@@ -41,6 +41,7 @@ struct Options {
   std::string model;
   bool compare = false;
   bool quick = false;
+  bool reuse = false;
   std::string trial;
 };
 
@@ -58,7 +59,9 @@ void print_outcome(const TuneOutcome& o, bool json) {
                           {"best", o.best_params},
                           {"best_seconds", o.best_seconds},
                           {"default", o.default_params},
-                          {"default_seconds", o.default_seconds}};
+                          {"default_seconds", o.default_seconds},
+                          {"chosen", o.chosen_params},
+                          {"confirm_ratios", o.confirm_ratios}};
     if (flops > 0 && o.best_seconds > 0) row["gflops"] = flops / o.best_seconds * 1e-9;
     std::printf("%s\n", row.dump().c_str());
     return;
@@ -69,12 +72,15 @@ void print_outcome(const TuneOutcome& o, bool json) {
   if (o.default_seconds > 0)
     std::printf(", defaults (%s) %.3f ms: %.2fx", o.default_params.c_str(), o.default_seconds * 1e3,
                 o.default_seconds / o.best_seconds);
+  if (!o.chosen_params.empty())
+    std::printf(", chosen: %s",
+                o.chosen_params == o.default_params ? "the defaults" : o.chosen_params.c_str());
   std::printf("  [%d trials, %d failed]\n", o.trials, o.failed);
 }
 
 Status show(tune::TuneDb& db, bool json) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<tune::Trial> rows, db.all());
-  // The best ok trial of each key, and how many trials each key has.
+  // The choice of each key, and how many trials each key has.
   std::map<std::string, std::pair<const tune::Trial*, int>> best;
   for (const tune::Trial& t : rows) {
     const std::string key = t.key.kernel + "|" + t.key.device + "|" + t.key.dtype + "|" +
@@ -82,7 +88,11 @@ Status show(tune::TuneDb& db, bool json) {
                             t.key.source_hash;
     auto& [pick, count] = best[key];
     ++count;
-    if (t.status == "ok" && (pick == nullptr || t.seconds < pick->seconds)) pick = &t;
+    // The tuner's choice, else (a database from an older tuner) the fastest good trial.
+    auto chosen = [](const tune::Trial* x) { return x->detail.rfind(tune::kChosenPrefix, 0) == 0; };
+    if (t.status == "ok" && (pick == nullptr || (chosen(&t) && !chosen(pick)) ||
+                             (chosen(&t) == chosen(pick) && t.seconds < pick->seconds)))
+      pick = &t;
   }
   if (!json)
     std::printf("%s: %zu trials\n%-13s %-5s %-8s %-20s %-26s %10s %6s  %s\n", db.path().c_str(),
@@ -150,7 +160,8 @@ Status run(const Options& o) {
   }
   if (o.show) TESSEL_TRY(show(*db, o.json));
   if (o.compare) {
-    TESSEL_ASSIGN_OR_RETURN(double worst, compare_exhaustive(o.device, o.json, db.get(), o.quick));
+    TESSEL_ASSIGN_OR_RETURN(double worst,
+                            compare_exhaustive(o.device, o.json, db.get(), o.quick, o.reuse));
     if (!o.json) std::printf("worst ratio: %.3f\n", worst);
   }
   std::vector<TuneTarget> targets;
@@ -203,7 +214,7 @@ void add_tune_command(CLI::App& app) {
   tune->add_flag("--json", options->json, "one JSON object per result");
   tune->add_option("--db", options->db,
                    "tuning database (default $TESSEL_TUNE_DB, else ~/.cache/tessel/tune.db)");
-  tune->add_flag("--show", options->show, "list the best specialisation of every tuned key");
+  tune->add_flag("--show", options->show, "list the chosen specialisation of every tuned key");
   tune->add_option("--export", options->export_file, "write every trial to FILE (JSON lines)");
   tune->add_option("--import", options->import_file, "add the trials of FILE (from --export)");
   tune->add_option("--model", options->model,
@@ -211,6 +222,9 @@ void add_tune_command(CLI::App& app) {
   tune->add_flag("--compare-exhaustive", options->compare,
                  "search vs random vs grid on spaces measured exhaustively");
   tune->add_flag("--quick", options->quick, "with --compare-exhaustive: two small cases only");
+  tune->add_flag("--reuse", options->reuse,
+                 "with --compare-exhaustive: points the database already measured are not "
+                 "measured again (replays the searches over an earlier run)");
   tune->add_option("--trial", options->trial, "(internal) run one trial and print its result")
       ->group("");
   tune->callback([options] {

@@ -13,7 +13,9 @@ namespace tessel::cli {
 
 // `device`: "cpu" runs the CPU cases, "opencl:0" / "cuda:0" the GPU ones. Prints a table (or one
 // JSON object per case with `json`); returns the worst ratio (best in 32 trials / exhaustive).
+// With `reuse`, a point the database already holds a trial of (from an earlier run, same kernel
+// source and device) is not measured again: for replaying the searches cheaply.
 Expected<double> compare_exhaustive(const std::string& device, bool json, tune::TuneDb* db,
-                                    bool quick);
+                                    bool quick, bool reuse = false);
 
 }  // namespace tessel::cli

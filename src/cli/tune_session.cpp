@@ -112,6 +112,63 @@ Expected<PreparedTarget> prepare_target(const TuneTarget& target) {
   return out;
 }
 
+namespace {
+
+// One timing among a search's trials is luck on a shared machine. So the search's best and the
+// kernel's defaults are timed again, launch by launch in turns inside one child process (a
+// neighbour's load hits both alike), in `confirm_rounds` children; the best is chosen only when
+// the median of the rounds' time ratios is below 1 - margin and no round has it slower.
+// Otherwise the defaults are chosen: the op library then runs exactly what it runs untuned.
+Status confirm_best(const TuneTarget& target, const PreparedTarget& prepared,
+                    const tune::SpacePoints& space, int best, const TuneLimits& limits,
+                    tune::TuneDb* db, std::FILE* progress, TuneOutcome* out) {
+  std::string chosen = out->default_params;
+  double chosen_seconds = out->default_seconds;
+  std::string why = "the defaults were the best point";
+  if (best != space.default_index) {
+    std::vector<double> best_times, default_times;
+    for (int round = 0; round < limits.confirm_rounds; ++round) {
+      TrialRequest request{target.kernel, target.device, target.fixed, target.sizes};
+      for (const auto& [name, value] : space.points[best])
+        request.params[name] = value;
+      request.seconds = limits.confirm_seconds;
+      request.versus_defaults = true;
+      TrialResult r = run_trial(request);
+      if (r.status != "ok" || !(r.ratio > 0)) break;
+      out->confirm_ratios.push_back(r.ratio);
+      best_times.push_back(r.seconds);
+      default_times.push_back(r.default_seconds);
+    }
+    std::vector<double> ratios = out->confirm_ratios;
+    std::sort(ratios.begin(), ratios.end());
+    const double median_ratio = tune::median_of(ratios);
+    const bool confirmed =
+        tune::confirmed_faster(ratios, limits.confirm_rounds, limits.confirm_margin);
+    if (!default_times.empty()) out->default_seconds = tune::median_of(default_times);
+    why = fmt::format("best/defaults time ratio {:.3f} (median of {} rounds, worst {:.3f})",
+                      ratios.empty() ? 1.0 : median_ratio, ratios.size(),
+                      ratios.empty() ? 0.0 : ratios.back());
+    if (confirmed) {
+      chosen = out->best_params;
+      chosen_seconds = tune::median_of(best_times);
+      why = "faster than the defaults: " + why;
+    } else {
+      chosen_seconds = out->default_seconds;
+      why = fmt::format("defaults kept: {} (needs <= {:.3f}, every round < 1)", why,
+                        1.0 - limits.confirm_margin);
+    }
+    if (progress)
+      std::fprintf(progress, "  confirmation of %s: %s\n", out->best_params.c_str(), why.c_str());
+  }
+  out->chosen_params = chosen;
+  if (db && chosen_seconds > 0)
+    TESSEL_TRY(db->choose({prepared.key, chosen, "ok", chosen_seconds,
+                           std::string(tune::kChosenPrefix) + " " + why}));
+  return ok_status();
+}
+
+}  // namespace
+
 Expected<TuneOutcome> tune_target(const TuneTarget& target, const TuneLimits& limits,
                                   tune::TuneDb* db, std::FILE* progress) {
   TESSEL_ASSIGN_OR_RETURN(PreparedTarget prepared, prepare_target(target));
@@ -168,40 +225,9 @@ Expected<TuneOutcome> tune_target(const TuneTarget& target, const TuneLimits& li
     out.best_params = tune::params_string(space.points[search.best()]);
     out.best_seconds = search.best_cost();
   }
-  // On a shared machine one fast run can be luck: the winner and the defaults are measured again,
-  // taking turns, and each keeps the median of its runs, so the database prefers a specialisation
-  // over the defaults only when it stays faster.
-  const int best = search.best();
-  if (best >= 0 && space.default_index >= 0 && best != space.default_index &&
-      out.default_seconds > 0 && limits.confirm_rounds > 0) {
-    std::vector<double> runs[2] = {{out.best_seconds}, {out.default_seconds}};
-    const int points[2] = {best, space.default_index};
-    for (int round = 0; round < limits.confirm_rounds; ++round)
-      for (int i = 0; i < 2; ++i) {
-        TrialRequest request{target.kernel, target.device, target.fixed, target.sizes};
-        for (const auto& [name, value] : space.points[points[i]])
-          request.params[name] = value;
-        TrialResult r = run_trial(request);
-        if (r.status == "ok") runs[i].push_back(r.seconds);
-      }
-    double median[2];
-    for (int i = 0; i < 2; ++i) {
-      std::sort(runs[i].begin(), runs[i].end());
-      median[i] = runs[i][runs[i].size() / 2];
-      if (db) {
-        tune::Trial t{prepared.key, tune::params_string(space.points[points[i]]), "ok", median[i],
-                      fmt::format("median of {} runs", runs[i].size())};
-        TESSEL_TRY(db->record(t));
-      }
-    }
-    out.default_seconds = median[1];
-    const int winner = median[0] < median[1] ? 0 : 1;
-    out.best_params = tune::params_string(space.points[points[winner]]);
-    out.best_seconds = median[winner];
-    if (progress)
-      std::fprintf(progress, "  confirmed: %s %.3f ms, defaults %.3f ms (medians)\n",
-                   out.best_params.c_str(), out.best_seconds * 1e3, median[1] * 1e3);
-  }
+  out.default_params = tune::params_string(space.defaults);
+  if (search.best() < 0 || limits.confirm_rounds <= 0) return out;
+  TESSEL_TRY(confirm_best(target, prepared, space, search.best(), limits, db, progress, &out));
   return out;
 }
 

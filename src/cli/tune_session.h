@@ -26,8 +26,14 @@ struct TuneLimits {
   int budget = 32;     // trials
   double seconds = 0;  // wall time, 0: none
   uint64_t seed = 1;
-  int patience = 12;       // 0: no early stop
-  int confirm_rounds = 2;  // re-measurements of the winner and the defaults, taking turns
+  int patience = 12;  // 0: no early stop
+  // The confirmation (tune_target): child processes that time the search's best and the
+  // defaults launch by launch in turns, for confirm_seconds each; 0 rounds: none (nothing chosen).
+  int confirm_rounds = 3;
+  double confirm_seconds = 0.5;
+  // The best replaces the defaults only when its median time ratio over the rounds is at most
+  // 1 - margin and no round has it slower.
+  double confirm_margin = 0.03;
 };
 
 struct TuneOutcome {
@@ -38,6 +44,11 @@ struct TuneOutcome {
   double best_seconds = 0;
   double default_seconds = 0;  // the kernel's defaults, when they are a point of the space
   std::string default_params;
+  // The confirmation: each round's (best / defaults) time ratio, and what went into the
+  // database as the choice (best_params, or default_params when the best was not confirmed);
+  // default_seconds is then the confirmation's median.
+  std::vector<double> confirm_ratios;
+  std::string chosen_params;
 };
 
 // The concrete space and the database key of a target.
@@ -48,7 +59,10 @@ struct PreparedTarget {
 };
 Expected<PreparedTarget> prepare_target(const TuneTarget& target);
 
-// Runs the search; `db` may be null (nothing recorded); progress lines go to `progress`.
+// Runs the search, confirms its best against the kernel's defaults and records the choice (the
+// best only when confirmed faster, else the defaults, so a tuned launch is never slower than an
+// untuned one beyond noise); `db` may be null (nothing recorded); progress lines go to
+// `progress`.
 Expected<TuneOutcome> tune_target(const TuneTarget& target, const TuneLimits& limits,
                                   tune::TuneDb* db, std::FILE* progress);
 

@@ -24,11 +24,8 @@ namespace tessel::cli {
 namespace {
 
 nlohmann::json request_json(const TrialRequest& r) {
-  return {{"kernel", r.kernel},
-          {"device", r.device},
-          {"params", r.params},
-          {"sizes", r.sizes},
-          {"seconds", r.seconds}};
+  return {{"kernel", r.kernel}, {"device", r.device},   {"params", r.params},
+          {"sizes", r.sizes},   {"seconds", r.seconds}, {"versus_defaults", r.versus_defaults}};
 }
 
 std::string self_path() {
@@ -144,6 +141,45 @@ Status time_kernel(const TrialRequest& r, const std::vector<ops::KernelArg>& arg
   return ok_status();
 }
 
+// The candidate and the defaults in rounds of one launch each, the order alternating, until the
+// time budget is spent (at least 9 rounds, at most 1000); the medians of each and the median of
+// the per-round ratios.
+Status time_versus_defaults(const TrialRequest& r, const ops::KernelParams& defaults,
+                            const std::vector<ops::KernelArg>& args,
+                            const std::vector<ops::KernelArg>& default_args, Device* device,
+                            TrialResult* result) {
+  const ops::KernelParams* params[2] = {&r.params, &defaults};
+  const std::vector<ops::KernelArg>* launch_args[2] = {&args, &default_args};
+  auto launch = [&](int i) -> Expected<double> {
+    auto start = std::chrono::steady_clock::now();
+    TESSEL_TRY(ops::launch_kernel(r.kernel, *params[i], *launch_args[i]));
+    TESSEL_TRY(device->synchronize());
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  for (int i = 0; i < 2; ++i)
+    TESSEL_TRY(launch(i).status());  // warm-up
+  std::vector<double> times[2], ratios;
+  double total = 0;
+  for (int round = 0; round < 9 || (total < r.seconds && round < 1000); ++round) {
+    double t[2];
+    for (int turn = 0; turn < 2; ++turn) {
+      const int i = (round + turn) % 2;
+      TESSEL_ASSIGN_OR_RETURN(t[i], launch(i));
+      times[i].push_back(t[i]);
+      total += t[i];
+    }
+    ratios.push_back(t[0] / t[1]);
+  }
+  auto median = [](std::vector<double>& v) {
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2];
+  };
+  result->seconds = median(times[0]);
+  result->default_seconds = median(times[1]);
+  result->ratio = median(ratios);
+  return ok_status();
+}
+
 // The trial itself; `status` names what failed.
 Status trial(const TrialRequest& r, TrialResult* result) {
   tune::TuneChoices::global().use_database("");  // the request's parameters, not the database's
@@ -187,7 +223,10 @@ Status trial(const TrialRequest& r, TrialResult* result) {
         fmt::format("differs from the reference by {:.3g} (tolerance {:.1g})", error, tolerance);
     return ok_status();
   }
-  TESSEL_TRY(time_kernel(r, args, device, &result->seconds));
+  if (r.versus_defaults)
+    TESSEL_TRY(time_versus_defaults(r, defaults, args, ref_args, device, result));
+  else
+    TESSEL_TRY(time_kernel(r, args, device, &result->seconds));
   result->status = "ok";
   return ok_status();
 }
@@ -212,6 +251,8 @@ TrialResult run_trial(const TrialRequest& request, int timeout_seconds) {
       result.status = j["status"];
       result.seconds = j.value("seconds", 0.0);
       result.detail = j.value("detail", "");
+      result.default_seconds = j.value("default_seconds", 0.0);
+      result.ratio = j.value("ratio", 0.0);
       return result;
     }
     if (start == 0) break;
@@ -238,13 +279,16 @@ int run_trial_child(const std::string& request_json) {
   r.params = j["params"].get<std::map<std::string, std::string>>();
   r.sizes = j["sizes"].get<std::map<std::string, int64_t>>();
   r.seconds = j.value("seconds", 0.15);
+  r.versus_defaults = j.value("versus_defaults", false);
   Status s = trial(r, &result);
   if (!s.ok()) result.detail = s.message();
-  std::printf("%s\n",
-              nlohmann::json{
-                  {"status", result.status}, {"seconds", result.seconds}, {"detail", result.detail}}
-                  .dump()
-                  .c_str());
+  nlohmann::json answer = {
+      {"status", result.status}, {"seconds", result.seconds}, {"detail", result.detail}};
+  if (r.versus_defaults) {
+    answer["default_seconds"] = result.default_seconds;
+    answer["ratio"] = result.ratio;
+  }
+  std::printf("%s\n", answer.dump().c_str());
   std::fflush(stdout);
   return s.ok() ? 0 : 1;
 }

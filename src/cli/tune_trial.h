@@ -6,7 +6,8 @@
 // beta = 0), runs the kernel's default specialisation and the candidate on the same inputs, and
 // compares every tensor (a different result is "wrong"); for gemm and batched_gemm it also checks
 // sampled outputs against a double-precision dot product of the inputs. Then it times the
-// candidate (median of repeated launches) and prints one JSON line.
+// candidate (median of repeated launches), or the candidate and the defaults in turns
+// (versus_defaults), and prints one JSON line.
 #pragma once
 
 #include <cstdint>
@@ -21,12 +22,19 @@ struct TrialRequest {
   std::map<std::string, std::string> params;  // every parameter passed (tuned and fixed)
   std::map<std::string, int64_t> sizes;       // the kernel's sizes by name
   double seconds = 0.15;                      // timing budget
+  // Also time the kernel's defaults, taking turns with the candidate launch by launch (the
+  // tuner's confirmation: a neighbour's load then hits both alike).
+  bool versus_defaults = false;
 };
 
 struct TrialResult {
   std::string status;  // ok, compile_error, wrong, crash, timeout
   double seconds = 0;  // per launch
   std::string detail;
+  // With versus_defaults: the defaults' median time per launch, and the median over rounds of
+  // (candidate time / defaults time) within a round.
+  double default_seconds = 0;
+  double ratio = 0;
 };
 
 // Parent side: runs the request in a child `tessel` and reads its answer.

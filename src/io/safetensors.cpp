@@ -336,6 +336,8 @@ Expected<SafetensorsFile> load_safetensors(const std::string& path, const secure
   } catch (const nlohmann::json::parse_error& e) {
     return invalid_argument("{}: byte offset {}: the header is not valid JSON: {}", path,
                             8 + (e.byte > 0 ? e.byte - 1 : 0), e.what());
+  } catch (const nlohmann::json::exception& e) {  // a number out of range: 4E294967296
+    return invalid_argument("{}: byte offset 8: the header is not valid JSON: {}", path, e.what());
   }
   if (!header.is_object())
     return invalid_argument("{}: byte offset 8: expected the header to be a JSON object", path);

@@ -432,9 +432,11 @@ Expected<Tensor> embedding_forward(const std::vector<Tensor>& in, const TensorMe
   return y;
 }
 
-// dW = S dY with S [V, R] the 0/1 matrix of which positions hold which id, in CSR (positions
-// grouped by id on the host): the spmm_csr kernel of kernels/sparse.tile sums each row's
-// positions, O(V C + R C) (a kernel that scanned every id for each row of dW was O(V R C)).
+// dW = the sum of dY's rows per id: the positions grouped by id on the host (a counting sort),
+// then kernel embedding_grad adds each distinct id's sum into its row. Where the weight's
+// gradient already exists (a flat parameter's, zeroed by zero_grad), it adds there in place
+// (grad_into) and returns no tensor; else into zeros. O(V) on the host for the counts, O(R C)
+// on the device: rows no id names are not touched.
 Expected<std::vector<Tensor>> embedding_backward(const BackwardArgs& b) {
   const Shape& ws = b.input_meta[0].shape;
   TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> ids, b.inputs[1].to_vector<int64_t>());
@@ -443,21 +445,31 @@ Expected<std::vector<Tensor>> embedding_backward(const BackwardArgs& b) {
     indptr[id + 1] += 1;
   for (size_t v = 1; v < indptr.size(); ++v)
     indptr[v] += indptr[v - 1];
-  std::vector<int64_t> next(indptr.begin(), indptr.end() - 1);
+  std::vector<int64_t> next(indptr.begin(), indptr.end() - 1), distinct, starts;
   for (size_t r = 0; r < ids.size(); ++r)
     positions[next[ids[r]]++] = static_cast<int64_t>(r);
-  Device* device = b.grad_output.device();
-  const int64_t n = static_cast<int64_t>(ids.size());
-  TESSEL_ASSIGN_OR_RETURN(Tensor rowptr, Tensor::from_vector(indptr, {ws[0] + 1}, device));
-  TESSEL_ASSIGN_OR_RETURN(Tensor cols, Tensor::from_vector(positions, {n}, device));
-  TESSEL_ASSIGN_OR_RETURN(Tensor ones, Tensor::full({n}, 1.0, DType::kF32, device));
-  TESSEL_ASSIGN_OR_RETURN(View g, rows_view(b.grad_output));
-  TESSEL_ASSIGN_OR_RETURN(Tensor dw, empty_like_device(ws, DType::kF32, b.grad_output));
-  KernelParams params{{"T", "f32"}};
-  if (device->kind() == DeviceKind::kCpu)
-    params["BN"] = ws[1] <= 64 ? "64" : ws[1] <= 128 ? "128" : "256";
-  TESSEL_TRY(launch_kernel("spmm_csr", params, {rowptr, cols, ones, g, dw}));
-  return std::vector<Tensor>{dw, Tensor()};
+  for (int64_t v = 0; v < ws[0]; ++v)
+    if (indptr[v + 1] > indptr[v]) {
+      distinct.push_back(v);
+      starts.push_back(indptr[v]);
+    }
+  starts.push_back(static_cast<int64_t>(ids.size()));
+  const Tensor& into = b.grad_into.empty() ? Tensor() : b.grad_into[0];
+  Tensor dw = into;
+  if (!dw.defined()) {
+    TESSEL_ASSIGN_OR_RETURN(dw, Tensor::zeros(ws, DType::kF32, b.grad_output.device()));
+  }
+  if (!distinct.empty()) {
+    Device* device = b.grad_output.device();
+    const int64_t n = static_cast<int64_t>(ids.size()), u = static_cast<int64_t>(distinct.size());
+    TESSEL_ASSIGN_OR_RETURN(Tensor idx, Tensor::from_vector(distinct, {u}, device));
+    TESSEL_ASSIGN_OR_RETURN(Tensor st, Tensor::from_vector(starts, {u + 1}, device));
+    TESSEL_ASSIGN_OR_RETURN(Tensor pos, Tensor::from_vector(positions, {n}, device));
+    TESSEL_ASSIGN_OR_RETURN(View g, rows_view(b.grad_output));
+    TESSEL_TRY(
+        launch_kernel("embedding_grad", {{"W", std::to_string(ws[1])}}, {g, idx, st, pos, dw}));
+  }
+  return std::vector<Tensor>{into.defined() ? Tensor() : dw, Tensor()};
 }
 
 RefTensor embedding_reference(const std::vector<RefTensor>& in, const Attrs&) {

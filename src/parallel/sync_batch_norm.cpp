@@ -1,6 +1,7 @@
 // SyncBatchNorm's cross-rank sum (sync_batch_norm.h).
 #include "parallel/sync_batch_norm.h"
 
+#include <chrono>
 #include <vector>
 
 namespace tessel::parallel {
@@ -39,10 +40,12 @@ Expected<Tensor> GroupBatchNormSync::sum_over_ranks(const Tensor& local, double 
   std::vector<double> sums(values.begin(), values.end());
   for (double& v : sums)
     v *= weight;
+  const auto start = std::chrono::steady_clock::now();
   TESSEL_ASSIGN_OR_RETURN(
       dist::Work work,
       group_.all_reduce(sums.data(), sums.size(), dist::DataType::kFloat64, dist::RedOp::kSum));
   TESSEL_TRY(work.wait());
+  waited_s_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < sums.size(); ++i)
     values[i] = float(sums[i] / weight);
   return Tensor::from_vector(values, local.shape(), local.device());
@@ -52,11 +55,18 @@ Expected<autograd::Variable> GroupBatchNormSync::all_reduce_sum(const autograd::
   return autograd::apply(op_, {local});
 }
 
-Expected<int> convert_sync_batchnorm(nn::Module& model, dist::ProcessGroup& group,
-                                     const DataParallel* data_parallel) {
+double GroupBatchNormSync::take_waited_s() {
+  const double waited = waited_s_;
+  waited_s_ = 0;
+  return waited;
+}
+
+Expected<std::shared_ptr<GroupBatchNormSync>> convert_sync_batchnorm(
+    nn::Module& model, dist::ProcessGroup& group, const DataParallel* data_parallel) {
   if (group.size() < 1) return invalid_argument("convert_sync_batchnorm: an empty group");
-  return nn::convert_sync_batchnorm(model,
-                                    std::make_shared<GroupBatchNormSync>(group, data_parallel));
+  auto sync = std::make_shared<GroupBatchNormSync>(group, data_parallel);
+  sync->set_layers(nn::convert_sync_batchnorm(model, sync));
+  return sync;
 }
 
 }  // namespace tessel::parallel

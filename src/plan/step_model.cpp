@@ -149,26 +149,35 @@ double all_reduce_seconds(double bytes, const Network& network) {
   return 0;
 }
 
-Expected<Link> fit_link(const Network& network, double small_bytes, double small_s,
-                        double big_bytes, double big_s) {
-  // all_reduce_seconds is linear in (latency, 1 / bandwidth): read its coefficients off.
-  auto coefficients = [&](double bytes) {
+Expected<Link> fit_link(const Network& network,
+                        const std::vector<std::pair<double, double>>& timings) {
+  // T = a(S) latency + b(S) / bandwidth, linear in (latency, 1 / bandwidth), fitted in seconds:
+  // the big messages, which carry a step's bytes, weigh most. (Through a shaped queue TCP moves
+  // big messages slower per byte than small ones, which a burst lets through at line rate.)
+  double saa = 0, sab = 0, sbb = 0, sat = 0, sbt = 0;
+  for (const auto& [bytes, seconds] : timings) {
+    if (!(seconds > 0)) continue;
     Network n = network;
     n.link = {.bytes_per_s = 1e300, .latency_s = 1};
     const double a = all_reduce_seconds(bytes, n);
     n.link = {.bytes_per_s = 1, .latency_s = 0};
-    return std::pair{a, all_reduce_seconds(bytes, n)};  // seconds per (s of latency, B/s^-1)
-  };
-  const auto [a1, b1] = coefficients(small_bytes);
-  const auto [a2, b2] = coefficients(big_bytes);
-  const double det = a1 * b2 - a2 * b1;
-  const double latency = (small_s * b2 - big_s * b1) / det;
-  const double inverse_rate = (a1 * big_s - a2 * small_s) / det;
+    const double b = all_reduce_seconds(bytes, n);
+    saa += a * a;
+    sab += a * b;
+    sbb += b * b;
+    sat += a * seconds;
+    sbt += b * seconds;
+  }
+  const double det = saa * sbb - sab * sab;
+  double latency = (sat * sbb - sbt * sab) / det;
+  double inverse_rate = (saa * sbt - sab * sat) / det;
+  if (std::isfinite(latency) && latency < 0) {  // no latency: bandwidth alone
+    latency = 0;
+    inverse_rate = sbt / sbb;
+  }
   if (!(std::isfinite(latency) && std::isfinite(inverse_rate)) || inverse_rate <= 0)
-    return invalid_argument(
-        "cannot fit a link to all-reduces of {} B in {:.3g} s and {} B in {:.3g} s", small_bytes,
-        small_s, big_bytes, big_s);
-  return Link{.bytes_per_s = 1 / inverse_rate, .latency_s = std::max(0.0, latency)};
+    return invalid_argument("cannot fit a link to {} all-reduce timings", timings.size());
+  return Link{.bytes_per_s = 1 / inverse_rate, .latency_s = latency};
 }
 
 double ComputeProfile::gradient_bytes() const {
@@ -178,18 +187,83 @@ double ComputeProfile::gradient_bytes() const {
   return total;
 }
 
-StepPrediction predict_step(const ComputeProfile& profile, const Network& network, bool overlap) {
+double Contention::compute_slowdown() const {
+  return std::max(1.0, ranks / cores);
+}
+double Contention::compute_slowdown_in_comm() const {
+  return std::max(1.0, ranks * (1 + comm_share) / cores);
+}
+
+StepPrediction predict_step(const ComputeProfile& profile, const Network& network, bool overlap,
+                            const Contention& contention) {
   StepPrediction p;
-  p.compute_s = profile.forward_s + profile.backward_s + profile.optimizer_s;
-  double end = 0;  // after backward started
+  const double slow = contention.compute_slowdown();
+  // Wall seconds per second of (contended) compute while a collective is in flight.
+  const double in_comm = contention.compute_slowdown_in_comm() / slow;
+  const double comm_rate = std::clamp(contention.comm_rate_in_compute, 1e-6, 1.0);
+  const double backward_work = profile.backward_s * slow;
+  std::vector<double> seconds;  // each bucket's all-reduce at full speed
   for (const BucketProfile& b : profile.buckets) {
-    const double seconds = all_reduce_seconds(b.bytes, network);
-    p.comm_s += seconds;
-    const double ready = overlap ? std::min(b.ready_s, profile.backward_s) : profile.backward_s;
-    end = std::max(end, ready) + seconds;
+    seconds.push_back(all_reduce_seconds(b.bytes, network));
+    p.comm_s += seconds.back();
   }
-  p.exposed_s = std::max(0.0, end - profile.backward_s);
-  p.step_s = p.compute_s + p.exposed_s;
+  // Backward and the buckets' all-reduces as a walk through piecewise-constant rates: compute
+  // (in seconds of contended work) goes at 1 / in_comm while a collective is in flight, else 1;
+  // a collective (in seconds of its own) goes at comm_rate while backward computes, else 1.
+  // Without overlap the all-reduces start when backward ends.
+  const size_t n = profile.buckets.size();
+  std::vector<double> ends(n, 0.0);
+  double wall = 0, work = 0, left = 0;  // `left`: of the collective in flight
+  size_t ready = 0, running = 0;        // buckets whose gradients are in; collectives begun
+  bool busy = false;
+  auto ready_at = [&](size_t i) {
+    return overlap ? std::min(profile.buckets[i].ready_s, profile.backward_s) * slow
+                   : backward_work;
+  };
+  while (true) {
+    while (ready < n && ready_at(ready) <= work)
+      ++ready;
+    if (!busy && running < ready) {
+      left = seconds[running++];
+      busy = true;
+    }
+    const bool computing = work < backward_work;
+    if (!computing && !busy) break;
+    const double compute_speed = busy ? 1 / in_comm : 1;
+    const double transfer_speed = computing ? comm_rate : 1;
+    double dt = 1e300;
+    if (computing) {
+      const double target = ready < n ? std::min(ready_at(ready), backward_work) : backward_work;
+      dt = std::min(dt, (target - work) / compute_speed);
+    }
+    if (busy) dt = std::min(dt, left / transfer_speed);
+    wall += dt;
+    if (computing) {
+      work = std::min(backward_work, work + dt * compute_speed);
+      if (work >= backward_work) p.backward_s = wall;
+    }
+    if (busy) {
+      left -= dt * transfer_speed;
+      if (left <= 1e-15) {
+        ends[running - 1] = wall;
+        busy = false;
+      }
+    }
+  }
+  if (backward_work <= 0) p.backward_s = 0;
+  wall = p.backward_s;
+  // The optimizer, bucket by bucket behind the all-reduces (its share of the time by bytes).
+  const double optimizer = profile.optimizer_s * slow;
+  const double total_bytes = profile.gradient_bytes();
+  double end = wall;
+  for (size_t i = 0; i < n; ++i) {
+    const double share = total_bytes > 0 ? profile.buckets[i].bytes / total_bytes : 0;
+    end = std::max(end, ends[i]) + optimizer * share;
+  }
+  if (profile.buckets.empty()) end += optimizer;
+  p.compute_s = (profile.forward_s * slow) + p.backward_s + optimizer;
+  p.step_s = profile.forward_s * slow + end;
+  p.exposed_s = std::max(0.0, p.step_s - p.compute_s);
   return p;
 }
 

@@ -17,13 +17,23 @@
 // Each call first compares a 32-byte descriptor across ranks (CommOptions::check_calls), one
 // more latency per doubling round: ceil(log2 p) alpha.
 // The buckets' all-reduces run one at a time, in launch order, each starting when its gradients
-// are ready (overlap) or when backward ends (no overlap) and the previous one has finished; the
-// step waits for the last one: exposed = max(0, last end - backward end). Compute is assumed
-// not slowed by the communication running beside it.
+// are ready (overlap) or when backward ends (no overlap) and the previous one has finished. After
+// backward the optimizer updates bucket by bucket, each once its all-reduce is done (as
+// DataParallel's bucketed optimizer does); exposed = the time the step waits for collectives.
+//
+// Contention (ranks that share cores, as the simulated machines of `tessel bench plan` share this
+// host's): p ranks, each one compute thread, on C cores compute at 1 / max(1, p / C) of their
+// speed alone. While a collective is in flight each rank's communication thread (the stream's
+// progress thread, polling MPI) is runnable for a share u of the time, so compute then runs at
+// max(1, p / C) / max(1, p (1 + u) / C) of that. The other way round, a collective in flight
+// beside backward progresses at a rate eta of its own (the progress thread polls MPI only when it
+// gets a core). C, u and eta are calibrated from measurements (`tessel bench plan`); Contention{}
+// (one rank per core, u = 0, eta = 1) is a machine of its own per rank.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "support/status.h"
@@ -58,12 +68,6 @@ Algorithm algorithm_for(double bytes, const Network& network);
 // Seconds one all-reduce of `bytes` takes.
 double all_reduce_seconds(double bytes, const Network& network);
 
-// The link under which `network`'s all-reduce takes `small_s` for `small_bytes` and `big_s` for
-// `big_bytes` (both measured), solving T(S) = A(S) latency + B(S) S / bandwidth for the two
-// unknowns; an error if the measurements allow no positive solution.
-Expected<Link> fit_link(const Network& network, double small_bytes, double small_s,
-                        double big_bytes, double big_s);
-
 struct BucketProfile {
   double bytes = 0;
   double ready_s = 0;  // after backward started, when its last gradient is in
@@ -78,15 +82,36 @@ struct ComputeProfile {
   double gradient_bytes() const;
 };
 
+struct Contention {
+  double ranks = 1;                 // compute threads sharing the cores: p
+  double cores = 1e9;               // cores they share: C (effective: what other load leaves)
+  double comm_share = 0;            // u, the share of a core a rank's communication thread takes
+  // eta: the rate a collective progresses at while backward computes beside it, relative to its
+  // rate alone (MPI over TCP moves data only when the progress thread gets a core to poll it).
+  double comm_rate_in_compute = 1;
+  double compute_slowdown() const;  // max(1, p / C)
+  double compute_slowdown_in_comm() const;  // max(1, p (1 + u) / C)
+};
+
 struct StepPrediction {
-  double compute_s = 0;  // forward + backward + optimizer
-  double comm_s = 0;     // every bucket's all-reduce, back to back
-  double exposed_s = 0;  // what of it the step waits for
-  double step_s = 0;     // compute + exposed
+  double compute_s = 0;   // forward + backward + optimizer
+  double comm_s = 0;      // every bucket's all-reduce, back to back
+  double exposed_s = 0;   // what of it the step waits for
+  double step_s = 0;      // compute + exposed
+  double backward_s = 0;  // backward as slowed by contention (and communication beside it)
   double overhead() const { return step_s > 0 ? exposed_s / step_s : 0; }
 };
 
-StepPrediction predict_step(const ComputeProfile& profile, const Network& network, bool overlap);
+// `profile` is one rank's compute alone on its cores; `contention` slows it (compute_s and
+// backward_s are the slowed times).
+StepPrediction predict_step(const ComputeProfile& profile, const Network& network, bool overlap,
+                            const Contention& contention = {});
+
+// Least squares (in seconds) over (bytes, seconds) all-reduce timings of several sizes: the link
+// under which all_reduce_seconds fits them best; latency 0 when a negative one would fit better
+// (an error when no positive bandwidth fits).
+Expected<Link> fit_link(const Network& network,
+                        const std::vector<std::pair<double, double>>& timings);
 
 // The compute profile scaled to a device `speedup` times faster (bucket sizes unchanged).
 ComputeProfile scaled(const ComputeProfile& profile, double speedup);

@@ -101,8 +101,9 @@ PackedCodec::PackedCodec(int modulus_bits, int frac, int value, int headroom)
   TESSEL_CHECK(slot_bits <= 64 && value_bits < 63 && slots > 0, "codec of {}-bit slots", slot_bits);
 }
 
-PackedCodec PackedCodec::for_summands(int modulus_bits, int summands, int frac, int value) {
+PackedCodec PackedCodec::for_summands(int modulus_bits, int summands, int frac) {
   TESSEL_CHECK(summands >= 1, "{} summands", summands);
+  const int value = frac + kIntegerBits;
   int headroom = 0;
   while ((int64_t(1) << headroom) < summands)
     ++headroom;

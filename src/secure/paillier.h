@@ -49,9 +49,14 @@ struct PackedCodec {
   explicit PackedCodec(int modulus_bits, int frac_bits = 24, int value_bits = 32,
                        int headroom_bits = 8);
   // The codec whose slots just hold the sum of `summands` values: ceil(log2(summands)) headroom
-  // bits (a 2048-bit modulus packs 62 values for 2 owners, 60 for 4, 58 for 8).
-  static PackedCodec for_summands(int modulus_bits, int summands, int frac_bits = 24,
-                                  int value_bits = 32);
+  // bits, values of frac_bits + kIntegerBits bits (|x| < 128). The default 40 fraction bits put
+  // the rounding (2^-41) below a float's resolution at the size of a model update, so the
+  // decrypted average is the plaintext float average (at 24 bits it was not: the rounding moved
+  // federated fashion_mlp's final accuracy by up to 0.28 points, seed to seed). A 2048-bit
+  // modulus packs 41 values for 2 owners, 40 for 4 and 8.
+  static constexpr int kDefaultFracBits = 40;
+  static constexpr int kIntegerBits = 8;
+  static PackedCodec for_summands(int modulus_bits, int summands, int frac_bits = kDefaultFracBits);
   int frac_bits, value_bits, headroom_bits, slot_bits;
   int slots;  // values per plaintext: (modulus_bits - 1) / slot_bits
   int64_t ciphertexts_for(int64_t values) const { return (values + slots - 1) / slots; }

@@ -135,16 +135,18 @@ TEST(Paillier, FixedBasePowersEqualModularExponentiation) {
 }
 
 TEST(Paillier, PackingHeadroomFollowsTheNumberOfOwners) {
-  // slots = (2048 - 1) / (32 value bits + ceil(log2(owners)) headroom bits)
-  const std::vector<std::pair<int, int>> owners_slots = {{1, 63}, {2, 62}, {3, 60},  {4, 60},
-                                                         {5, 58}, {8, 58}, {256, 51}};
+  // slots = (2048 - 1) / (48 value bits + ceil(log2(owners)) headroom bits)
+  const std::vector<std::pair<int, int>> owners_slots = {{1, 42}, {2, 41}, {3, 40},  {4, 40},
+                                                         {5, 40}, {8, 40}, {256, 36}};
   for (auto [owners, slots] : owners_slots) {
     const PackedCodec codec = PackedCodec::for_summands(2048, owners);
     EXPECT_EQ(codec.slots, slots) << owners << " owners";
     EXPECT_GE(1 << codec.headroom_bits, owners);
     EXPECT_LT(1 << codec.headroom_bits, 2 * owners);
   }
-  EXPECT_EQ(PackedCodec::for_summands(2048, 4).ciphertexts_for(535'818), 8931);
+  EXPECT_EQ(PackedCodec::for_summands(2048, 4).ciphertexts_for(535'818), 13'396);
+  // Fewer fraction bits pack more values: 24 (values of 32 bits) give 60 per ciphertext.
+  EXPECT_EQ(PackedCodec::for_summands(2048, 4, 24).slots, 60);
 }
 
 // The packed sum of `owners` updates, decrypted.
@@ -172,25 +174,26 @@ TEST(Paillier, PackedSumIsExactlyTheSumOfTheRoundedValues) {
   Pcg32 rng(21);
   std::vector<std::vector<float>> updates(owners, std::vector<float>(size_t(count)));
   std::vector<int64_t> want_codes(size_t(count), 0);  // the plaintext sum, in int64
+  const double scale = std::ldexp(1.0, codec.frac_bits);
   for (auto& u : updates)
     for (int64_t i = 0; i < count; ++i) {
       // Mostly small updates of both signs, some near the ends of the range.
       const double r = (double(rng.below(1'000'001)) - 500'000.0) / 500'000.0;
       u[size_t(i)] = float(i % 5 == 0 ? 127.9 * r : 0.01 * r);
-      want_codes[size_t(i)] += std::llround(double(u[size_t(i)]) * 16777216.0);  // 2^24
+      want_codes[size_t(i)] += std::llround(double(u[size_t(i)]) * scale);
     }
   const std::vector<double> got = secure_sum(codec, updates);
   ASSERT_EQ(got.size(), size_t(count));
   for (int64_t i = 0; i < count; ++i)
-    EXPECT_EQ(got[size_t(i)], double(want_codes[size_t(i)]) / 16777216.0) << i;
+    EXPECT_EQ(got[size_t(i)], double(want_codes[size_t(i)]) / scale) << i;
 }
 
 TEST(Paillier, PackedSumsAtTheEndsOfTheRangeDoNotCarryIntoTheNextSlot) {
   // Four owners (two headroom bits) all at the largest value, then all at the smallest, in
-  // alternating slots: each slot's sum fills its 34 bits without touching its neighbours.
+  // alternating slots: each slot's sum fills its 50 bits without touching its neighbours.
   const int owners = 4;
   const PackedCodec codec = PackedCodec::for_summands(2048, owners);
-  // The largest float below the range (128 - 2^-17: codes 2^32 - 128) and the smallest in it.
+  // The largest float below the range (128 - 2^-17: codes 2^48 - 2^23) and the smallest in it.
   const float largest = std::nextafter(float(codec.range()), 0.0f),
               smallest = -float(codec.range());
   std::vector<float> u(size_t(codec.slots) + 3);

@@ -1,5 +1,5 @@
 // Row-sparse embedding gradients and lazy optimizers (see embedding.h). Kernels: gather_rows,
-// sum_rows, sgd_segments and adamw_segments (kernels/sparse.tile).
+// sgd_segments and adamw_segments (kernels/sparse.tile), embedding_grad (kernels/embedding.tile).
 #include "sparse/embedding.h"
 
 #include <algorithm>
@@ -112,10 +112,17 @@ Expected<Tensor> SparseEmbedding::grad_values() const {
 Expected<Tensor> SparseEmbedding::grad_rows() const {
   TESSEL_ASSIGN_OR_RETURN(Tensor d, grad_values());
   if (!d.defined()) return Tensor();
-  TESSEL_ASSIGN_OR_RETURN(
-      Tensor g, Tensor::empty({indices_.numel(), embedding_dim()}, DType::kF32, weight_.device()));
+  // kernels/embedding.tile's embedding_grad into zeros [U, C], row u for id u.
+  const int64_t u = indices_.numel();
+  TESSEL_ASSIGN_OR_RETURN(Tensor g,
+                          Tensor::zeros({u, embedding_dim()}, DType::kF32, weight_.device()));
   if (g.numel() == 0) return g;
-  TESSEL_TRY(ops::launch_kernel("sum_rows", row_params(*this), {d, starts_, positions_, g}));
+  std::vector<int64_t> rows(static_cast<size_t>(u));
+  for (int64_t i = 0; i < u; ++i)
+    rows[i] = i;
+  TESSEL_ASSIGN_OR_RETURN(Tensor row_ids, Tensor::from_vector(rows, {u}, weight_.device()));
+  TESSEL_TRY(ops::launch_kernel("embedding_grad", row_params(*this),
+                                {d, row_ids, starts_, positions_, g}));
   return g;
 }
 

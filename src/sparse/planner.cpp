@@ -201,7 +201,7 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
       t.add("copy", stream_us(rows * cols * 8, d.bandwidth_gbs));
       t.add("scatter", stream_us(nnz * 20 + nnz * (cached ? 8 : 128), d.bandwidth_gbs));
     }
-    return {c, t.us, std::nullopt, t.why, d.threads};
+    return {c, t.us, std::nullopt, false, t.why, d.threads};
   }
   const int64_t col_tiles = std::max<int64_t>(1, (n + 255) / 256);
   int threads = d.threads;
@@ -250,7 +250,7 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
       break;
     }
   }
-  return {c, t.us, std::nullopt, t.why, threads};
+  return {c, t.us, std::nullopt, false, t.why, threads};
 }
 
 }  // namespace
@@ -289,7 +289,10 @@ std::string Plan::explain() const {
   for (const Candidate& c : candidates) {
     std::string measured =
         c.measured_us
-            ? fmt::format(", measured {:.1f} us (CPU time / {} threads)", *c.measured_us, c.threads)
+            ? (c.measured_wall
+                   ? fmt::format(", measured {:.1f} us (fastest wall time)", *c.measured_us)
+                   : fmt::format(", measured {:.1f} us (CPU time / {} threads)", *c.measured_us,
+                                 c.threads))
             : "";
     out += fmt::format("  {} {:<5} estimate {:9.1f} us{} = {}\n", c.choice == choice ? "*" : " ",
                        choice_name(c.choice), c.estimate_us, measured, c.why);

@@ -68,9 +68,11 @@ struct PlanOptions {
 struct Candidate {
   Choice choice;
   double estimate_us = 0;
-  // Where timed: the median process CPU time of its runs over `threads`, which estimates its
-  // time on an idle machine and moves little when other work shares the cores.
+  // Where timed, its time on an idle machine: the median process CPU time of its runs over
+  // `threads` (moves little when other work shares the cores), or for short calls the fastest
+  // wall time (`measured_wall`; see plan_for).
   std::optional<double> measured_us;
+  bool measured_wall = false;
   std::string why;  // the terms of the estimate
   int threads = 1;  // the threads its kernel spreads over
 };

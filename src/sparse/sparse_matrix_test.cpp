@@ -190,7 +190,8 @@ TEST(Planner, ChoosesFromStructureAndExplains) {
 
 // The measurement step: the two best candidates are both timed (in CPU time, taking turns) and
 // the second replaces the model's first only when it ran more than 5% faster; the plan is kept
-// per pattern, so asking again returns it unchanged.
+// per pattern, so asking again returns it unchanged. Candidates that run the same code are not
+// timed against each other.
 TEST(SparsePlanner, MeasuresTheTwoBestAndKeepsTheModelsChoiceWhenClose) {
   SparseMatrix a = testing::random_matrix(96, 80, 0.1, 11, cpu_device());
   Tensor b = testing::random_dense({80, 32}, 12, cpu_device());
@@ -207,10 +208,23 @@ TEST(SparsePlanner, MeasuresTheTwoBestAndKeepsTheModelsChoiceWhenClose) {
             *second.measured_us * 1.05 < *first.measured_us ? second.choice : first.choice)
       << p.explain();
   expect_contains(p.reason, "measured: the two best estimates were within");
-  expect_contains(p.explain(), "(CPU time / ");
+  // Calls this small are timed by their fastest wall time.
+  EXPECT_TRUE(first.measured_wall) << p.explain();
+  expect_contains(p.explain(), "(fastest wall time)");
   Plan again = plan_for(a, SparseOp::kSpmm, 32, false, always, &b).value();
   EXPECT_EQ(again.choice, p.choice);
   EXPECT_EQ(again.reason, p.reason);
+  // Sparse + dense is one scatter for csr and coo: the pair timed is a sparse one and dense.
+  Tensor d = testing::random_dense({96, 80}, 13, cpu_device());
+  Plan add = plan_for(a, SparseOp::kAddDense, 1, false, always, &d).value();
+  int measured = 0, dense_measured = 0;
+  for (const Candidate& c : add.candidates)
+    if (c.measured_us) {
+      ++measured;
+      dense_measured += c.choice == Choice::kDense;
+    }
+  EXPECT_EQ(measured, 2) << add.explain();
+  EXPECT_EQ(dense_measured, 1) << add.explain();
 }
 
 // Every choice of spmm, spmv and the dense-operand-first product gives dense matmul's result and

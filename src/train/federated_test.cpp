@@ -11,6 +11,7 @@
 #include <cmath>
 #include <thread>
 
+#include "secure/paillier.h"
 #include "train/testing/trainer_check.h"
 
 namespace tessel::train {
@@ -91,13 +92,14 @@ TEST(Federated, OneRoundIsTheAverageOfTheOwnersLocalModels) {
     EXPECT_TRUE(ranks[0].weights.empty());  // the aggregator holds no model
     ASSERT_EQ(ranks[1].weights.size(), local[0].size());
     EXPECT_EQ(ranks[1].weights, ranks[2].weights);
-    const double bound = secure ? 2 * std::ldexp(1.0, -25) / 2 + 1e-7 : 1e-7;
+    const int frac_bits = tessel::secure::PackedCodec::kDefaultFracBits;
+    const double bound = secure ? 2 * std::ldexp(1.0, -(frac_bits + 1)) / 2 + 1e-7 : 1e-7;
     for (size_t i = 0; i < local[0].size(); ++i) {
       ASSERT_NEAR(ranks[1].weights[i], 0.5 * (double(local[0][i]) + double(local[1][i])), bound)
           << (secure ? "secure" : "plain") << ", value " << i;
     }
     if (secure) {
-      EXPECT_EQ(ranks[1].ciphertexts_per_round, 103);  // 6370 values / 62, rounded up
+      EXPECT_EQ(ranks[1].ciphertexts_per_round, 156);  // 6370 values / 41, rounded up
     }
   }
   std::filesystem::remove_all(folder);

@@ -20,7 +20,6 @@
 #include "nn/gpt.h"
 #include "optim/clip.h"
 #include "parallel/rank_shard.h"
-#include "parallel/sync_batch_norm.h"
 #include "support/atomic_file.h"
 #include "train/model_registry.h"
 #include "train/progress.h"
@@ -253,9 +252,10 @@ Status Trainer::build_data_parallel() {
   TESSEL_TRY(data_parallel_->broadcast_buffers(*model_));
   if (d.sync_batchnorm) {
     // Weighted by this rank's share (set_batch_share), which the uneven split moves.
-    Expected<int> layers = parallel::convert_sync_batchnorm(*model_, *group_, data_parallel_.get());
-    if (!layers.ok())
-      return layers.status().with_context("{}: key 'distributed.sync_batchnorm'", config_.source);
+    auto sync = parallel::convert_sync_batchnorm(*model_, *group_, data_parallel_.get());
+    if (!sync.ok())
+      return sync.status().with_context("{}: key 'distributed.sync_batchnorm'", config_.source);
+    batch_norm_sync_ = std::move(*sync);
   }
   optimizer_.reset();  // each bucket has its own; the single-process one would only hold memory
   return ok_status();
@@ -574,6 +574,8 @@ Expected<RunSummary> Trainer::run_steps(int64_t stop_at) {
                               Tensor::full(loss.shape(), seed_value, DType::kF32, device_));
       TESSEL_TRY(loss.backward(seed));
       compute_s += seconds_since(compute_start);
+      // Synchronised batch norm waits for the slowest rank at every layer: not this rank's work.
+      if (batch_norm_sync_) compute_s -= batch_norm_sync_->take_waited_s();
       if (data_parallel_) TESSEL_TRY(data_parallel_->finish_backward());
       TESSEL_ASSIGN_OR_RETURN(double micro_loss, scalar_of(loss.data()));
       loss_value += micro_loss / double(c.grad_accum_steps);

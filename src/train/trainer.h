@@ -37,6 +37,7 @@
 #include "parallel/data_parallel.h"
 #include "parallel/rank_shard.h"
 #include "parallel/rebalance.h"
+#include "parallel/sync_batch_norm.h"
 #include "secure/dp_sgd.h"
 #include "secure/rdp_accountant.h"
 #include "secure/secret_key.h"
@@ -158,7 +159,8 @@ class Trainer {
   std::unique_ptr<dist::ProcessGroup> own_group_;
   dist::ProcessGroup* group_ = nullptr;
   std::unique_ptr<parallel::DataParallel> data_parallel_;
-  std::unique_ptr<nn::FlatParameters> gradient_shards_;  // ZeRO: local_gradients()' view
+  std::shared_ptr<parallel::GroupBatchNormSync> batch_norm_sync_;  // sync_batchnorm
+  std::unique_ptr<nn::FlatParameters> gradient_shards_;            // ZeRO: local_gradients()' view
   // split = "uneven": the cut of each global batch (inside train_batches_) and who moves it.
   parallel::RankShard* rank_shard_ = nullptr;
   std::unique_ptr<parallel::Rebalancer> rebalancer_;

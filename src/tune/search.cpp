@@ -182,6 +182,19 @@ bool Search::done() const {
          since_improvement_ >= options_.patience;
 }
 
+double median_of(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+bool confirmed_faster(std::vector<double> ratios, int rounds, double margin) {
+  if (ratios.empty() || static_cast<int>(ratios.size()) != rounds) return false;
+  for (double r : ratios)
+    if (!(r > 0 && r < 1.0)) return false;
+  return median_of(ratios) <= 1.0 - margin;
+}
+
 std::vector<int> random_order(int points, uint64_t seed) {
   std::vector<int> order(points);
   std::iota(order.begin(), order.end(), 0);

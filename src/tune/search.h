@@ -63,6 +63,14 @@ class Search {
   int since_improvement_ = 0;
 };
 
+// The tuner's confirmation rule. `ratios` are rounds of (candidate time / defaults time), each
+// round timing the two in turns, launch by launch, so that a neighbour's load hits both alike.
+// The candidate replaces the defaults only when all `rounds` ran, their median is at most
+// 1 - margin, and no round had it slower (ratio >= 1): a tuned launch is then never slower than
+// an untuned one beyond noise.
+bool confirmed_faster(std::vector<double> ratios, int rounds, double margin);
+double median_of(std::vector<double> values);  // 0 for none; the upper middle for an even count
+
 // Plain baselines for comparisons: a seeded random order and the grid's own order.
 std::vector<int> random_order(int points, uint64_t seed);
 

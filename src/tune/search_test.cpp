@@ -103,5 +103,16 @@ TEST(Search, StopsEarlyWhenNothingImproves) {
   EXPECT_EQ(search.trials(), 8);
 }
 
+TEST(Confirmation, KeepsACandidateOnlyWhenEveryRoundIsFasterAndTheMedianByTheMargin) {
+  EXPECT_TRUE(confirmed_faster({0.90, 0.95, 0.92}, 3, 0.03));
+  EXPECT_FALSE(confirmed_faster({0.90, 0.95, 1.01}, 3, 0.03));   // one round slower
+  EXPECT_FALSE(confirmed_faster({0.98, 0.975, 0.99}, 3, 0.03));  // within the noise margin
+  EXPECT_FALSE(confirmed_faster({0.90, 0.90}, 3, 0.03));         // a round did not run
+  EXPECT_FALSE(confirmed_faster({}, 0, 0.03));
+  EXPECT_FALSE(confirmed_faster({0.9, std::nan(""), 0.9}, 3, 0.03));
+  EXPECT_DOUBLE_EQ(median_of({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median_of({}), 0);
+}
+
 }  // namespace
 }  // namespace tessel::tune

@@ -107,6 +107,7 @@ Expected<SpacePoints> space_points(const tile::TuneSpace& space, const tile::Ker
   env["ELEMENT_BYTES"] = element_bytes;
 
   SpacePoints out;
+  out.defaults = default_text;
   for (int64_t i = 0; i < space.size(); ++i) {
     std::map<std::string, int64_t> point = space.point(i);
     std::map<std::string, int64_t> values = env;

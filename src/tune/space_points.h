@@ -24,6 +24,7 @@ struct SpacePoints {
   std::vector<std::vector<int>> coords;                    // index into each parameter's values
   std::vector<std::vector<double>> features;
   int default_index = -1;  // the kernel's own defaults on this target, when they are a point
+  std::map<std::string, std::string> defaults;  // those defaults' tuned parameters, in any case
 };
 
 // `fixed` holds the kernel's other parameters (T, BIAS...), `target` is "cpu", "opencl" or

@@ -204,11 +204,40 @@ Status TuneDb::record(const Trial& trial) {
 }
 
 Status TuneDb::record_all(const std::vector<Trial>& trials) {
+  return write({}, trials);
+}
+
+Status TuneDb::choose(const Trial& trial) {
+  if (trial.detail.rfind(kChosenPrefix, 0) != 0)
+    return invalid_argument("a chosen trial's detail starts with '{}': '{}'", kChosenPrefix,
+                            trial.detail);
+  return write(&trial.key, {trial});
+}
+
+Status TuneDb::write(const TuneKey* unchoose, const std::vector<Trial>& trials) {
   TESSEL_TRY(exec(db_, path_, "BEGIN IMMEDIATE"));
+  Status result = ok_status();
+  if (unchoose != nullptr) {
+    // The earlier choice for this shape stays as a trial, no longer chosen.
+    Statement u(db_,
+                "UPDATE trials SET detail = 'earlier ' || detail WHERE kernel = ?1 AND "
+                "source_hash = ?2 AND device = ?3 AND dtype = ?4 AND fixed = ?5 AND shape = ?6 "
+                "AND detail LIKE 'chosen:%'");
+    if (u.get() == nullptr) result = sqlite_error(db_, path_, "preparing an update");
+    if (result.ok()) {
+      const std::string text[] = {unchoose->kernel, unchoose->source_hash,
+                                  unchoose->device, unchoose->dtype,
+                                  unchoose->fixed,  shape_string(unchoose->shape)};
+      for (int i = 0; i < 6; ++i)
+        u.bind(i + 1, text[i]);
+      if (sqlite3_step(u.get()) != SQLITE_DONE)
+        result = sqlite_error(db_, path_, "clearing an earlier choice");
+    }
+  }
   Statement s(db_, fmt::format("INSERT OR REPLACE INTO trials({}, bucket) VALUES(?, ?, ?, ?, ?, "
                                "?, ?, ?, ?, ?, ?)",
                                kColumns));
-  Status result = s.get() ? ok_status() : sqlite_error(db_, path_, "preparing an insert");
+  if (result.ok() && s.get() == nullptr) result = sqlite_error(db_, path_, "preparing an insert");
   for (const Trial& t : trials) {
     if (!result.ok()) break;
     const std::string text[] = {t.key.kernel, t.key.source_hash,         t.key.device, t.key.dtype,
@@ -258,8 +287,9 @@ Expected<std::vector<Trial>> TuneDb::query(const std::string& sql,
 }
 
 Expected<std::vector<Trial>> TuneDb::best(const TuneKey& key) const {
-  // The fastest ok row per shape, re-measured rows (the tuner's confirmation, "median of N runs")
-  // first; ties go to the smaller params text, so every reader agrees.
+  // Per shape: the tuner's choice ("chosen: ..."), else the fastest re-measured row (an older
+  // tuner's confirmation, "median of N runs"), else the fastest ok row; ties go to the smaller
+  // params text, so every reader agrees.
   return query(
       fmt::format(
           "SELECT {} FROM trials t WHERE kernel = ?1 AND source_hash = ?2 AND "
@@ -267,7 +297,8 @@ Expected<std::vector<Trial>> TuneDb::best(const TuneKey& key) const {
           "params = (SELECT params FROM trials u WHERE u.kernel = t.kernel AND "
           "u.source_hash = t.source_hash AND u.device = t.device AND u.dtype = "
           "t.dtype AND u.fixed = t.fixed AND u.shape = t.shape AND u.status = "
-          "'ok' ORDER BY u.detail LIKE 'median of %' DESC, seconds, params LIMIT 1) ORDER BY shape",
+          "'ok' ORDER BY u.detail LIKE 'chosen:%' DESC, u.detail LIKE 'median of %' DESC, seconds, "
+          "params LIMIT 1) ORDER BY shape",
           kColumns),
       {key.kernel, key.source_hash, key.device, key.dtype, key.fixed});
 }

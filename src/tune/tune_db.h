@@ -55,6 +55,9 @@ std::map<std::string, std::string> parse_params(const std::string& text);
 // $TESSEL_TUNE_DB, else $XDG_CACHE_HOME/tessel/tune.db, else ~/.cache/tessel/tune.db.
 std::string default_tune_db_path();
 
+// How a chosen trial's detail starts ("chosen: faster than the defaults ...").
+inline constexpr const char* kChosenPrefix = "chosen:";
+
 class TuneDb {
  public:
   // Opens (creating it and its folder when missing) the database at `path`.
@@ -69,8 +72,14 @@ class TuneDb {
   Status record(const Trial& trial);
   Status record_all(const std::vector<Trial>& trials);  // in one transaction
 
-  // The fastest ok trial for each shape of (kernel, source_hash, device, dtype, fixed), among
-  // the re-measured ones (detail "median of N runs") when a shape has any; key.shape is ignored.
+  // The tuner's choice for its key and shape: an ok trial whose detail starts with
+  // kChosenPrefix. Any earlier choice for the same key and shape stays as a plain trial (its
+  // detail gains "earlier "), so a shape has at most one. One transaction.
+  Status choose(const Trial& trial);
+
+  // The choice for each shape of (kernel, source_hash, device, dtype, fixed); for a shape
+  // without one, the fastest of the re-measured trials (detail "median of N runs", from older
+  // tuners) or else of all ok trials; key.shape is ignored.
   Expected<std::vector<Trial>> best(const TuneKey& key) const;
   // Every trial, in a stable order (kernel, device, shape, params).
   Expected<std::vector<Trial>> all() const;
@@ -81,6 +90,7 @@ class TuneDb {
 
  private:
   TuneDb(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  Status write(const TuneKey* unchoose, const std::vector<Trial>& trials);
   Expected<std::vector<Trial>> query(const std::string& sql,
                                      const std::vector<std::string>& binds) const;
   sqlite3* db_;

@@ -40,6 +40,41 @@ Trial trial(std::vector<int64_t> shape, const std::string& params, double second
   return Trial{key(std::move(shape)), params, status, seconds, ""};
 }
 
+// The tuner's choice wins over faster-looking single trials (one lucky timing on a shared
+// machine); a later choice replaces it, and the earlier one stays as a plain trial.
+TEST_F(TuneDbTest, TheChoiceWinsAndALaterChoiceReplacesIt) {
+  auto db = TuneDb::open(path("tune.db"));
+  ASSERT_TRUE(db.ok()) << db.status().message();
+  const std::vector<int64_t> shape = {2048, 384, 384};
+  ASSERT_TRUE((*db)->record_all({trial(shape, "BM=96", 1.0), trial(shape, "BM=192", 2.0)}).ok());
+  auto chosen = [&] {
+    auto best = (*db)->best(key({}));
+    EXPECT_TRUE(best.ok()) << best.status().message();
+    return best.ok() ? nearest_choice(*best, shape) : std::string();
+  };
+  EXPECT_EQ(chosen(), "BM=96");  // no choice yet: the fastest trial
+  Trial defaults = trial(shape, "BM=192", 2.1);
+  defaults.detail = "chosen: defaults kept";
+  ASSERT_TRUE((*db)->choose(defaults).ok());
+  EXPECT_EQ(chosen(), "BM=192");
+  Trial other = trial(shape, "BM=288", 1.9);
+  other.detail = "chosen: faster than the defaults";
+  ASSERT_TRUE((*db)->choose(other).ok());
+  EXPECT_EQ(chosen(), "BM=288");
+  auto all = (*db)->all();
+  ASSERT_TRUE(all.ok());
+  int choices = 0;
+  for (const Trial& t : *all) {
+    choices += t.detail.rfind(kChosenPrefix, 0) == 0;
+    if (t.params == "BM=192") {
+      EXPECT_EQ(t.detail, "earlier chosen: defaults kept");
+    }
+  }
+  EXPECT_EQ(choices, 1);
+  // A detail that does not say it is a choice is refused.
+  EXPECT_FALSE((*db)->choose(trial(shape, "BM=96", 1.0)).ok());
+}
+
 TEST_F(TuneDbTest, BestIsTheFastestGoodTrialOfEachShape) {
   auto db = TuneDb::open(path("a/b/tune.db"));  // folders are made
   ASSERT_TRUE(db.ok()) << db.status().message();
