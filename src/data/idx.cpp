@@ -81,15 +81,17 @@ class IdxStream {
     if (gzdirect(file_)) {
       const uint64_t left = size > offset_ ? size - offset_ : 0;
       if (bytes > left)
-        return invalid_argument("{}: byte offset {}: expected {} ({} bytes), but the file ends after {}",
-                                path_, offset_, what, bytes, left);
+        return invalid_argument(
+            "{}: byte offset {}: expected {} ({} bytes), but the file ends after {}", path_,
+            offset_, what, bytes, left);
       return ok_status();
     }
     constexpr uint64_t kMaxDeflateRatio = 1032;
     if (bytes / kMaxDeflateRatio > size)
-      return invalid_argument("{}: byte offset {}{}: the header promises {} ({} bytes), more than a "
-                              "gzip file of {} bytes can hold",
-                              path_, offset_, where(), what, bytes, size);
+      return invalid_argument(
+          "{}: byte offset {}{}: the header promises {} ({} bytes), more than a "
+          "gzip file of {} bytes can hold",
+          path_, offset_, where(), what, bytes, size);
     return ok_status();
   }
   const std::string& path() const { return path_; }

@@ -249,8 +249,8 @@ Expected<std::vector<Tensor>> fused_backward(const AttentionHeads& heads, const 
       heads, *heads_view(forward.first), *heads_view(d_out), View{lse, lse.shape(), lse.strides()},
       {*heads_view(grads[0]), *heads_view(grads[1]), *heads_view(grads[2])}, scale));
   if (b.needs_grad[3]) {  // the unread stand-in for a mask: its gradient is 0
-    TESSEL_ASSIGN_OR_RETURN(grads[3], Tensor::zeros(b.input_meta[3].shape, b.input_meta[3].dtype,
-                                                    q.device()));
+    TESSEL_ASSIGN_OR_RETURN(
+        grads[3], Tensor::zeros(b.input_meta[3].shape, b.input_meta[3].dtype, q.device()));
   }
   return grads;
 }

@@ -8,8 +8,8 @@
 
 #include <cmath>
 
-#include "ops/op.h"
 #include "ops/attention.h"
+#include "ops/op.h"
 #include "ops/ops.h"
 #include "ops/testing/edge_check.h"
 #include "ops/testing/fixture.h"

@@ -83,13 +83,13 @@ struct ComputeProfile {
 };
 
 struct Contention {
-  double ranks = 1;                 // compute threads sharing the cores: p
-  double cores = 1e9;               // cores they share: C (effective: what other load leaves)
-  double comm_share = 0;            // u, the share of a core a rank's communication thread takes
+  double ranks = 1;       // compute threads sharing the cores: p
+  double cores = 1e9;     // cores they share: C (effective: what other load leaves)
+  double comm_share = 0;  // u, the share of a core a rank's communication thread takes
   // eta: the rate a collective progresses at while backward computes beside it, relative to its
   // rate alone (MPI over TCP moves data only when the progress thread gets a core to poll it).
   double comm_rate_in_compute = 1;
-  double compute_slowdown() const;  // max(1, p / C)
+  double compute_slowdown() const;          // max(1, p / C)
   double compute_slowdown_in_comm() const;  // max(1, p (1 + u) / C)
 };
 

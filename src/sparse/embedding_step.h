@@ -29,7 +29,7 @@ struct EmbeddingStepOptions {
   int64_t dim = 384;
   int64_t batch = 32;
   int64_t tokens = 256;
-  int steps = 12;   // timed steps of each kind (after `warmup`)
+  int steps = 12;  // timed steps of each kind (after `warmup`)
   int warmup = 2;
   double lr = 1e-2;
   uint64_t seed = 1;
@@ -38,9 +38,9 @@ struct EmbeddingStepOptions {
 
 struct EmbeddingStepReport {
   EmbeddingStepOptions options;
-  std::vector<double> dense_ms, sparse_ms;      // timed steps, wall
+  std::vector<double> dense_ms, sparse_ms;          // timed steps, wall
   std::vector<double> dense_cpu_ms, sparse_cpu_ms;  // the same steps, process CPU time
-  std::vector<double> dense_loss, sparse_loss;  // every step, warm-up included
+  std::vector<double> dense_loss, sparse_loss;      // every step, warm-up included
   double mean_touched_rows = 0;
   std::string load_before, load_after;
   double median_dense_ms() const;
