@@ -122,6 +122,51 @@ double cpu_ms() {
   return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
 }
 
+// Each distinct id replaced by the order of its first position: the same positions per row, the
+// rows 0..U-1, and rows met first are updated first, so a step reads the gradient's rows of ids
+// seen once (most of them) in increasing order as well.
+std::vector<int64_t> first_seen_ranks(const std::vector<int64_t>& ids, int64_t v) {
+  std::vector<int64_t> rank_of(static_cast<size_t>(v), -1), out(ids.size());
+  int64_t next = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int64_t& rank = rank_of[static_cast<size_t>(ids[i])];
+    if (rank < 0) rank = next++;
+    out[i] = rank;
+  }
+  return out;
+}
+
+// The lazy AdamW step on a scratch table of the run's size, for the batches of the run, once on
+// the ids and once on their ranks, taking turns (EmbeddingStepReport::scattered_rows_cpu_ms).
+Status time_row_layouts(const EmbeddingStepOptions& o, const IdSampler& sampler, Device* device,
+                        EmbeddingStepReport& r) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor table, Tensor::zeros({o.vocabulary, o.dim}, DType::kF32, device));
+  TESSEL_ASSIGN_OR_RETURN(SparseEmbedding emb, SparseEmbedding::over(table));
+  TESSEL_ASSIGN_OR_RETURN(LazyAdamW lazy, LazyAdamW::create(emb, {.lr = o.lr}));
+  for (int step = 0; step < o.warmup + o.steps; ++step) {
+    Pcg32 rng(o.seed, 100 + static_cast<uint64_t>(step));
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < o.batch * o.tokens; ++i)
+      ids.push_back(sampler.draw(rng));
+    const std::vector<int64_t> contiguous = first_seen_ranks(ids, o.vocabulary);
+    for (int turn = 0; turn < 2; ++turn) {
+      const bool scattered = (turn + step) % 2 == 0;
+      TESSEL_ASSIGN_OR_RETURN(
+          Tensor t, Tensor::from_vector(scattered ? ids : contiguous, {o.batch, o.tokens}, device));
+      TESSEL_ASSIGN_OR_RETURN(Variable e, emb.forward(t));
+      TESSEL_ASSIGN_OR_RETURN(Tensor g, Tensor::full(e.shape(), 1e-3, DType::kF32, device));
+      TESSEL_TRY(e.backward(std::move(g)));
+      const double start = cpu_ms();
+      TESSEL_TRY(lazy.step(emb));
+      const double ms = cpu_ms() - start;
+      emb.zero_grad();
+      if (step >= o.warmup)
+        (scattered ? r.scattered_rows_cpu_ms : r.contiguous_rows_cpu_ms).push_back(ms);
+    }
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 double EmbeddingStepReport::median_dense_ms() const {
@@ -214,6 +259,7 @@ Expected<EmbeddingStepReport> compare_embedding_steps(const EmbeddingStepOptions
     }
   }
   r.mean_touched_rows /= total;
+  TESSEL_TRY(time_row_layouts(o, sampler, device, r));
   r.load_after = load_now();
   return r;
 }
@@ -239,9 +285,15 @@ std::string EmbeddingStepReport::to_text() const {
                      sparse_loss.back());
   out += fmt::format(
       "# sparse / dense speed-up {:.2f}x wall, {:.2f}x CPU; {:.0f} distinct rows "
-      "per step of {}; losses by step (dense / sparse):",
+      "per step of {}\n",
       median_dense_ms() / median_sparse_ms(), median(dense_cpu_ms) / median(sparse_cpu_ms),
       mean_touched_rows, o.vocabulary);
+  out += fmt::format(
+      "# the lazy AdamW step alone on the same rows and gradients: scattered {:.2f} ms CPU, "
+      "laid out contiguously {:.2f} ms: scattered rows cost {:.2f}x\n# losses by step "
+      "(dense / sparse):",
+      median(scattered_rows_cpu_ms), median(contiguous_rows_cpu_ms),
+      median(scattered_rows_cpu_ms) / median(contiguous_rows_cpu_ms));
   // Every step of a short run; 16 evenly spaced ones (and the last) of a long one.
   const size_t n = dense_loss.size(), every = std::max<size_t>(1, (n + 15) / 16);
   for (size_t i = 0; i < n; ++i)
@@ -266,6 +318,8 @@ std::string EmbeddingStepReport::to_json() const {
                       {"dense_loss", dense_loss},
                       {"sparse_loss", sparse_loss},
                       {"touched_rows", mean_touched_rows},
+                      {"lazy_scattered_cpu_ms", median(scattered_rows_cpu_ms)},
+                      {"lazy_contiguous_cpu_ms", median(contiguous_rows_cpu_ms)},
                       {"load_before", load_before},
                       {"load_after", load_after}};
   return j.dump();

@@ -47,6 +47,12 @@ struct EmbeddingStepReport {
   std::vector<double> dense_cpu_ms, sparse_cpu_ms;  // the same steps, process CPU time
   std::vector<double> dense_loss, sparse_loss;      // every step, warm-up included
   double mean_touched_rows = 0;
+  // The lazy AdamW step alone (process CPU ms per step), on each batch's rows where they lie
+  // (scattered over the table) and on as many rows laid out contiguously (every distinct id
+  // renamed to the order of its first position: the same gradient rows and counts update rows
+  // 0..U-1 of a table of the same size, reading the gradient's rows nearly in order). Their ratio
+  // is what scattered rows cost this machine over streaming ones.
+  std::vector<double> scattered_rows_cpu_ms, contiguous_rows_cpu_ms;
   std::string load_before, load_after;
   double median_dense_ms() const;
   double median_sparse_ms() const;

@@ -181,6 +181,8 @@ TEST(SparseEmbedding, StepComparisonTrainsBothWays) {
   EXPECT_LT(r.dense_loss.back(), r.dense_loss.front());
   EXPECT_LT(r.sparse_loss.back(), r.sparse_loss.front());
   EXPECT_EQ(r.dense_ms.size(), 8u);
+  EXPECT_EQ(r.scattered_rows_cpu_ms.size(), 8u);
+  EXPECT_EQ(r.contiguous_rows_cpu_ms.size(), 8u);
 }
 
 // The batches the comparison draws touch as many distinct rows as the closed form says: with n
