@@ -243,22 +243,46 @@ Status same_program(const Trace& a, int64_t batch_a, const Trace& b, int64_t bat
 struct Replay {
   int64_t peak = 0, reserved = 0;
   int64_t peak_event = -1;
+  int64_t touched = 0;  // bytes of the held blocks ever written: resident
 };
 
-// Liveness over the trace with these block sizes, through the caching allocator's rules.
+// The part of a block that a request of `requested` bytes writes, as resident memory: whole
+// pages of a large block (the kernels write the tensor's bytes, never the size class's tail, so
+// those pages stay untouched); all of a small one (it shares its pages in the host heap).
+int64_t touched_bytes(int64_t requested, int64_t block) {
+  constexpr int64_t kPage = 4096, kLarge = 64 << 10;
+  if (block < kLarge) return block;
+  return std::min(block, (requested + kPage - 1) / kPage * kPage);
+}
+
+// Liveness over the trace with these block sizes, through the caching allocator's rules: a
+// released block is cached and handed out again (the last released first) for its size class.
 Replay replay(const Trace& t, const std::vector<int64_t>& blocks) {
   Replay r;
   int64_t live = 0;
-  std::map<int64_t, int64_t> cached;  // block size -> blocks
+  std::vector<int64_t> touched;                       // per block held
+  std::map<int64_t, std::vector<size_t>> cached;      // block size -> blocks held, free
+  std::vector<size_t> held_by(t.allocations.size());  // allocation -> block held
   for (size_t i = 0; i < t.events.size(); ++i) {
     const Event& e = t.events[i];
     const int64_t block = blocks[size_t(e.id)];
     if (e.allocate) {
-      auto it = cached.find(block);
-      if (it != cached.end() && it->second > 0)
-        --it->second;
-      else
+      std::vector<size_t>& free = cached[block];
+      size_t held;
+      if (!free.empty()) {
+        held = free.back();
+        free.pop_back();
+      } else {
+        held = touched.size();
+        touched.push_back(0);
         r.reserved += block;
+      }
+      held_by[size_t(e.id)] = held;
+      const int64_t written = touched_bytes(t.allocations[size_t(e.id)].requested, block);
+      if (written > touched[held]) {
+        r.touched += written - touched[held];
+        touched[held] = written;
+      }
       live += block;
       if (live > r.peak) {
         r.peak = live;
@@ -266,10 +290,30 @@ Replay replay(const Trace& t, const std::vector<int64_t>& blocks) {
       }
     } else {
       live -= block;
-      ++cached[block];
+      cached[block].push_back(held_by[size_t(e.id)]);
     }
   }
   return r;
+}
+
+// The recordings this process made, one after the other, each ending with its teardown (every
+// allocation still alive released): the resident bytes of the blocks the allocator now holds
+// because of them.
+int64_t resident_after(const std::vector<Trace>& recordings) {
+  Trace all;
+  for (const Trace& t : recordings) {
+    const int64_t offset = int64_t(all.allocations.size());
+    for (const Allocation& a : t.allocations)
+      all.allocations.push_back(a);
+    for (const Event& e : t.events)
+      all.events.push_back({e.allocate, e.id + offset});
+    for (size_t id = 0; id < t.allocations.size(); ++id)
+      if (t.allocations[id].freed_at < 0) all.events.push_back({false, int64_t(id) + offset});
+  }
+  std::vector<int64_t> blocks;
+  for (const Allocation& a : all.allocations)
+    blocks.push_back(int64_t(CachingAllocator::round_size(size_t(a.requested))));
+  return replay(all, blocks).touched;
 }
 
 // A module path up to and including its first index ("layer1.0.conv1" -> "layer1.0",
@@ -370,21 +414,27 @@ Expected<MemoryPlan> plan_memory(MemoryPlanTarget& target, const MemoryPlanOptio
   // per-step allocation, and would make the traces differ.
   std::vector<int64_t> batch_ids;
   int queued = 0;
+  std::vector<Trace> recordings;  // as recorded, for the resident memory they leave
   {
     std::vector<int64_t> ignored;
-    TESSEL_TRY(record(target, plan.scaled ? o.batch_low : B, 1, &ignored, &queued).status());
+    TESSEL_ASSIGN_OR_RETURN(Trace warm_up,
+                            record(target, plan.scaled ? o.batch_low : B, 1, &ignored, &queued));
+    recordings.push_back(std::move(warm_up));
   }
 
   std::vector<int64_t> blocks;
   Trace trace;
   if (!plan.scaled) {
     TESSEL_ASSIGN_OR_RETURN(trace, record(target, B, o.steps, &batch_ids, &queued));
+    recordings.push_back(trace);
     plan.recorded_batches = {B};
     for (const Allocation& a : trace.allocations)
       blocks.push_back(int64_t(CachingAllocator::round_size(size_t(a.requested))));
   } else {
     TESSEL_ASSIGN_OR_RETURN(Trace low, record(target, o.batch_low, o.steps, &batch_ids, &queued));
     TESSEL_ASSIGN_OR_RETURN(trace, record(target, o.batch_high, o.steps, &batch_ids, &queued));
+    recordings.push_back(low);
+    recordings.push_back(trace);
     plan.recorded_batches = {o.batch_low, o.batch_high};
     TESSEL_TRY(same_program(low, o.batch_low, trace, o.batch_high));
     const double span = double(o.batch_high - o.batch_low);
@@ -408,6 +458,7 @@ Expected<MemoryPlan> plan_memory(MemoryPlanTarget& target, const MemoryPlanOptio
       int ignored_queued = 0;
       TESSEL_ASSIGN_OR_RETURN(Trace check,
                               record(target, o.batch_check, o.steps, &ignored, &ignored_queued));
+      recordings.push_back(check);
       plan.recorded_batches.push_back(o.batch_check);
       plan.check_batch = o.batch_check;
       TESSEL_TRY(same_program(low, o.batch_low, check, o.batch_check));
@@ -449,17 +500,23 @@ Expected<MemoryPlan> plan_memory(MemoryPlanTarget& target, const MemoryPlanOptio
       plan.at_peak[int(a.kind)] += blocks[id];
   }
   // The batches a run holds beside the one in use: blocks of the batch's sizes, live at the peak.
-  int64_t queued_bytes = 0;
-  for (int64_t id : batch_ids)
-    if (id >= 0) queued_bytes += blocks[size_t(id)] * queued;
+  int64_t queued_bytes = 0, queued_touched = 0;
+  for (int64_t id : batch_ids) {
+    if (id < 0) continue;
+    queued_bytes += blocks[size_t(id)] * queued;
+    queued_touched +=
+        touched_bytes(trace.allocations[size_t(id)].requested, blocks[size_t(id)]) * queued;
+  }
   plan.at_peak[int(MemoryKind::kData)] += queued_bytes;
   plan.peak_bytes += queued_bytes;
   plan.reserved_peak_bytes += queued_bytes;
+  plan.resident_tensor_bytes = r.touched + queued_touched;
 
+  // This process's resident memory less what its recordings left in the allocator's blocks.
   const int64_t rss = current_rss_bytes();
-  const int64_t reserved = int64_t(target.device()->allocator().stats().reserved_bytes);
-  plan.overhead_bytes = rss > reserved ? rss - reserved : 0;
-  plan.predicted_rss_bytes = plan.reserved_peak_bytes + plan.overhead_bytes;
+  const int64_t resident = resident_after(recordings);
+  plan.overhead_bytes = rss > resident ? rss - resident : 0;
+  plan.predicted_rss_bytes = plan.resident_tensor_bytes + plan.overhead_bytes;
   return plan;
 }
 
@@ -483,6 +540,7 @@ nlohmann::json memory_plan_json(const MemoryPlan& p) {
                       {"at_peak", at_peak},
                       {"saved_activation_bytes", p.saved_activation_bytes},
                       {"activations_by_layer", layers},
+                      {"resident_tensor_bytes", p.resident_tensor_bytes},
                       {"overhead_bytes", p.overhead_bytes},
                       {"predicted_rss_bytes", p.predicted_rss_bytes}};
   if (p.check_batch > 0)
@@ -516,6 +574,9 @@ std::string describe(const nlohmann::json& j) {
     out += fmt::format("    {:<30} {:>12}\n", std::string(layer["layer"]), bytes(layer["bytes"]));
   out +=
       fmt::format("  blocks held (live + cached for reuse) {}\n", bytes(j["reserved_peak_bytes"]));
+  out += fmt::format(
+      "  of which resident (pages written; a block's tail past its largest tensor never is) {}\n",
+      bytes(j["resident_tensor_bytes"]));
   out += fmt::format(
       "  resident outside tensor memory (code, kernels, scratch, host heap; measured here) {}\n",
       bytes(j["overhead_bytes"]));

@@ -25,10 +25,13 @@
 // the batch (data), what forward made that is still alive when forward ends (activations: saved
 // for backward, by layer), and everything else (workspace: temporaries, activation gradients).
 //
-// Not covered by the trace, and measured rather than guessed: the process's resident memory
-// outside the allocator's blocks (code, libraries, kernels loaded, each thread's kernel scratch,
-// the host heap): the overhead, current RSS less the allocator's reserved bytes after the
-// recordings, added to the reserved peak for the predicted peak RSS.
+// Resident memory: the replay also follows which pages of each held block were ever written
+// (whole pages of the largest tensor a block held; a size class's tail never is). Not covered by
+// the trace, and measured rather than guessed: the process's resident memory outside the
+// allocator's blocks (code, libraries, kernels loaded, each thread's kernel scratch, the host
+// heap): the overhead, current RSS after the recordings less what the recordings (replayed with
+// their own sizes, each followed by its teardown) left resident in the allocator's blocks. The
+// predicted peak RSS is the resident tensor bytes at the configured batch plus that overhead.
 #pragma once
 
 #include <cstdint>
@@ -129,9 +132,13 @@ struct MemoryPlan {
   int64_t nonlinear_bytes = 0;        // largest absolute difference of one of them
   std::string nonlinear_first;        // where the first is made
 
-  // Resident memory outside the allocator's blocks, measured in this process after recording.
+  // Of the blocks held, the bytes ever written, page by page: resident memory. A block's tail
+  // past the largest tensor it held is never touched (up to 25% of a size class).
+  int64_t resident_tensor_bytes = 0;
+  // Resident memory outside the allocator's blocks, measured in this process after recording:
+  // its RSS less what the recordings left resident in the allocator's blocks.
   int64_t overhead_bytes = 0;
-  int64_t predicted_rss_bytes = 0;  // reserved_peak_bytes + overhead_bytes
+  int64_t predicted_rss_bytes = 0;  // resident_tensor_bytes + overhead_bytes
 };
 
 Expected<MemoryPlan> plan_memory(MemoryPlanTarget& target, const MemoryPlanOptions& options = {});
