@@ -4,9 +4,6 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "ops/conv3d.h"
-#include "ops/integer_ops.h"
-
 namespace tessel::ops {
 
 int64_t Attrs::get_int(const std::string& name, int64_t fallback) const {
