@@ -20,6 +20,7 @@
 #include "ops/op_scope.h"
 #include "runtime/allocation_observer.h"
 #include "runtime/caching_allocator.h"
+#include "runtime/cpu/cpu_device.h"
 
 namespace tessel::plan {
 namespace {
@@ -246,13 +247,28 @@ struct Replay {
   int64_t touched = 0;  // bytes of the held blocks ever written: resident
 };
 
+// Whether this machine backs memory with transparent huge pages when asked (THP "always" or
+// "madvise", not "never"; unknown counts as no).
+bool huge_pages_on() {
+  static const bool on = [] {
+    std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    return std::getline(f, line) && line.find("[never]") == std::string::npos;
+  }();
+  return on;
+}
+
 // The part of a block that a request of `requested` bytes writes, as resident memory: whole
 // pages of a large block (the kernels write the tensor's bytes, never the size class's tail, so
-// those pages stay untouched); all of a small one (it shares its pages in the host heap).
+// those pages stay untouched; the CPU device's blocks of 4 MiB and more sit on 2 MiB pages where
+// THP is on, runtime/cpu/cpu_device.h); all of a small one (it shares its pages in the host heap).
 int64_t touched_bytes(int64_t requested, int64_t block) {
-  constexpr int64_t kPage = 4096, kLarge = 64 << 10;
+  constexpr int64_t kLarge = 64 << 10;
   if (block < kLarge) return block;
-  return std::min(block, (requested + kPage - 1) / kPage * kPage);
+  const int64_t page = block >= int64_t(CpuDevice::kHugeBlockBytes) && huge_pages_on()
+                           ? int64_t(CpuDevice::kHugePageBytes)
+                           : 4096;
+  return std::min(block, (requested + page - 1) / page * page);
 }
 
 // Liveness over the trace with these block sizes, through the caching allocator's rules: a

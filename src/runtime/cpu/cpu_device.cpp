@@ -18,13 +18,14 @@
 namespace tessel {
 namespace {
 
-// Blocks of at least this size are aligned to 2 MiB and asked to be backed by transparent huge
-// pages, where the kernel offers them only on request (THP "madvise", a common default). Kernels
-// that visit scattered rows of a large table (an embedding's lookup and its lazy optimizer, 1.5
-// KiB rows of 77 MB tables) otherwise miss the TLB on nearly every row; with 2 MiB pages a
-// 300 MB working set needs 150 TLB entries. Smaller blocks keep 4 KiB pages and 64-byte alignment.
-constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kHugeBlock = 2 * kHugePage;
+// Blocks of at least kHugeBlockBytes are aligned to 2 MiB and asked to be backed by transparent
+// huge pages, where the kernel offers them only on request (THP "madvise", a common default).
+// Kernels that visit scattered rows of a large table (an embedding's lookup and its lazy
+// optimizer, 1.5 KiB rows of 77 MB tables) otherwise miss the TLB on nearly every row; with 2 MiB
+// pages a 300 MB working set needs 150 TLB entries. Smaller blocks keep 4 KiB pages and 64-byte
+// alignment.
+constexpr size_t kHugePage = CpuDevice::kHugePageBytes;
+constexpr size_t kHugeBlock = CpuDevice::kHugeBlockBytes;
 
 Expected<DeviceBuffer> allocate_host(size_t bytes) {
   // Block sizes from the caching allocator are multiples of 64, as aligned_alloc requires.

@@ -15,6 +15,11 @@ namespace tessel {
 class CpuDevice final : public Device {
  public:
   static constexpr size_t kAlignment = 64;
+  // Blocks of kHugeBlockBytes and more are aligned to kHugePageBytes and advised onto
+  // transparent huge pages (cpu_device.cpp): where THP is on, their resident memory grows in
+  // 2 MiB steps (plan/memory_plan.cpp counts it so).
+  static constexpr size_t kHugePageBytes = size_t{2} << 20;
+  static constexpr size_t kHugeBlockBytes = 2 * kHugePageBytes;
 
   // Released blocks are kept up to max_cached_bytes; by default a quarter of physical memory.
   explicit CpuDevice(size_t max_cached_bytes = default_cache_limit());
