@@ -160,9 +160,14 @@ Tensor accumulation_target(const Edge& e, const ops::TensorMeta& meta) {
 }  // namespace
 
 Status Variable::backward(const Tensor& grad_output) const {
+  // A second handle: a leaf's gradient is then a copy, since the caller still holds its own.
+  return backward(Tensor(grad_output));
+}
+
+Status Variable::backward(Tensor&& grad_output) const {
   if (!requires_grad())
     return failed_precondition("backward() of a variable that does not require gradients");
-  Tensor seed = grad_output;
+  Tensor seed = std::move(grad_output);
   if (!seed.defined()) {
     if (data().numel() != 1)
       return invalid_argument(
@@ -178,7 +183,7 @@ Status Variable::backward(const Tensor& grad_output) const {
   }
   NoGrad no_grad;
   if (is_leaf()) {
-    TESSEL_TRY(accumulate_into_leaf(*state_, seed));
+    TESSEL_TRY(accumulate_into_leaf(*state_, std::move(seed)));
     return state_->on_grad_ready ? state_->on_grad_ready(*state_) : ok_status();
   }
 
