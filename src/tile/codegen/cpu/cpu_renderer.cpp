@@ -48,7 +48,7 @@ CDialect cpu_dialect() {
             {MathFn::kAbs, "std::fabs"},    {MathFn::kFloor, "std::floor"},
             {MathFn::kCeil, "std::ceil"},   {MathFn::kSigmoid, "tessel_cpu::tile_sigmoid"},
             {MathFn::kRelu, "tessel_cpu::tile_relu"}, {MathFn::kGelu, "tessel_cpu::tile_gelu"},
-            {MathFn::kPow, "std::pow"}};
+            {MathFn::kPow, "std::pow"}, {MathFn::kFmod, "std::fmod"}};
   d.reserved = {"alignas", "alignof", "and", "asm", "auto", "bool", "break", "case", "catch", "char",
                 "class", "const", "constexpr", "continue", "default", "delete", "do", "double",
                 "else", "enum", "explicit", "extern", "false", "float", "for", "friend", "goto",
