@@ -1,6 +1,7 @@
 // Background prefetch thread over a bounded queue.
 #include "data/prefetch.h"
 
+#include <new>
 #include <system_error>
 
 #include "support/log.h"
@@ -44,7 +45,22 @@ void Prefetcher::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+// Memory can run out in the source (a shuffled epoch order, a batch's tensors) or in the queue;
+// on this thread a std::bad_alloc would end the process (std::terminate), so it becomes the
+// stream's error, which next() returns once the batches queued before it are taken.
 void Prefetcher::produce() {
+  try {
+    produce_batches();
+  } catch (const std::bad_alloc&) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failure_ = resource_exhausted("out of host memory reading the next batch");
+    }
+    ready_.notify_one();
+  }
+}
+
+void Prefetcher::produce_batches() {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);

@@ -45,6 +45,7 @@ class Prefetcher : public BatchSource {
   void start();
   void stop();
   void produce();
+  void produce_batches();
 
   std::unique_ptr<BatchSource> source_;
   const size_t depth_;
@@ -53,7 +54,8 @@ class Prefetcher : public BatchSource {
   std::condition_variable space_;  // a batch was taken, or stopping
   std::deque<Ready> queue_;
   bool stopping_ = false;
-  std::optional<Status> failure_;  // that error, repeated by later next() calls
+  // That error, repeated by later next() calls; or the producer's, once it ran out of memory.
+  std::optional<Status> failure_;
   DataPosition consumed_;
   std::thread thread_;
   bool inline_ = false;  // no thread could be started: next() reads the source itself

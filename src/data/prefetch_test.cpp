@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <new>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -77,11 +78,14 @@ TEST(Prefetcher, RestoreContinuesFromTheSavedPosition) {
   EXPECT_EQ(pixels_of(*resumed.next()), pixels_of(*sync->next()));
 }
 
-// Hands out `good` batches, then fails the way a reader would.
+// Hands out `good` batches, then fails the way a reader would, or runs out of memory (a
+// std::bad_alloc from a vector, as shuffled_indices' did under a 93 MiB limit).
 class FailingSource : public BatchSource {
  public:
-  explicit FailingSource(int good) : good_(good) {}
+  explicit FailingSource(int good, bool out_of_memory = false)
+      : good_(good), out_of_memory_(out_of_memory) {}
   Expected<Batch> next() override {
+    if (given_ == good_ && out_of_memory_) throw std::bad_alloc();
     if (given_ == good_) return invalid_argument("/data/x.idx: byte offset 8: expected 10 bytes");
     ++given_;
     return Batch{*Tensor::full({1}, given_, DType::kF32), Tensor()};
@@ -94,6 +98,7 @@ class FailingSource : public BatchSource {
 
  private:
   int good_, given_ = 0;
+  bool out_of_memory_;
 };
 
 TEST(Prefetcher, ReaderErrorsSurfaceOnTheConsumerSide) {
@@ -112,6 +117,26 @@ TEST(Prefetcher, ReaderErrorsSurfaceOnTheConsumerSide) {
   // Restoring starts a fresh producer.
   ASSERT_TRUE(batches.restore({0, 1, Pcg32()}).ok());
   EXPECT_EQ(batches.next()->inputs.at<float>({0}), 2);
+}
+
+// On the prefetch thread a std::bad_alloc used to call std::terminate (SIGABRT); it is the
+// stream's error after the batches read before it.
+TEST(Prefetcher, OutOfMemoryInTheReaderIsAnErrorNotAnAbort) {
+  Prefetcher batches(std::make_unique<FailingSource>(2, /*out_of_memory=*/true), 4);
+  for (int i = 1; i <= 2; ++i) {
+    Expected<Batch> b = batches.next();
+    ASSERT_TRUE(b.ok()) << b.status().to_string();
+    EXPECT_EQ(b->inputs.at<float>({0}), i);
+  }
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    Expected<Batch> b = batches.next();
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), Code::kResourceExhausted);
+    EXPECT_EQ(b.status().message(), "out of host memory reading the next batch");
+  }
+  EXPECT_EQ(batches.position().batch, 2u);
+  ASSERT_TRUE(batches.restore({0, 0, Pcg32()}).ok());
+  EXPECT_EQ(batches.next()->inputs.at<float>({0}), 1);
 }
 
 // Under a memory limit that leaves no room for a thread's stack, the prefetcher reads on the

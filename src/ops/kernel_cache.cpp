@@ -35,6 +35,8 @@ Expected<const tile::Kernel*> parsed_kernel(const std::string& name) {
   static const Expected<std::map<std::string, tile::Kernel>> all =
       []() -> Expected<std::map<std::string, tile::Kernel>> {
     std::map<std::string, tile::Kernel> m;
+    // Named "kernels/<file>" as tessel_tilec names them, so that the ahead-of-time CPU
+    // kernels, found by the hash of the rendered source, are found (tile/run/cpu_aot.h).
     for (const auto& [file, text] : embedded_kernel_files()) {
       TESSEL_ASSIGN_OR_RETURN(std::vector<tile::Kernel> kernels,
                               tile::parse_tile(text, "kernels/" + file));
@@ -197,7 +199,7 @@ Status launch_kernel(const std::string& kernel, KernelParams params,
     std::lock_guard<std::mutex> lock(cache().mutex);
     cache().stats.launches += 1;
   }
-  return compiled->launch(launch_args).with_context("kernel '{}' on {}", kernel, device->id());
+  return compiled->launch(launch_args);  // its errors name the kernel and the device
 }
 
 KernelCacheStats kernel_cache_stats() {

@@ -47,14 +47,25 @@ std::string specialisation_string(const std::string& kernel,
   return s;
 }
 
-Expected<std::map<std::string, Kernel>> parse_kernel_folder(const std::string& dir) {
+Expected<std::map<std::string, Kernel>> parse_kernel_folder(const std::string& dir,
+                                                            const std::string& name_as) {
   std::error_code ec;
   std::filesystem::directory_iterator it(dir, ec);
   if (ec) return not_found("cannot list kernel folder {}: {}", dir, ec.message());
   std::map<std::string, Kernel> kernels;
   for (const auto& entry : it) {
     if (entry.path().extension() != ".tile") continue;
-    TESSEL_ASSIGN_OR_RETURN(std::vector<Kernel> parsed, parse_tile_file(entry.path().string()));
+    std::vector<Kernel> parsed;
+    if (name_as.empty()) {
+      TESSEL_ASSIGN_OR_RETURN(parsed, parse_tile_file(entry.path().string()));
+    } else {
+      std::ifstream in(entry.path(), std::ios::binary);
+      if (!in) return errno_error("open " + entry.path().string());
+      std::stringstream text;
+      text << in.rdbuf();
+      const std::string name = name_as + "/" + entry.path().filename().string();
+      TESSEL_ASSIGN_OR_RETURN(parsed, parse_tile(text.str(), name));
+    }
     for (Kernel& k : parsed) {
       std::string name = k.name;
       kernels.emplace(std::move(name), std::move(k));

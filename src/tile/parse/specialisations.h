@@ -32,7 +32,9 @@ Expected<std::vector<Specialisation>> read_specialisations(const std::string& pa
 std::string specialisation_string(const std::string& kernel,
                                   const std::map<std::string, std::string>& params);
 
-// Every kernel of the *.tile files in `dir`, by kernel name.
-Expected<std::map<std::string, Kernel>> parse_kernel_folder(const std::string& dir);
+// Every kernel of the *.tile files in `dir`, by kernel name. Their locations (file:line:col) name
+// the files `dir`/<file>, or `name_as`/<file> when that is given.
+Expected<std::map<std::string, Kernel>> parse_kernel_folder(const std::string& dir,
+                                                            const std::string& name_as = "");
 
 }  // namespace tessel::tile

@@ -41,7 +41,9 @@ Status write_if_changed(const std::string& path, const std::string& text) {
 Status generate(const std::string& list_path, const std::string& kernel_dir,
                 const std::string& out_dir) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Specialisation> list, read_specialisations(list_path));
-  TESSEL_ASSIGN_OR_RETURN(auto kernels, parse_kernel_folder(kernel_dir));
+  // Named as the op library names its embedded copies (ops/kernel_cache.cpp): the file appears in
+  // the rendered source, so any other name would give every kernel another hash, and none a hit.
+  TESSEL_ASSIGN_OR_RETURN(auto kernels, parse_kernel_folder(kernel_dir, "kernels"));
   int index = 0;
   for (const Specialisation& s : list) {
     auto it = kernels.find(s.kernel);
