@@ -332,12 +332,12 @@ std::string layer_group(const std::string& path) {
   return path;
 }
 
-std::string mib(int64_t bytes) {
+}  // namespace
+
+std::string describe_bytes(int64_t bytes) {
   if (bytes < (1 << 20)) return fmt::format("{:.1f} KiB", double(bytes) / 1024);
   return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20));
 }
-
-}  // namespace
 
 const char* memory_kind_name(MemoryKind kind) {
   switch (kind) {
@@ -552,7 +552,7 @@ nlohmann::json memory_plan_json(const MemoryPlan& p) {
 }
 
 std::string describe(const nlohmann::json& j) {
-  auto bytes = [&](const nlohmann::json& v) { return mib(v.get<int64_t>()); };
+  auto bytes = [&](const nlohmann::json& v) { return describe_bytes(v.get<int64_t>()); };
   const bool scaled = j["scaled"];
   std::string out = fmt::format(
       "memory plan of {} on {}, batch {}{} ({})\n", std::string(j["target"]),
