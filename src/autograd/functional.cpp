@@ -103,11 +103,8 @@ Expected<Variable> conv2d(const Variable& x, const Variable& weight, const Varia
                           std::vector<int64_t> stride, std::vector<int64_t> padding,
                           std::vector<int64_t> dilation, int64_t groups) {
   return apply("conv2d", {x, weight, bias},
-               autocast_attrs(Attrs()
-                                  .set("stride", std::move(stride))
-                                  .set("padding", std::move(padding))
-                                  .set("dilation", std::move(dilation))
-                                  .set("groups", groups)));
+               autocast_attrs(ops::conv_attrs(std::move(stride), std::move(padding),
+                                              std::move(dilation), groups)));
 }
 namespace {
 Attrs pool_attrs(std::vector<int64_t> window, std::vector<int64_t> stride,
@@ -142,21 +139,13 @@ Expected<Variable> conv_transpose2d(const Variable& x, const Variable& weight, c
                                     std::vector<int64_t> output_padding,
                                     std::vector<int64_t> dilation, int64_t groups) {
   return apply("conv_transpose2d", {x, weight, bias},
-               Attrs()
-                   .set("stride", std::move(stride))
-                   .set("padding", std::move(padding))
-                   .set("output_padding", std::move(output_padding))
-                   .set("dilation", std::move(dilation))
-                   .set("groups", groups));
+               ops::conv_transpose_attrs(std::move(stride), std::move(padding),
+                                         std::move(output_padding), std::move(dilation), groups));
 }
 Expected<Variable> conv1d(const Variable& x, const Variable& weight, const Variable& bias,
                           int64_t stride, int64_t padding, int64_t dilation, int64_t groups) {
   return apply("conv1d", {x, weight, bias},
-               autocast_attrs(Attrs()
-                                  .set("stride", std::vector<int64_t>{stride})
-                                  .set("padding", std::vector<int64_t>{padding})
-                                  .set("dilation", std::vector<int64_t>{dilation})
-                                  .set("groups", groups)));
+               autocast_attrs(ops::conv_attrs({stride}, {padding}, {dilation}, groups)));
 }
 Expected<Variable> scaled_dot_product_attention(const Variable& q, const Variable& k,
                                                 const Variable& v,

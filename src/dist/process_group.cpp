@@ -113,6 +113,7 @@ Expected<DataType> ProcessGroup::comm_dtype(DType dtype) {
       return DataType::kInt32;
     case DType::kI64:
       return DataType::kInt64;
+    case DType::kI16:  // no collective library here reduces 16-bit integers
     case DType::kBool:
       break;
   }

@@ -27,9 +27,9 @@ struct DTypeName {
   const char* name;
 };
 constexpr DTypeName kDTypeNames[] = {
-    {DType::kF64, "F64"},   {DType::kF32, "F32"}, {DType::kF16, "F16"},
-    {DType::kBF16, "BF16"}, {DType::kI64, "I64"}, {DType::kI32, "I32"},
-    {DType::kI8, "I8"},     {DType::kU8, "U8"},   {DType::kBool, "BOOL"},
+    {DType::kF64, "F64"}, {DType::kF32, "F32"},   {DType::kF16, "F16"}, {DType::kBF16, "BF16"},
+    {DType::kI64, "I64"}, {DType::kI32, "I32"},   {DType::kI16, "I16"}, {DType::kI8, "I8"},
+    {DType::kU8, "U8"},   {DType::kBool, "BOOL"},
 };
 // Integrity: "__metadata__" carries an XXH64 of every tensor's bytes and one of the header text
 // itself, taken with its own 16 hex digits written as zeros (the value sits inside what it

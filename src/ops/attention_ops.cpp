@@ -20,7 +20,6 @@
 // backward reruns the fused forward for the row log-sum-exp, since the op keeps only its inputs).
 #include <cmath>
 
-#include "ops/attention.h"
 #include "ops/flash_attention.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -409,8 +408,8 @@ void add_attention_ops(std::vector<OpDef>& ops) {
 
 Expected<Attrs> attention_attrs(const AttentionOptions& o) {
   if (o.dropout_p != 0.0)
-    return invalid_argument("{}: dropout_p = {} needs a seed (the overloads in ops/attention.h)",
-                            kName, o.dropout_p);
+    return invalid_argument("{}: dropout_p = {} needs a seed (the overloads with one)", kName,
+                            o.dropout_p);
   return attention_attrs(o, 0);
 }
 

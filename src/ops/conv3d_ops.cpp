@@ -10,7 +10,6 @@
 // (implicit gemm on the CPU, im2col + gemm elsewhere) on every device.
 #include <cmath>
 
-#include "ops/conv3d.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
@@ -279,11 +278,7 @@ Expected<Tensor> conv3d(const Tensor& x, const Tensor& weight, const Tensor& bia
                         std::vector<int64_t> stride, std::vector<int64_t> padding,
                         std::vector<int64_t> dilation, int64_t groups) {
   return run(kName, {x, weight, bias},
-             Attrs()
-                 .set("stride", std::move(stride))
-                 .set("padding", std::move(padding))
-                 .set("dilation", std::move(dilation))
-                 .set("groups", groups));
+             conv_attrs(std::move(stride), std::move(padding), std::move(dilation), groups));
 }
 
 }  // namespace tessel::ops

@@ -786,10 +786,15 @@ Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bia
                         std::vector<int64_t> stride, std::vector<int64_t> padding,
                         std::vector<int64_t> dilation, int64_t groups) {
   return run("conv2d", {x, weight, bias},
-             Attrs()
-                 .set("stride", std::move(stride))
-                 .set("padding", std::move(padding))
-                 .set("dilation", std::move(dilation))
-                 .set("groups", groups));
+             conv_attrs(std::move(stride), std::move(padding), std::move(dilation), groups));
+}
+
+Attrs conv_attrs(std::vector<int64_t> stride, std::vector<int64_t> padding,
+                 std::vector<int64_t> dilation, int64_t groups) {
+  return Attrs()
+      .set("stride", std::move(stride))
+      .set("padding", std::move(padding))
+      .set("dilation", std::move(dilation))
+      .set("groups", groups);
 }
 }  // namespace tessel::ops

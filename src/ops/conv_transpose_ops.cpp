@@ -301,34 +301,27 @@ Expected<Tensor> conv_transpose2d(const Tensor& x, const Tensor& weight, const T
                                   std::vector<int64_t> output_padding,
                                   std::vector<int64_t> dilation, int64_t groups) {
   return run("conv_transpose2d", {x, weight, bias},
-             Attrs()
-                 .set("stride", std::move(stride))
-                 .set("padding", std::move(padding))
-                 .set("output_padding", std::move(output_padding))
-                 .set("dilation", std::move(dilation))
-                 .set("groups", groups));
+             conv_transpose_attrs(std::move(stride), std::move(padding), std::move(output_padding),
+                                  std::move(dilation), groups));
+}
+
+Attrs conv_transpose_attrs(std::vector<int64_t> stride, std::vector<int64_t> padding,
+                           std::vector<int64_t> output_padding, std::vector<int64_t> dilation,
+                           int64_t groups) {
+  return conv_attrs(std::move(stride), std::move(padding), std::move(dilation), groups)
+      .set("output_padding", std::move(output_padding));
 }
 
 Expected<Tensor> conv1d(const Tensor& x, const Tensor& weight, const Tensor& bias, int64_t stride,
                         int64_t padding, int64_t dilation, int64_t groups) {
-  return run("conv1d", {x, weight, bias},
-             Attrs()
-                 .set("stride", std::vector<int64_t>{stride})
-                 .set("padding", std::vector<int64_t>{padding})
-                 .set("dilation", std::vector<int64_t>{dilation})
-                 .set("groups", groups));
+  return run("conv1d", {x, weight, bias}, conv_attrs({stride}, {padding}, {dilation}, groups));
 }
 
 Expected<Tensor> conv_transpose1d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                                   int64_t stride, int64_t padding, int64_t output_padding,
                                   int64_t dilation, int64_t groups) {
   return run("conv_transpose1d", {x, weight, bias},
-             Attrs()
-                 .set("stride", std::vector<int64_t>{stride})
-                 .set("padding", std::vector<int64_t>{padding})
-                 .set("output_padding", std::vector<int64_t>{output_padding})
-                 .set("dilation", std::vector<int64_t>{dilation})
-                 .set("groups", groups));
+             conv_transpose_attrs({stride}, {padding}, {output_padding}, {dilation}, groups));
 }
 
 }  // namespace tessel::ops

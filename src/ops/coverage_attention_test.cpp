@@ -8,7 +8,6 @@
 
 #include <cmath>
 
-#include "ops/attention.h"
 #include "ops/op.h"
 #include "ops/ops.h"
 #include "ops/testing/edge_check.h"

@@ -7,7 +7,6 @@
 // reference and finite differences are in ops_test.cpp; here also the errors PyTorch raises.
 #include <gtest/gtest.h>
 
-#include "ops/conv3d.h"
 #include "ops/op.h"
 #include "ops/ops.h"
 #include "ops/testing/edge_check.h"

@@ -100,7 +100,10 @@ OpDef binary_op(const std::string& name, BinaryKind kind) {
           TESSEL_ASSIGN_OR_RETURN(full, scale(qab, -1.0));
         }
       }
-      TESSEL_ASSIGN_OR_RETURN(grads[i], sum_to(full, b.input_meta[i].shape));
+      // Promoted operands (bf16 with f32) differentiate in the result's dtype; each gradient
+      // goes back to its input's.
+      TESSEL_ASSIGN_OR_RETURN(Tensor summed, sum_to(full, b.input_meta[i].shape));
+      TESSEL_ASSIGN_OR_RETURN(grads[i], cast(summed, b.input_meta[i].dtype));
     }
     return grads;
   };

@@ -1,5 +1,5 @@
 // Fused causal self-attention: the kernels of kernels/flash_attention.tile launched over
-// [B, H, N, E] views, for the ops that dispatch to them (causal_attention in
+// [B, H, N, E] views, for the ops that dispatch to them (ops.h's causal_attention in
 // ops/flash_attention_ops.cpp, scaled_dot_product_attention in ops/attention_ops.cpp when it is
 // causal with no mask and one k/v head per query head). FlashAttention-2's scheme: the forward
 // keeps only O and the row log-sum-exp L; backward recomputes P block by block, dQ in one
@@ -37,15 +37,6 @@ Status flash_attention_forward(const AttentionHeads& in, const View& o, const Vi
 // The gradients of q, k and v from the forward's o and lse and the output gradient d_o.
 Status flash_attention_backward(const AttentionHeads& in, const View& o, const View& d_o,
                                 const View& lse, const AttentionHeads& grads, double scale);
-
-// A GPT block's causal self-attention from its fused projection, the op causal_attention
-// (ops/flash_attention_ops.cpp): qkv [B, T, 3 C] (q, k, v side by side, `heads` heads of
-// C / heads each) -> [B, T, C]. lse, f32 [B, H, T], receives the rows' log-sum-exp, which the
-// op's backward reads (autograd keeps it as a saved input; nn/gpt.cpp records the op).
-Expected<Tensor> causal_attention(const Tensor& qkv, const Tensor& lse, int64_t heads);
-
-// Registers causal_attention (called by add_attention_ops, so the registry's list is unchanged).
-void add_flash_attention_ops(std::vector<OpDef>& ops);
 
 // A tensor laid out as [B, H, N, E] (its shape, or its rank-2 / rank-3 tail with B = H = 1 or
 // B = 1), merging leading dimensions into B where their strides allow; nullopt when they do not.

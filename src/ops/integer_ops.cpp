@@ -1,6 +1,6 @@
 // Integer tensors in the element-wise ops (see integer_ops.h): type promotion, the integer
 // kernels of kernels/integer.tile, the zero-divisor check, and the ops floor_divide, div_trunc
-// and remainder.
+// and remainder on integers (integer kernels) and floats (float_division of kernels/math.tile).
 #include "ops/integer_ops.h"
 
 #include <cmath>
@@ -21,16 +21,18 @@ int bits_of(DType t) {
   return static_cast<int>(dtype_size(t)) * 8;
 }
 
-// Two dtypes of one kind promoted (nullopt: two different floats, which PyTorch would widen
-// but whose gradients the op library keeps in each input's own dtype; or u8 with i8, which is
-// i16 in PyTorch).
+// Two dtypes promoted (nullopt: f64 with another float, which the op library's float kernels do
+// not take).
 std::optional<DType> promote_pair(DType a, DType b) {
   if (a == b) return a;
   if (kind_of(a) != kind_of(b)) return kind_of(a) > kind_of(b) ? a : b;
-  if (!is_integer(a)) return std::nullopt;
+  if (!is_integer(a)) {
+    if (a == DType::kF64 || b == DType::kF64) return std::nullopt;
+    return DType::kF32;  // f32 holds f16 and bf16; f16 with bf16 is f32 too (torch.promote_types)
+  }
   if (a == DType::kU8 || b == DType::kU8) {
     DType other = a == DType::kU8 ? b : a;
-    if (other == DType::kI8) return std::nullopt;
+    if (other == DType::kI8) return DType::kI16;
     return other;  // u8 with a wider signed type: that one
   }
   return bits_of(a) >= bits_of(b) ? a : b;
@@ -46,22 +48,20 @@ Expected<std::optional<DType>> promote_all(const std::string& op, const std::vec
       continue;
     }
     std::optional<DType> p = promote_pair(*out, m.dtype);
-    if (!p && is_integer(m.dtype))
-      return invalid_argument(
-          "{}: u8 with i8 promotes to i16 in PyTorch, which tensors here do "
-          "not have yet; convert one operand first, got {}",
-          op, shapes_string(in));
     if (!p)
-      return invalid_argument("{}: float inputs must share one dtype, got {}", op,
+      return invalid_argument("{}: f64 takes no other float dtype here, got {}", op,
                               shapes_string(in));
     out = p;
   }
   return out;
 }
 
-// The C++ reference of int_binary (and the ops' references): Python's floor division and
-// remainder, and C's truncation.
+// The C++ reference of int_binary and the division ops, PyTorch's algorithms in double: Python's
+// floor division and remainder from the exact fmod (exact for integers too), C's truncation,
+// integer pow with PyTorch's rule for negative exponents.
 double int_binary_value(IntBinary kind, double x, double y) {
+  const double m = std::fmod(x, y);
+  const bool signs_differ = (m < 0 && y > 0) || (m > 0 && y < 0);
   switch (kind) {
     case IntBinary::kAdd:
       return x + y;
@@ -69,16 +69,24 @@ double int_binary_value(IntBinary kind, double x, double y) {
       return x - y;
     case IntBinary::kMul:
       return x * y;
-    case IntBinary::kFloorDiv:
-      return std::floor(x / y);
+    case IntBinary::kFloorDiv: {
+      if (y == 0) return x / y;
+      const double d = (x - m) / y - (signs_differ ? 1 : 0);
+      if (d == 0) return std::copysign(0.0, x / y);
+      const double f = std::floor(d);
+      return d - f > 0.5 ? f + 1 : f;
+    }
     case IntBinary::kTruncDiv:
       return std::trunc(x / y);
     case IntBinary::kRemainder:
-      return x - std::floor(x / y) * y;
+      return signs_differ ? m + y : m;
     case IntBinary::kMaximum:
       return std::max(x, y);
     case IntBinary::kMinimum:
       return std::min(x, y);
+    case IntBinary::kPow:
+      if (y >= 0) return std::pow(x, y);
+      return x == 1 ? 1 : x == -1 ? (std::fmod(y, 2) != 0 ? -1 : 1) : 0;
   }
   return 0;
 }
@@ -104,20 +112,36 @@ Status check_divisor(const std::string& op, const Tensor& divisor) {
   return ok_status();
 }
 
-// floor_divide, div_trunc, remainder: integer tensors only (PyTorch also takes floats; that
-// needs an exact fmod in the tile language, which it lacks).
+// float_division's op numbers (kernels/math.tile).
+int float_division_kind(IntBinary kind) {
+  return kind == IntBinary::kFloorDiv ? 0 : kind == IntBinary::kRemainder ? 1 : 2;
+}
+
+// floor_divide, div_trunc, remainder: integer kernels on integers, float_division on floats
+// (f32, f16, bf16, computed in f32). Only remainder is differentiable, as in PyTorch:
+// d/da = g, d/db = -g floor(a / b).
 OpDef integer_division_op(const std::string& name, IntBinary kind) {
   OpDef op;
   op.name = name;
   op.arity = 2;
   op.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) -> Expected<TensorMeta> {
     TESSEL_ASSIGN_OR_RETURN(TensorMeta out, infer_promoted(name, in));
-    if (!is_integer(out.dtype))
-      return unimplemented("{}: integer tensors only so far, got {}", name, shapes_string(in));
+    if (out.dtype == DType::kF64)
+      return invalid_argument("{}: takes integers, f32, f16 and bf16, got {}", name,
+                              shapes_string(in));
     return out;
   };
-  op.forward = [name, kind](const std::vector<Tensor>& in, const Attrs&, const TensorMeta& out) {
-    return int_binary(name, kind, in[0], in[1], out);
+  op.forward = [name, kind](const std::vector<Tensor>& in, const Attrs&,
+                            const TensorMeta& out) -> Expected<Tensor> {
+    if (is_integer(out.dtype)) return int_binary(name, kind, in[0], in[1], out);
+    TESSEL_ASSIGN_OR_RETURN(Tensor a0, convert(in[0], out.dtype));
+    TESSEL_ASSIGN_OR_RETURN(Tensor b0, convert(in[1], out.dtype));
+    TESSEL_ASSIGN_OR_RETURN(Tensor a, a0.expand(out.shape));
+    TESSEL_ASSIGN_OR_RETURN(Tensor b, b0.expand(out.shape));
+    TESSEL_ASSIGN_OR_RETURN(Tensor z, empty_like_device(out.shape, out.dtype, in[0]));
+    TESSEL_TRY(
+        launch_elementwise("float_division", {}, {a, b, z}, {int64_t{float_division_kind(kind)}}));
+    return z;
   };
   op.reference = [kind](const std::vector<RefTensor>& in, const Attrs&) {
     RefTensor out{reference::broadcast(in[0].shape, in[1].shape), {}};
@@ -130,14 +154,35 @@ OpDef integer_division_op(const std::string& name, IntBinary kind) {
     }
     return out;
   };
-  op.differentiable = {false, false};
+  if (kind != IntBinary::kRemainder) {
+    op.differentiable = {false, false};
+    return op;
+  }
+  op.save_inputs = {true, true};
+  op.backward = [](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {
+    std::vector<Tensor> grads(2);
+    const Tensor& g = b.grad_output;
+    if (b.needs_grad[0]) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor da, sum_to(g, b.input_meta[0].shape));
+      TESSEL_ASSIGN_OR_RETURN(grads[0], cast(da, b.input_meta[0].dtype));
+    }
+    if (b.needs_grad[1]) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor q, floor_divide(b.inputs[0], b.inputs[1]));
+      TESSEL_ASSIGN_OR_RETURN(Tensor gq, mul(g, q));
+      TESSEL_ASSIGN_OR_RETURN(Tensor neg_gq, scale(gq, -1.0));
+      TESSEL_ASSIGN_OR_RETURN(Tensor db, sum_to(neg_gq, b.input_meta[1].shape));
+      TESSEL_ASSIGN_OR_RETURN(grads[1], cast(db, b.input_meta[1].dtype));
+    }
+    return grads;
+  };
   return op;
 }
 
 }  // namespace
 
 bool is_integer(DType t) {
-  return t == DType::kI8 || t == DType::kU8 || t == DType::kI32 || t == DType::kI64;
+  return t == DType::kI8 || t == DType::kU8 || t == DType::kI16 || t == DType::kI32 ||
+         t == DType::kI64;
 }
 
 Expected<DType> result_type(const std::string& op, const std::vector<TensorMeta>& in) {
@@ -181,8 +226,12 @@ Expected<Tensor> int_binary(const std::string& op, IntBinary kind, const Tensor&
   TESSEL_ASSIGN_OR_RETURN(Tensor y, widened(b, out.shape));
   if (divides(kind)) TESSEL_TRY(check_divisor(op, y));
   TESSEL_ASSIGN_OR_RETURN(Tensor z, empty_like_device(out.shape, DType::kI64, a));
-  TESSEL_TRY(launch_elementwise("int_binary", {{"U", "i64"}, {"V", "i64"}}, {x, y, z},
-                                {static_cast<int64_t>(kind)}));
+  if (kind == IntBinary::kPow) {
+    TESSEL_TRY(launch_elementwise("int_pow", {}, {x, y, z}, {}));
+  } else {
+    TESSEL_TRY(launch_elementwise("int_binary", {{"U", "i64"}, {"V", "i64"}}, {x, y, z},
+                                  {static_cast<int64_t>(kind)}));
+  }
   return convert(z, out.dtype);
 }
 

@@ -1,11 +1,10 @@
-// Integer tensors (i8, u8, i32, i64) in the element-wise ops: the ops floor_divide, remainder and
-// div with a rounding mode, and for the op definitions (elementwise_ops.cpp, math_ops.cpp)
-// PyTorch's type promotion, conversions and the kernels of kernels/integer.tile. An op infers its
-// result type with result_type(), then either runs an integer kernel on the operands as they are
-// or converts them to the float result type and runs its float kernel. Integer results wrap
-// around on overflow, as PyTorch's.
+// For the op definitions (elementwise_ops.cpp, math_ops.cpp, integer_ops.cpp): PyTorch's type
+// promotion, conversions and the integer kernels of kernels/integer.tile (i8, u8, i16, i32, i64).
+// An op infers its result type with result_type(), then either runs an integer kernel on the
+// operands as they are or converts them to the float result type and runs its float kernel.
+// Integer results wrap around on overflow, as PyTorch's. The typed functions are in ops/ops.h.
 //
-//   TESSEL_ASSIGN_OR_RETURN(Tensor q, ops::floor_divide(a, b));  // Python's //, integers
+//   TESSEL_ASSIGN_OR_RETURN(TensorMeta out, infer_promoted("add", in));  // dtype and shape
 
 #pragma once
 
@@ -16,27 +15,14 @@
 
 namespace tessel::ops {
 
-// floor_divide (Python's //), remainder (the divisor's sign, torch.remainder) and div with
-// rounding_mode "" (true division: integers give f32), "floor" or "trunc", on integer tensors
-// with promotion and broadcasting. A zero divisor is an error, "<op>: integer division by zero
-// (ZeroDivisionError)", as PyTorch raises; -2^63 / -1 gives -2^63 (PyTorch's floor_divide does,
-// its trunc division dies of SIGFPE). Floats are not taken yet (they need an exact fmod).
-Expected<Tensor> floor_divide(const Tensor& a, const Tensor& b);
-Expected<Tensor> remainder(const Tensor& a, const Tensor& b);
-Expected<Tensor> div(const Tensor& a, const Tensor& b, const std::string& rounding_mode);
-
-// Registers floor_divide, div_trunc and remainder.
-void add_integer_ops(std::vector<OpDef>& ops);
-
-// i8, u8, i32, i64 (bool is not an integer here). The tile language has i16 too; tensors do not
-// yet, since adding a runtime dtype rebuilds everything that includes support/dtype.h.
+// i8, u8, i16, i32, i64 (bool is not an integer here).
 bool is_integer(DType t);
 
 // torch.result_type for an element-wise op: integers promote among themselves (the wider type,
-// signed when either is; u8 with i8 would be i16, which is an error until tensors have it), an
-// integer with a float gives the float; a 0-d tensor only decides when its kind (integer <
-// float) is higher than every other operand's. Bool operands, and two different float dtypes,
-// are errors naming `op`.
+// signed when either is; u8 with i8 gives i16), an integer with a float gives the float, two
+// floats the wider (f16 with bf16: f32); a 0-d tensor only decides when its kind (integer <
+// float) is higher than every other operand's. Bool operands, and f64 with another float, are
+// errors naming `op`.
 Expected<DType> result_type(const std::string& op, const std::vector<TensorMeta>& in);
 
 // The op's inputs' metadata joined: result_type and the broadcast shape.
@@ -54,7 +40,8 @@ enum class IntBinary {
   kTruncDiv = 4,
   kRemainder = 5,
   kMaximum = 6,
-  kMinimum = 7
+  kMinimum = 7,
+  kPow = 8  // PyTorch's integer pow: by squaring, wrapping; a negative exponent gives 0 but for +-1
 };
 
 // a op b broadcast to out.shape, computed as int_binary with out.dtype (an integer type). The

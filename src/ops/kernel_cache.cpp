@@ -121,6 +121,8 @@ Expected<tile::ScalarType> tile_scalar_type(DType dtype) {
       return tile::ScalarType::kI8;
     case DType::kU8:
       return tile::ScalarType::kU8;
+    case DType::kI16:
+      return tile::ScalarType::kI16;
     case DType::kI32:
       return tile::ScalarType::kI32;
     case DType::kI64:

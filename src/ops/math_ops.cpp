@@ -2,9 +2,10 @@
 // of kernels/elementwise.tile forward, math_grad backward); pow, maximum, minimum (broadcasting,
 // NaN-propagating, binary_math); clamp (min and max attrs, either optional); where (a bool
 // condition, broadcasting); eq, ne, lt, le, gt, ge (bool results, not differentiable). Floats of
-// any width (f32, f16, bf16) compute in f32. Kernels: kernels/math.tile. Integer tensors follow
-// PyTorch (ops/integer_ops.h): exact integer kernels where PyTorch keeps an integer result,
-// conversion to f32 where it does not (exp, log, sqrt, erf).
+// any width (f32, f16, bf16) compute in f32; mixed floats promote as PyTorch's (bf16 with f16:
+// f32), each gradient cast back to its input's dtype. Kernels: kernels/math.tile. Integer tensors
+// follow PyTorch (ops/integer_ops.h): exact integer kernels where PyTorch keeps an integer result
+// (pow included), conversion to f32 where it does not (exp, log, sqrt, erf).
 #include <cmath>
 
 #include "ops/integer_ops.h"
@@ -147,14 +148,17 @@ OpDef binary_math_op(const std::string& name, BinaryMath kind) {
   OpDef op;
   op.name = name;
   op.arity = 2;
-  op.infer = [name, kind](const std::vector<TensorMeta>& in, const Attrs&) {
-    return kind == kPow ? infer_float(name, in) : infer_promoted(name, in);
+  op.infer = [name](const std::vector<TensorMeta>& in, const Attrs&) {
+    return infer_promoted(name, in);
   };
   op.forward = [name, kind](const std::vector<Tensor>& in, const Attrs&,
                             const TensorMeta& out) -> Expected<Tensor> {
-    if (is_integer(out.dtype))
-      return int_binary(name, kind == kMaximum ? IntBinary::kMaximum : IntBinary::kMinimum, in[0],
-                        in[1], out);
+    if (is_integer(out.dtype)) {
+      const IntBinary k = kind == kPow       ? IntBinary::kPow
+                          : kind == kMaximum ? IntBinary::kMaximum
+                                             : IntBinary::kMinimum;
+      return int_binary(name, k, in[0], in[1], out);
+    }
     TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> converted, converted_all(in, out.dtype));
     TESSEL_ASSIGN_OR_RETURN(std::vector<Tensor> t, expanded(converted, out.shape, out.dtype));
     TESSEL_TRY(launch_elementwise("binary_math", {{"OP", std::to_string(kind)}}, t, {}));
@@ -177,7 +181,8 @@ OpDef binary_math_op(const std::string& name, BinaryMath kind) {
                               expanded({x[0], x[1], b.grad_output}, shape, b.grad_output.dtype()));
       TESSEL_TRY(launch_elementwise(
           "binary_math_grad", {{"OP", std::to_string(kind)}, {"WRT", std::to_string(i)}}, t, {}));
-      TESSEL_ASSIGN_OR_RETURN(grads[i], sum_to(t.back(), b.input_meta[i].shape));
+      TESSEL_ASSIGN_OR_RETURN(Tensor summed, sum_to(t.back(), b.input_meta[i].shape));
+      TESSEL_ASSIGN_OR_RETURN(grads[i], cast(summed, b.input_meta[i].dtype));
     }
     return grads;
   };
@@ -279,7 +284,8 @@ OpDef where_op() {
       if (!b.needs_grad[i]) continue;
       TESSEL_ASSIGN_OR_RETURN(Tensor full,
                               run("where", {b.inputs[0], i == 1 ? g : zero, i == 1 ? zero : g}));
-      TESSEL_ASSIGN_OR_RETURN(grads[i], sum_to(full, b.input_meta[i].shape));
+      TESSEL_ASSIGN_OR_RETURN(Tensor summed, sum_to(full, b.input_meta[i].shape));
+      TESSEL_ASSIGN_OR_RETURN(grads[i], cast(summed, b.input_meta[i].dtype));
     }
     return grads;
   };

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <unordered_map>
 
-#include "ops/conv3d.h"
-#include "ops/integer_ops.h"
 #include "ops/op_scope.h"
 
 namespace tessel::ops {

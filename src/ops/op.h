@@ -133,6 +133,9 @@ void add_pool_ops(std::vector<OpDef>& ops);
 void add_attention_ops(std::vector<OpDef>& ops);
 void add_conv_transpose_ops(std::vector<OpDef>& ops);
 void add_conv1d_ops(std::vector<OpDef>& ops);
+void add_conv3d_ops(std::vector<OpDef>& ops);           // after conv2d, which it runs
+void add_integer_ops(std::vector<OpDef>& ops);          // floor_divide, div_trunc, remainder
+void add_flash_attention_ops(std::vector<OpDef>& ops);  // by add_attention_ops
 
 std::string shapes_string(const std::vector<TensorMeta>& inputs);
 

@@ -1,25 +1,42 @@
 // Typed functions over the op registry, one per op: what backward rules, nn/ and users call.
 // Each checks its inputs (Status naming the op and the shapes) and runs on the inputs' device.
+// This is the op library's one public header: ops/*.h beside it (integer_ops.h, flash_attention.h,
+// kernel_util.h, ...) are the machinery the op definitions share, not an interface.
 //
 //   TESSEL_ASSIGN_OR_RETURN(Tensor h, ops::linear(x, w1, b1));
 //   TESSEL_ASSIGN_OR_RETURN(Tensor loss, ops::cross_entropy(ops::relu(h).value(), targets));
 #pragma once
 
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "ops/op.h"
 
 namespace tessel::ops {
 
-// Among f32, f16, bf16 (nearest even) and the integer types (ops/integer_ops.h).
+// Among f32, f16, bf16 (nearest even) and the integer types i8, u8, i16, i32, i64 (integer to
+// integer keeps the low bits, float to integer rounds toward zero).
 Expected<Tensor> cast(const Tensor& x, DType dtype);
 
-// Element-wise, NumPy broadcasting, PyTorch's type promotion (integers: ops/integer_ops.h).
+// Element-wise, NumPy broadcasting, PyTorch's type promotion (torch.result_type,
+// ops/integer_ops.h): integers widen among themselves (u8 with i8 gives i16) and wrap around on
+// overflow; an integer with a float gives the float; two floats give the wider (bf16 with f16:
+// f32); a 0-d operand decides only when its kind (integer < float) is higher than every other
+// operand's, so a 0-d f32 with a bf16 tensor gives bf16. The gradient of each input has its own
+// dtype.
 Expected<Tensor> add(const Tensor& a, const Tensor& b);
 Expected<Tensor> sub(const Tensor& a, const Tensor& b);
 Expected<Tensor> mul(const Tensor& a, const Tensor& b);
 Expected<Tensor> div(const Tensor& a, const Tensor& b);
+// floor_divide (Python's //), remainder (the divisor's sign, torch.remainder) and div with
+// rounding_mode "" (true division), "floor" or "trunc", as PyTorch's, not differentiable.
+// Integers: a zero divisor is an error, "<op>: integer division by zero (ZeroDivisionError)", as
+// PyTorch raises; -2^63 // -1 gives -2^63. Floats: PyTorch's fmod-based results (x // 0 is
+// +-inf or nan, x % 0 is nan, a zero keeps the sign of x / y).
+Expected<Tensor> floor_divide(const Tensor& a, const Tensor& b);
+Expected<Tensor> remainder(const Tensor& a, const Tensor& b);
+Expected<Tensor> div(const Tensor& a, const Tensor& b, const std::string& rounding_mode);
 Expected<Tensor> relu(const Tensor& x);
 Expected<Tensor> gelu(const Tensor& x);  // the tanh approximation
 Expected<Tensor> tanh(const Tensor& x);
@@ -32,7 +49,8 @@ Expected<Tensor> scale(const Tensor& x, double factor);  // factor * x
 // sqrt, abs (gradient 0 at 0), neg, erf; pow, maximum and minimum broadcast (maximum and minimum
 // propagate NaN and split the gradient of a tie); clamp to [min, max], either bound optional;
 // where(condition (bool), a, b) broadcasting all three; comparisons "eq", "ne", "lt", "le",
-// "gt", "ge" (bool results).
+// "gt", "ge" (bool results). pow of two integer tensors stays integer as PyTorch's (wrapping;
+// 0 ** 0 = 1; a negative exponent gives 1 ** e = 1, (-1) ** e = +-1, else 0).
 Expected<Tensor> exp(const Tensor& x);
 Expected<Tensor> log(const Tensor& x);
 Expected<Tensor> sqrt(const Tensor& x);
@@ -111,6 +129,21 @@ Expected<Tensor> dropout(const Tensor& x, double p, int64_t seed);
 Expected<Tensor> conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias,
                         std::vector<int64_t> stride = {1, 1}, std::vector<int64_t> padding = {0, 0},
                         std::vector<int64_t> dilation = {1, 1}, int64_t groups = 1);
+// conv3d (ops/conv3d_ops.cpp) as torch.nn.functional.conv3d: x [N, C, D, H, W], weight
+// [O, C / groups, KD, KH, KW], bias [O]; stride, padding, dilation {d, h, w} (or one value for
+// all three). It runs as one conv2d over the depth taps, forward and backward.
+Expected<Tensor> conv3d(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        std::vector<int64_t> stride = {1, 1, 1},
+                        std::vector<int64_t> padding = {0, 0, 0},
+                        std::vector<int64_t> dilation = {1, 1, 1}, int64_t groups = 1);
+// The attributes of a convolution call as the conv ops read them (autograd/ records the ops
+// through apply with these): stride, padding, dilation and groups, and output_padding for the
+// transposed ones.
+Attrs conv_attrs(std::vector<int64_t> stride, std::vector<int64_t> padding,
+                 std::vector<int64_t> dilation, int64_t groups);
+Attrs conv_transpose_attrs(std::vector<int64_t> stride, std::vector<int64_t> padding,
+                           std::vector<int64_t> output_padding, std::vector<int64_t> dilation,
+                           int64_t groups);
 
 // conv_transpose2d (ops/conv_transpose_ops.cpp) as torch.nn.functional.conv_transpose2d:
 // x [N, Cin, H, W], weight [Cin, Cout / groups, KH, KW], bias [Cout]; output_padding below the
@@ -137,13 +170,25 @@ struct AttentionOptions {
   int64_t causal = 0;  // 1: is_causal (top-left aligned), 2: bottom-right aligned
   std::optional<double> scale;  // default 1 / sqrt(E)
   bool enable_gqa = false;      // Hq a multiple of Hkv: q head h reads k/v head h / (Hq / Hkv)
-  double dropout_p = 0;         // > 0 takes a seed: the overloads in ops/attention.h
+  double dropout_p = 0;         // > 0 takes a seed: the overloads with one
 };
 Expected<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                               const AttentionOptions& options = {});
 // The op's attributes for `options` (autograd/ records the op through apply); its fourth input
 // is the mask, or any f32 tensor (unread) without one.
 Expected<Attrs> attention_attrs(const AttentionOptions& options);
+// With dropout: attention weights dropped after the softmax as PyTorch's dropout_p does, the
+// kept ones scaled by 1 / (1 - p), p = 1 giving zeros. The mask is the dropout op's hash of
+// (seed, position in [..., Hq, L, S]), so a seed gives the same mask on every device and backward
+// makes it again. The overloads above refuse dropout_p > 0.
+Expected<Tensor> scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              const AttentionOptions& options, int64_t seed);
+Expected<Attrs> attention_attrs(const AttentionOptions& options, int64_t seed);
+// A GPT block's causal self-attention from its fused projection (ops/flash_attention_ops.cpp):
+// qkv [B, T, 3 C] (q, k, v side by side, `heads` heads of C / heads each) -> [B, T, C]. lse, f32
+// [B, H, T], receives the rows' log-sum-exp, which the op's backward reads (autograd keeps it as
+// a saved input; nn/gpt.cpp records the op).
+Expected<Tensor> causal_attention(const Tensor& qkv, const Tensor& lse, int64_t heads);
 
 // Pooling (ops/pool_ops.cpp) over x [N, C, *spatial] with a window of 1, 2 or 3 sizes (the op
 // max_pool{1,2,3}d / avg_pool{1,2,3}d by its length), as PyTorch's, with ONNX's asymmetric

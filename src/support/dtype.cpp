@@ -23,7 +23,7 @@ constexpr DTypeInfo kDTypes[] = {
     {DType::kF16, "f16", 2, true, "float16"}, {DType::kBF16, "bf16", 2, true, "bfloat16"},
     {DType::kI8, "i8", 1, false, "int8"},     {DType::kU8, "u8", 1, false, "uint8"},
     {DType::kI32, "i32", 4, false, "int32"},  {DType::kI64, "i64", 8, false, "int64"},
-    {DType::kBool, "bool", 1, false, "bool"},
+    {DType::kBool, "bool", 1, false, "bool"}, {DType::kI16, "i16", 2, false, "int16"},
 };
 static_assert(sizeof(kDTypes) / sizeof(kDTypes[0]) == kDTypeCount);
 
@@ -97,6 +97,8 @@ double load_scalar(DType dtype, const void* src) {
       return load<int8_t>(src);
     case DType::kU8:
       return load<uint8_t>(src);
+    case DType::kI16:
+      return load<int16_t>(src);
     case DType::kI32:
       return load<int32_t>(src);
     case DType::kI64:
@@ -122,6 +124,8 @@ void store_scalar(DType dtype, double value, void* dst) {
       return store(saturate<int8_t>(value), dst);
     case DType::kU8:
       return store(saturate<uint8_t>(value), dst);
+    case DType::kI16:
+      return store(saturate<int16_t>(value), dst);
     case DType::kI32:
       return store(saturate<int32_t>(value), dst);
     case DType::kI64:

@@ -20,10 +20,11 @@
 
 namespace tessel {
 
-enum class DType : uint8_t { kF32, kF64, kF16, kBF16, kI8, kU8, kI32, kI64, kBool };
-inline constexpr int kDTypeCount = 9;
+// kI16 comes last so that the codes stored before it existed (op attrs, files) keep their meaning.
+enum class DType : uint8_t { kF32, kF64, kF16, kBF16, kI8, kU8, kI32, kI64, kBool, kI16 };
+inline constexpr int kDTypeCount = 10;
 
-// "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64", "bool".
+// "f32", "f64", "f16", "bf16", "i8", "u8", "i32", "i64", "bool", "i16".
 const char* dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
 bool is_floating_point(DType dtype);
@@ -142,6 +143,10 @@ struct DTypeOf<int8_t> {
 template <>
 struct DTypeOf<uint8_t> {
   static constexpr DType value = DType::kU8;
+};
+template <>
+struct DTypeOf<int16_t> {
+  static constexpr DType value = DType::kI16;
 };
 template <>
 struct DTypeOf<int32_t> {

@@ -77,8 +77,9 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   d.enabled = cfg.has("distributed");
   if (!d.enabled) return ok_status();
   TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("distributed"));
-  TESSEL_TRY(t.check_keys({"backend", "zero_stage", "bucket_cap_mb", "first_bucket_mb", "overlap",
-                           "split", "rebalance_every", "rebalance_hysteresis", "sync_batchnorm"}));
+  TESSEL_TRY(
+      t.check_keys({"backend", "zero_stage", "bucket_cap_mb", "first_bucket_mb", "overlap", "split",
+                    "rebalance_every", "rebalance_hysteresis", "sync_batchnorm", "devices"}));
   TESSEL_ASSIGN_OR_RETURN(d.backend, get_choice(t, "backend", {"shm", "mpi", "nccl"}, "shm"));
   TESSEL_ASSIGN_OR_RETURN(int64_t stage, get_at_least<int64_t>(t, "zero_stage", 0, 0));
   if (stage > 3)
@@ -103,6 +104,21 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   if (d.rebalance_hysteresis >= 1.0)
     return invalid_argument("{}: key 'distributed.rebalance_hysteresis': must be below 1, got {}",
                             t.source(), d.rebalance_hysteresis);
+  TESSEL_ASSIGN_OR_RETURN(d.devices, t.get_or<std::vector<std::string>>("devices", {}));
+  if (d.devices.empty()) return ok_status();
+  // Where each rank computes is said once: the per-rank list replaces [target]'s device.
+  if (out.target.device != "auto")
+    return invalid_argument(
+        "{}: key 'distributed.devices' gives each rank its device; remove '{}' = '{}' (the "
+        "[target.<kind>] options still apply)",
+        t.source(), out.target.key, out.target.device);
+  // Under ZeRO-3 the copy a device rank takes before forward, evaluation and sampling is a
+  // gather, a collective the other ranks would have to meet at the same points: not wired yet.
+  if (d.zero_stage == 3)
+    return invalid_argument(
+        "{}: key 'distributed.devices' works with zero_stage 0, 1 or 2, not 3 (the library's "
+        "DataParallel::copy_values_to does; the trainer does not yet)",
+        t.source());
   return ok_status();
 }
 

@@ -89,6 +89,9 @@ struct DistributedConfig {
   int64_t rebalance_every = 10;
   double rebalance_hysteresis = 0.05;
   bool sync_batchnorm = false;
+  // One device id per rank ("cpu", "opencl:0", ...); empty: every rank on [target]'s device. A
+  // rank on another device than the CPU computes on a copy of the model there (trainer.h).
+  std::vector<std::string> devices;
 };
 
 // The [federated] table (train/federated.h); absent: not federated.

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes src/ops/testdata/integer_cases.txt, PyTorch's results of the element-wise ops on integer
-tensors (issue 13), read by src/ops/coverage_integer_test.cpp:
+tensors and on mixed dtypes (issue 13), read by src/ops/coverage_integer_test.cpp:
 
     /opt/torchenv/bin/python tools/pytorch/integer_fixtures.py   # needs torch (CPU)
 
@@ -12,7 +12,10 @@ The inputs come first (a bool condition for where), then '=' and PyTorch's outpu
 "-" or "min max" for clamp. The values include each type's extremes, so the cases check
 wrap-around on overflow, Python's sign rules of floor division and remainder, -2^63 / -1 (but
 not for div_trunc, where PyTorch itself dies of SIGFPE: tessel gives -2^63 there too), type
-promotion between integer types, with a float tensor, and with 0-d tensors.
+promotion between integer types, with a float tensor, and with 0-d tensors. Then integer pow
+(wrapping, 0 ** 0, negative exponents), float floor_divide / remainder / div_trunc (signs, zero
+divisors, infinities, -0.0, NaN) in f32, f16 and bf16, and the promotion of mixed floats (f32 with
+bf16, bf16 with f16, 0-d operands) in the binary ops and where.
 """
 import os
 
@@ -22,7 +25,8 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src"
                    "integer_cases.txt")
 
 NAMES = {torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32",
-         torch.int64: "i64", torch.float32: "f32", torch.bool: "bool", torch.bfloat16: "bf16"}
+         torch.int64: "i64", torch.float32: "f32", torch.bool: "bool", torch.bfloat16: "bf16",
+         torch.float16: "f16"}
 
 
 def numbers(dtype, divisor):
@@ -65,7 +69,7 @@ def main():
     i8, u8, i16, i32, i64, f32 = (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
                                   torch.float32)
     pairs = [(i8, i8), (u8, u8), (i16, i16), (i32, i32), (i64, i64), (i8, u8), (u8, i16),
-             (i16, i32), (i32, i64), (u8, i64), (i32, f32)]
+             (i16, i32), (i32, i64), (u8, i64), (i32, f32), (i8, i16), (i16, i64), (i16, f32)]
     for op, fn in BINARY.items():
         for ta, tb in pairs:
             if op in {"floor_divide", "div_trunc", "remainder"} and tb.is_floating_point:
@@ -103,6 +107,7 @@ def main():
     cond = torch.tensor([True, False, True])
     lines.append(f"where|-|{text(cond)}|{text(a)}|{text(torch.tensor([0.5, 1.5, 2.5]))}|=|"
                  f"{text(torch.where(cond, a, torch.tensor([0.5, 1.5, 2.5])))}")
+    lines += pow_cases() + float_division_cases() + mixed_float_cases()
     with open(OUT, "w") as f:
         f.write("# Written by tools/pytorch/integer_fixtures.py with torch "
                 f"{torch.__version__}; do not edit.\n")
@@ -116,6 +121,89 @@ def main():
             fn()
         except Exception as e:  # noqa: BLE001 - we print what PyTorch raises
             print(f"{what}: {type(e).__name__}: {e}")
+
+
+def line(op, inputs, out):
+    return f"{op}|-|" + "|".join(text(t) for t in inputs) + f"|=|{text(out)}"
+
+
+def pow_cases():
+    """Integer pow: by squaring with wrap-around, 0 ** 0 = 1, and PyTorch's tensor-tensor rule for
+    negative exponents (1 for a base of 1, +-1 for -1, else 0)."""
+    out = []
+    for dt in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64):
+        base = torch.tensor(numbers(dt, False), dtype=dt)
+        exps = torch.tensor([0, 1, 2, 3, 7, 63, 5, 2, 1], dtype=dt)
+        out.append(line("pow", [base, exps], torch.pow(base, exps)))
+        base = torch.tensor([0, 1, 3, 2, 7, 9, 0, 1, 5], dtype=dt)
+        exps = torch.tensor([0, 40, 5, 8, 3, 2, 3, 0, 11], dtype=dt)
+        out.append(line("pow", [base, exps], torch.pow(base, exps)))
+        if torch.iinfo(dt).min < 0:
+            base = torch.tensor([1, -1, -1, 0, 2, -2, 3, -3, 1], dtype=dt)
+            exps = torch.tensor([-1, -2, -3, -1, -1, -5, -100, 0, -7], dtype=dt)
+            out.append(line("pow", [base, exps], torch.pow(base, exps)))
+    # Promotion: a 0-d exponent of a wider type keeps the tensor's type; a float one gives f32.
+    base = torch.tensor([[-3], [2], [5]], dtype=torch.int8)
+    for exp in (torch.tensor(3, dtype=torch.int64), torch.tensor([2, 3, 4], dtype=torch.int32),
+                torch.tensor(0.5), torch.tensor([2.0, -1.0, 0.5])):
+        out.append(line("pow", [base.abs() if exp.is_floating_point() else base, exp],
+                        torch.pow(base.abs() if exp.is_floating_point() else base, exp)))
+    return out
+
+
+def float_division_cases():
+    """floor_divide, remainder and div_trunc on floats, PyTorch's fmod-based algorithm."""
+    inf, nan = float("inf"), float("nan")
+    xs = [5.0, -5.0, 5.0, -5.0, 0.0, -0.0, 1.0, inf, -7.5, 3.0, 7.25, -1e30, 1e-30, nan, -3.0,
+          0.0, 6.0, -6.0, 1e-3, -inf]
+    ys = [3.0, 3.0, -3.0, -3.0, 0.0, 2.0, 0.0, 2.0, inf, -0.0, 0.5, 3.0, -7.0, 1.0, -inf, -2.0,
+          -3.0, 3.0, 0.1, -inf]
+    out = []
+    for op, fn in (("floor_divide", torch.floor_divide), ("remainder", torch.remainder),
+                   ("div_trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"))):
+        for dt in (torch.float32, torch.float16, torch.bfloat16):
+            a, b = torch.tensor(xs, dtype=dt), torch.tensor(ys, dtype=dt)
+            out.append(line(op, [a, b], fn(a, b)))
+        a = torch.tensor([[7.5], [-7.5], [0.25]])
+        b = torch.tensor([2, -2, 0], dtype=torch.int32)
+        out.append(line(op, [a, b], fn(a, b)))
+        c = torch.tensor([7, -8, 100], dtype=torch.int64)
+        z = torch.tensor(2.5)
+        out.append(line(op, [c, z], fn(c, z)))
+    return out
+
+
+def mixed_float_cases():
+    """Two float dtypes: the wider (bf16 with f16: f32), a 0-d operand deciding only across kinds."""
+    f32, f16, bf16 = torch.float32, torch.float16, torch.bfloat16
+    a_vals = [1.5, -2.25, 3.0, 0.1, 1000.0, -0.5]
+    b_vals = [0.3, 7.0, -1.125, 2.5, 3.0, 4.0]
+    out = []
+    for op in ("add", "sub", "mul", "div", "maximum", "minimum", "pow", "lt", "eq"):
+        fn = BINARY.get(op, torch.pow)
+        for ta, tb in ((f32, bf16), (bf16, f16), (f16, f32)):
+            a = torch.tensor(a_vals, dtype=ta).abs() if op == "pow" else torch.tensor(a_vals, dtype=ta)
+            b = torch.tensor(b_vals, dtype=tb).reshape(2, 3)[:1].expand(2, 3).reshape(6)
+            out.append(line(op, [a, b], fn(a, b)))
+        # 0-d operands: f32 with a bf16 tensor gives bf16; a 0-d bf16 with an f16 tensor, f16.
+        # (A few ops only: each 16-bit result is a kernel specialisation the test compiles.)
+        if op not in ("add", "mul", "pow", "lt"):
+            continue
+        for a, b in ((torch.tensor(a_vals, dtype=bf16), torch.tensor(0.3, dtype=f32)),
+                     (torch.tensor(2.5, dtype=f32), torch.tensor(b_vals, dtype=bf16)),
+                     (torch.tensor(a_vals, dtype=f16), torch.tensor(1.7, dtype=bf16)),
+                     (torch.tensor(a_vals, dtype=torch.int32).abs()
+                      if op == "pow" else torch.tensor([1, -2, 3, 0, 1000, -5], dtype=torch.int32),
+                      torch.tensor(b_vals, dtype=bf16))):
+            if op == "pow":
+                a = a.abs()
+            out.append(line(op, [a, b], fn(a, b)))
+    cond = torch.tensor([True, False, True, True, False, False])
+    for a, b in ((torch.tensor(a_vals, dtype=f32), torch.tensor(b_vals, dtype=bf16)),
+                 (torch.tensor(a_vals, dtype=bf16), torch.tensor(b_vals, dtype=f16)),
+                 (torch.tensor(a_vals, dtype=bf16), torch.tensor(0.7, dtype=f32))):
+        out.append(f"where|-|{text(cond)}|{text(a)}|{text(b)}|=|{text(torch.where(cond, a, b))}")
+    return out
 
 
 if __name__ == "__main__":

@@ -201,7 +201,8 @@ struct Unary : ExprNode {
   X(kExp, "exp", 1)                                                                     \
   X(kLog, "log", 1) X(kTanh, "tanh", 1) X(kErf, "erf", 1) X(kSqrt, "sqrt", 1)           \
       X(kRsqrt, "rsqrt", 1) X(kAbs, "abs", 1) X(kFloor, "floor", 1) X(kCeil, "ceil", 1) \
-          X(kSigmoid, "sigmoid", 1) X(kRelu, "relu", 1) X(kGelu, "gelu", 1) X(kPow, "pow", 2)
+          X(kSigmoid, "sigmoid", 1) X(kRelu, "relu", 1) X(kGelu, "gelu", 1) X(kPow, "pow", 2) \
+              X(kFmod, "fmod", 2)
 
 enum class MathFn {
 #define TESSEL_TILE_MATH_ENUM(e, name, arity) e,

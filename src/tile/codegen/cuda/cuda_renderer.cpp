@@ -52,6 +52,8 @@ TESSEL_D float tessel_ceil(float x) { return ceilf(x); }
 TESSEL_D double tessel_ceil(double x) { return ceil(x); }
 TESSEL_D float tessel_pow(float x, float y) { return powf(x, y); }
 TESSEL_D double tessel_pow(double x, double y) { return pow(x, y); }
+TESSEL_D float tessel_fmod(float x, float y) { return fmodf(x, y); }
+TESSEL_D double tessel_fmod(double x, double y) { return fmod(x, y); }
 TESSEL_D float tessel_fmin(float x, float y) { return fminf(x, y); }
 TESSEL_D double tessel_fmin(double x, double y) { return fmin(x, y); }
 TESSEL_D float tessel_fmax(float x, float y) { return fmaxf(x, y); }
@@ -97,7 +99,7 @@ CDialect cuda_dialect() {
             {MathFn::kAbs, "tessel_abs"},   {MathFn::kFloor, "tessel_floor"},
             {MathFn::kCeil, "tessel_ceil"}, {MathFn::kSigmoid, "tessel_sigmoid"},
             {MathFn::kRelu, "tessel_relu"}, {MathFn::kGelu, "tessel_gelu"},
-            {MathFn::kPow, "tessel_pow"}};
+            {MathFn::kPow, "tessel_pow"},   {MathFn::kFmod, "tessel_fmod"}};
   d.reserved = {
       "alignas", "alignof",  "asm",     "auto",      "bool",     "break",    "case",    "catch",
       "char",    "class",    "const",   "constexpr", "continue", "default",  "delete",  "do",
