@@ -1,13 +1,14 @@
-// What the benchmarks that start their own jobs of ranks (`tessel bench ddp`, `bench hetero`,
-// `bench plan`) share: this program's path (the ranks are this program with --worker), the
-// machine's load (printed beside every figure: the machine is shared) and the JSON rows rank 0
-// prints.
+// What the benchmarks that start their own jobs of ranks or workers (`tessel bench ddp`, `bench
+// hetero`, `bench plan`, `bench train`, `bench memory`) share: this program's path (the workers are
+// this program with --worker), the machine's load (printed beside every figure: the machine is
+// shared) and the JSON rows the workers print.
 #pragma once
 
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -54,6 +55,19 @@ inline std::vector<nlohmann::json> json_rows(const std::string& output) {
     if (brace != std::string::npos) rows.push_back(nlohmann::json::parse(line.substr(brace)));
   }
   return rows;
+}
+
+// The last line of `output` that parses as a JSON object (a worker's result after its log lines).
+inline std::optional<nlohmann::json> last_json_line(const std::string& output) {
+  std::optional<nlohmann::json> found;
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto row = nlohmann::json::parse(line, nullptr, false);
+    if (!row.is_discarded() && row.is_object()) found = row;
+  }
+  return found;
 }
 
 }  // namespace tessel::cli

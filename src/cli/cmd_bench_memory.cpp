@@ -14,7 +14,6 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -83,14 +82,7 @@ int run_worker(const Options& o) {
 nlohmann::json worker_row(const Options& o, const std::string& name, const std::string& mode) {
   ProgramRun child = run_program({self_path(), "bench", "memory", "--worker", name, "--mode", mode,
                                   "--steps", std::to_string(o.steps)});
-  std::optional<nlohmann::json> found;
-  std::istringstream lines(child.output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    auto row = nlohmann::json::parse(line, nullptr, false);
-    if (!row.is_discarded() && row.is_object()) found = row;
-  }
+  std::optional<nlohmann::json> found = last_json_line(child.output);
   if (child.exit_code == 0 && found) return *found;
   return {{"error", fmt::format("{} worker exit {}: {}", mode, child.exit_code, child.output)}};
 }
@@ -106,10 +98,8 @@ std::string ratio(const nlohmann::json& predicted, const nlohmann::json& measure
 
 int run(const Options& o) {
   if (!o.worker.empty()) return run_worker(o);
-  std::vector<std::string> names = o.workloads;
-  if (names.empty())
-    for (const train::WorkloadSpec& s : train::workload_specs())
-      names.push_back(s.name);
+  const std::vector<std::string> names =
+      o.workloads.empty() ? train::workload_names() : o.workloads;
   if (!o.json) {
     fmt::print(
         "# tessel bench memory: the memory plan (recorded at batches 2 and 4, checked at 3, "
@@ -164,7 +154,8 @@ void add_bench_memory_command(CLI::App& bench) {
   CLI::App* cmd = bench.add_subcommand(
       "memory", "the memory plan's predicted peak against a full-batch run, per workload");
   cmd->add_option("--workloads", o->workloads, "workloads (default: all of WORKLOADS.md)")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->check(CLI::IsMember(train::workload_names()));
   cmd->add_option("--steps", o->steps, "steps of the measured run")->check(CLI::Range(1, 100));
   cmd->add_flag("--json", o->json, "one JSON array instead of the table");
   cmd->add_option("--worker", o->worker)->group("");  // hidden: one workload, in this process

@@ -31,6 +31,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/bench_job.h"
 #include "cli/commands.h"
 #include "ops/kernel_cache.h"
 #include "ops/target_config.h"
@@ -139,25 +140,6 @@ int run_worker(const Options& o) {
   return 0;
 }
 
-// The last line of `output` that parses as a JSON object.
-std::optional<nlohmann::json> last_json_line(const std::string& output) {
-  std::optional<nlohmann::json> found;
-  std::istringstream lines(output);
-  std::string line;
-  while (std::getline(lines, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    auto row = nlohmann::json::parse(line, nullptr, false);
-    if (!row.is_discarded() && row.is_object()) found = row;
-  }
-  return found;
-}
-
-std::string self_path() {
-  char self[4096] = {};
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
-}
-
 std::string last_lines(const std::string& text, int count) {
   size_t pos = text.size();
   while (pos > 0 && text[pos - 1] == '\n')
@@ -223,10 +205,8 @@ std::string number(const nlohmann::json& row, const char* key, const char* forma
 
 int run(const Options& o) {
   if (!o.worker.empty()) return run_worker(o);
-  std::vector<std::string> names = o.workloads;
-  if (names.empty())
-    for (const train::WorkloadSpec& s : train::workload_specs())
-      names.push_back(s.name);
+  const std::vector<std::string> names =
+      o.workloads.empty() ? train::workload_names() : o.workloads;
   const int threads = o.threads > 0 ? o.threads : ThreadPool::global().num_threads();
   const Peer peer = find_pytorch(o);
   const std::string steps_text =
@@ -324,9 +304,7 @@ void add_bench_train_command(CLI::App& bench) {
   auto options = std::make_shared<Options>();
   CLI::App* cmd = bench.add_subcommand(
       "train", "training-step throughput and peak RSS on the WORKLOADS.md models vs PyTorch");
-  std::vector<std::string> names;
-  for (const train::WorkloadSpec& s : train::workload_specs())
-    names.push_back(s.name);
+  const std::vector<std::string> names = train::workload_names();
   cmd->add_flag("--json", options->json, "one JSON object per line instead of the table");
   cmd->add_option("--workloads", options->workloads,
                   "workloads to run (default: all of WORKLOADS.md)")

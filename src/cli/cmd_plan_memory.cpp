@@ -13,10 +13,6 @@ int64_t memory_limit_of(const train::TrainConfig& config) {
   return config.memory_limit < 0 ? plan::cgroup_memory_limit() : config.memory_limit;
 }
 
-std::string mib(int64_t bytes) {
-  return fmt::format("{:.1f} MiB", double(bytes) / (1 << 20));
-}
-
 Expected<plan::MemoryPlan> config_plan(const train::TrainConfig& config) {
   TESSEL_ASSIGN_OR_RETURN(auto target, plan::config_memory_target(config));
   return plan::plan_memory(*target);
@@ -41,7 +37,7 @@ void print_memory(const nlohmann::json& j) {
     fmt::print("  memory_limit = \"cgroup\", and this process's cgroup has no memory limit\n");
   else
     fmt::print("  {} the memory limit of {}\n", j["fits"].get<bool>() ? "fits" : "DOES NOT FIT",
-               mib(limit));
+               plan::describe_bytes(limit));
 }
 
 }  // namespace
@@ -67,13 +63,15 @@ int check_memory_limit(const train::TrainConfig& config) {
   }
   if (p->predicted_rss_bytes <= limit) {
     fmt::print("memory plan: predicted peak {} of the {} limit (tensors {})\n",
-               mib(p->predicted_rss_bytes), mib(limit), mib(p->peak_bytes));
+               plan::describe_bytes(p->predicted_rss_bytes), plan::describe_bytes(limit),
+               plan::describe_bytes(p->peak_bytes));
     return 0;
   }
   fmt::print(stderr,
              "error: {}: the run will not fit: the memory plan predicts a peak of {} resident, "
              "over [train] memory_limit {}; nothing was trained\n{}",
-             config.source, mib(p->predicted_rss_bytes), mib(limit), plan::describe(*p));
+             config.source, plan::describe_bytes(p->predicted_rss_bytes),
+             plan::describe_bytes(limit), plan::describe(*p));
   return 1;
 }
 

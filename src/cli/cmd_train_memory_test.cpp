@@ -136,6 +136,16 @@ TEST(TrainMemoryLimit, ARunThatWillNotFitFailsAtStartWithTheBreakdown) {
     EXPECT_NE(small.output.find(part), std::string::npos) << part << "\n" << small.output;
   EXPECT_EQ(small.output.find("step 1"), std::string::npos) << small.output;
 
+  // `tessel plan --only memory --json` gives the same breakdown as JSON, and the verdict.
+  const tessel::ProgramRun plan = tessel::run_program(
+      {TESSEL_CLI_PATH, "plan", config("4MiB"), "--only", "memory", "--json"}, env);
+  EXPECT_EQ(plan.exit_code, 0) << plan.output;
+  for (const char* key :
+       {"\"memory\":{", "\"at_peak\":{", "\"optimizer_state\":", "\"activations_by_layer\":[",
+        "\"predicted_rss_bytes\":", "\"memory_limit_bytes\":4194304", "\"fits\":false"})
+    EXPECT_NE(plan.output.find(key), std::string::npos) << key << "\n" << plan.output;
+  EXPECT_EQ(plan.output.find("step_time"), std::string::npos) << plan.output;
+
   const tessel::ProgramRun ample =
       tessel::run_program({TESSEL_CLI_PATH, "train", config("8GiB")}, env);
   EXPECT_EQ(ample.exit_code, 0) << ample.output;

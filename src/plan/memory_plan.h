@@ -148,6 +148,9 @@ nlohmann::json memory_plan_json(const MemoryPlan& plan);
 std::string describe(const MemoryPlan& plan);
 std::string describe(const nlohmann::json& plan);
 
+// "512.0 KiB" below a mebibyte, "1.5 MiB" above: how the plan writes sizes.
+std::string describe_bytes(int64_t bytes);
+
 // This process's resident memory now (/proc/self/statm), in bytes; 0 where it cannot be read.
 int64_t current_rss_bytes();
 

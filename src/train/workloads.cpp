@@ -61,6 +61,13 @@ const std::vector<WorkloadSpec>& workload_specs() {
   return specs;
 }
 
+std::vector<std::string> workload_names() {
+  std::vector<std::string> names;
+  for (const WorkloadSpec& s : workload_specs())
+    names.push_back(s.name);
+  return names;
+}
+
 Expected<WorkloadSpec> find_workload(const std::string& name) {
   std::string known;
   for (const WorkloadSpec& s : workload_specs()) {

@@ -31,8 +31,9 @@ struct WorkloadSpec {
   std::string unit;        // "samples/s" or "tokens/s"
 };
 
-// Every workload of WORKLOADS.md, in its order.
+// Every workload of WORKLOADS.md, in its order; and their names.
 const std::vector<WorkloadSpec>& workload_specs();
+std::vector<std::string> workload_names();
 // The spec of `name`; an unknown name lists the known ones.
 Expected<WorkloadSpec> find_workload(const std::string& name);
 
