@@ -113,11 +113,9 @@ Expected<DeviceKernel> DeviceKernel::compile(const tile::Kernel& parsed, Device*
 }
 
 Status DeviceKernel::launch(const std::vector<tile::LaunchArg>& args) const {
-  // Device::launch names the kernel and the device in its errors; binding's get the same.
-  Expected<tile::BoundLaunch> bound_or = tile::bind_launch(ir_, used_, args);
-  if (!bound_or)
-    return bound_or.status().with_context("kernel '{}' on {}", ir_.name, device_->id());
-  const tile::BoundLaunch& bound = *bound_or;
+  // Binding's errors name the kernel and the argument (tile/run/bind.h), Device::launch's the
+  // kernel and the device: each once.
+  TESSEL_ASSIGN_OR_RETURN(tile::BoundLaunch bound, tile::bind_launch(ir_, used_, args));
   if (bound.blocks == 0) return ok_status();
   const std::vector<tile::ArgSlot> slots = tile::kernel_slots(ir_);
   std::vector<KernelArgument> device_args;
