@@ -282,6 +282,34 @@ TEST(Autograd, GradientsAccumulateUntilZeroed) {
   EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{1, 1, 1}));
 }
 
+// A leaf's gradient never shares memory with a tensor its caller keeps; a gradient handed over
+// (backward(Tensor&&)) that nothing else holds becomes the leaf's own, and accumulation after
+// that adds into it as before.
+TEST(Autograd, LeafBackwardCopiesAKeptGradientAndTakesAHandedOverOne) {
+  Variable x(Tensor::from_vector<float>({1, 2, 3}, {3}).value(), true);
+  Tensor kept = Tensor::from_vector<float>({0.5f, -1, 2}, {3}).value();
+  ASSERT_TRUE(x.backward(kept).ok());
+  EXPECT_NE(x.grad().storage(), kept.storage());
+  EXPECT_EQ(x.grad().to_vector<float>().value(), (std::vector<float>{0.5f, -1, 2}));
+
+  Variable z(Tensor::from_vector<float>({1, 2, 3}, {3}).value(), true);
+  Tensor given = Tensor::from_vector<float>({4, 5, 6}, {3}).value();
+  const Storage* buffer = given.storage().get();
+  ASSERT_TRUE(z.backward(std::move(given)).ok());
+  EXPECT_EQ(z.grad().storage().get(), buffer);
+  EXPECT_EQ(z.grad().to_vector<float>().value(), (std::vector<float>{4, 5, 6}));
+  // Handing over a view of a tensor still held elsewhere copies, as the const overload does.
+  Tensor shared = Tensor::from_vector<float>({1, 1, 1}, {3}).value();
+  Variable w(Tensor::from_vector<float>({0, 0, 0}, {3}).value(), true);
+  ASSERT_TRUE(w.backward(shared.reshape({3}).value()).ok());
+  EXPECT_NE(w.grad().storage(), shared.storage());
+  ASSERT_TRUE(z.backward(std::move(shared)).ok());  // accumulates: 4 5 6 + 1 1 1
+  EXPECT_EQ(z.grad().storage().get(), buffer);
+  EXPECT_EQ(z.grad().to_vector<float>().value(), (std::vector<float>{5, 6, 7}));
+  // A wrongly shaped gradient is the same error either way.
+  EXPECT_FALSE(z.backward(Tensor::from_vector<float>({1, 2}, {2}).value()).ok());
+}
+
 TEST(Autograd, OperatorsComputeAndDifferentiateAsTheFunctionsDo) {
   // y = (a b + 1) / 2 - a / b + 3 (-a) + (2 - b) + 6 / b - (b - 0.5) * 1, summed; by hand:
   // dy/da = b / 2 - 1 / b - 3, dy/db = a / 2 + a / b^2 - 1 - 6 / b^2 - 1.

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <unordered_map>
 
+#include "autograd/pace.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -79,7 +80,11 @@ Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inpu
     if (state.on_use && !state.grad_fn) TESSEL_TRY(state.on_use(state));
     values.push_back(inputs[i].data());
   }
-  TESSEL_ASSIGN_OR_RETURN(Tensor out, ops::run(op, values, attrs));
+  Expected<Tensor> ran = [&] {
+    OpPaceTimer paced;  // a slowed thread (pace.h) pays for the op after it
+    return ops::run(op, values, attrs);
+  }();
+  TESSEL_ASSIGN_OR_RETURN(Tensor out, std::move(ran));
   bool record = false;
   if (g_grad_enabled && op.backward)
     for (size_t i = 0; i < inputs.size(); ++i)
@@ -155,9 +160,14 @@ Tensor accumulation_target(const Edge& e, const ops::TensorMeta& meta) {
 }  // namespace
 
 Status Variable::backward(const Tensor& grad_output) const {
+  // A second handle: a leaf's gradient is then a copy, since the caller still holds its own.
+  return backward(Tensor(grad_output));
+}
+
+Status Variable::backward(Tensor&& grad_output) const {
   if (!requires_grad())
     return failed_precondition("backward() of a variable that does not require gradients");
-  Tensor seed = grad_output;
+  Tensor seed = std::move(grad_output);
   if (!seed.defined()) {
     if (data().numel() != 1)
       return invalid_argument(
@@ -173,7 +183,7 @@ Status Variable::backward(const Tensor& grad_output) const {
   }
   NoGrad no_grad;
   if (is_leaf()) {
-    TESSEL_TRY(accumulate_into_leaf(*state_, seed));
+    TESSEL_TRY(accumulate_into_leaf(*state_, std::move(seed)));
     return state_->on_grad_ready ? state_->on_grad_ready(*state_) : ok_status();
   }
 
@@ -214,7 +224,10 @@ Status Variable::backward(const Tensor& grad_output) const {
       args.grad_into[i] = accumulation_target(e, n->input_meta[i]);
     }
     grads.erase(n);
-    Expected<std::vector<Tensor>> input_grads = n->op->backward(args);
+    Expected<std::vector<Tensor>> input_grads = [&] {
+      OpPaceTimer paced;
+      return n->op->backward(args);
+    }();
     if (!input_grads.ok())
       return input_grads.status().with_context("backward of '{}'", n->op->name);
     n->saved_inputs.clear();

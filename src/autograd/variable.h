@@ -70,6 +70,11 @@ class Variable {
   // Back-propagates from this variable. `grad_output` has its shape; omitted, the variable must
   // have one element and the seed is 1.
   Status backward(const Tensor& grad_output = Tensor()) const;
+  // The same, handing the gradient over: on a leaf, a gradient nothing else holds becomes the
+  // leaf's gradient as it is, without the copy the overload above makes of a tensor its caller
+  // still holds (PyTorch's AccumulateGrad steals a gradient the same way). What stands for the
+  // rest of a network (a bench's loss) hands its gradient over, as the next layer's backward does.
+  Status backward(Tensor&& grad_output) const;
 
   const std::shared_ptr<VariableState>& state() const { return state_; }
 

@@ -4,10 +4,16 @@
 // (parallel/rebalance.h), the two splits taking turns in one run.
 //
 // Unequal ranks (--slow-by), each rank with one kernel thread unless said otherwise:
-//   "repeat" (the default): the slow rank computes each step's forward and backward twice, the
-//            first time on a copy of the model that nothing reads (a competing load of the same
-//            work in the rank's own thread): half the speed on any machine, loaded or not,
-//            because the scheduler gives the two single-threaded ranks the same CPU time.
+//   "pace" (the default): every op the slow rank runs in forward and backward takes twice as
+//            long: after an op it sleeps for as long as the op took (autograd/pace.h), paying
+//            what it owes before any wait for the other rank. So it is slow the way a slower
+//            device is: each compute segment ~2x, its synchronisation points (SyncBatchNorm's
+//            all-reduces, DDP's buckets) arriving when its own work reaches them, and the core
+//            free while it "computes", as a host core is while an accelerator runs.
+//   "repeat": the slow rank computes each step's forward and backward twice, the first time on a
+//            copy of the model that nothing reads: half the speed on any machine, but all the
+//            extra work comes before the real pass, so with synchronised batch norm the fast rank
+//            waits at the first layer for the whole shadow pass (the last session's 1.13x).
 //   "threads": the fast rank has 2 kernel threads, the slow rank 1 (TESSEL_THREADS, set in the
 //            rank before its pool exists): half the CPU time on 2 free cores, but on a machine
 //            running many other jobs the 2-thread rank gets less than twice (measured here at
@@ -46,6 +52,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,6 +61,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/pace.h"
 #include "cli/bench_job.h"
 #include "cli/commands.h"
 #include "dist/launcher.h"
@@ -84,7 +92,7 @@ struct Options {
   double hysteresis = 0.05;
   int check_steps = 2;
   int slow_rank = 1;
-  std::string slow_by = "repeat";
+  std::string slow_by = "pace";
   std::string batch_norm = "sync";  // or "per-rank"
   // Worker only.
   bool worker = false;
@@ -143,8 +151,12 @@ Expected<std::unique_ptr<optim::Optimizer>> make_adamw(nn::FlatParameters& p) {
 std::string slowdown(const std::string& slow_by) {
   if (slow_by == "load") return "a spinning thread pinned to the slow rank's core";
   if (slow_by == "threads") return "1 kernel thread against the fast rank's 2";
-  return "it computes forward and backward twice (once on a copy), 1 thread each";
+  if (slow_by == "repeat") return "it computes forward and backward twice (once on a copy)";
+  return "each of its ops takes 2x (it sleeps as long as the op took), 1 thread each";
 }
+
+// --slow-by pace: how much longer the slow rank's ops take.
+constexpr double kPaceFactor = 2.0;
 
 struct StepResult {
   double loss = 0;       // the global batch's mean loss
@@ -153,9 +165,11 @@ struct StepResult {
 };
 
 // One data-parallel step with `shares` rows per rank.
+// `pace` > 1: this rank's forward and backward ops take that many times as long.
 Expected<StepResult> train_step(train::WorkloadRun& run, parallel::DataParallel& dp,
                                 dist::ProcessGroup& group, const std::vector<int64_t>& shares,
-                                train::WorkloadRun* shadow, parallel::GroupBatchNormSync* sync) {
+                                train::WorkloadRun* shadow, parallel::GroupBatchNormSync* sync,
+                                double pace) {
   const int r = group.rank();
   int64_t lo = 0, global = 0;
   for (size_t q = 0; q < shares.size(); ++q) {
@@ -173,6 +187,8 @@ Expected<StepResult> train_step(train::WorkloadRun& run, parallel::DataParallel&
     TESSEL_TRY(shadow->parameters().zero_grad());
   }
   if (rows > 0) {
+    std::optional<autograd::Pace> paced;  // settles what it owes when the pass ends
+    if (pace > 1.0) paced.emplace(pace);
     TESSEL_ASSIGN_OR_RETURN(Variable loss, run.loss_of_rows(lo, lo + rows));
     TESSEL_TRY(loss.backward());
     TESSEL_ASSIGN_OR_RETURN(std::vector<float> value, loss.data().to_vector<float>());
@@ -246,6 +262,7 @@ Status run_worker(const Options& o) {
     TESSEL_ASSIGN_OR_RETURN(shadow, train::WorkloadRun::create(o.workload, cpu_device(), 2));
   }
   const int64_t global = run->batch_rows();
+  const double pace = o.slow_by == "pace" && rank == o.slow_rank ? kPaceFactor : 1.0;
 
   // Losses against one process: the split a rank at exactly half the speed would get.
   std::vector<double> speeds(size_t(n), 2.0);
@@ -254,8 +271,8 @@ Status run_worker(const Options& o) {
                           parallel::proportional_shares(global, speeds));
   std::vector<double> job_losses, one_process_losses;
   for (int s = 0; s < o.check_steps; ++s) {
-    TESSEL_ASSIGN_OR_RETURN(StepResult step,
-                            train_step(*run, *dp, *group, check_shares, shadow.get(), sync.get()));
+    TESSEL_ASSIGN_OR_RETURN(StepResult step, train_step(*run, *dp, *group, check_shares,
+                                                        shadow.get(), sync.get(), pace));
     job_losses.push_back(step.loss);
   }
   if (rank == 0 && o.check_steps > 0) {  // the same initial weights (seed 1), the whole batch
@@ -287,8 +304,8 @@ Status run_worker(const Options& o) {
       for (int s = 0; s < o.steps; ++s) {
         const bool uneven = split.name == "uneven";
         const std::vector<int64_t> shares = uneven ? balance.shares() : even;
-        TESSEL_ASSIGN_OR_RETURN(StepResult step,
-                                train_step(*run, *dp, *group, shares, shadow.get(), sync.get()));
+        TESSEL_ASSIGN_OR_RETURN(
+            StepResult step, train_step(*run, *dp, *group, shares, shadow.get(), sync.get(), pace));
         if (uneven && ++uneven_steps % o.rebalance_every == 0) {
           TESSEL_ASSIGN_OR_RETURN(bool moved,
                                   balance.exchange(*group, shares[size_t(rank)], step.compute_s));
@@ -470,10 +487,12 @@ void add_bench_hetero_command(CLI::App& bench) {
   cmd->add_option("--check-steps", options->check_steps,
                   "steps compared with one process before timing (default 2; 0: none)")
       ->check(CLI::Range(0, 100));
-  cmd->add_option("--slow-by", options->slow_by,
-                  "repeat (default: the slow rank computes each step twice), threads (2 kernel "
-                  "threads against 1) or load (a spinning thread on the slow rank's core)")
-      ->check(CLI::IsMember({"repeat", "threads", "load"}));
+  cmd->add_option(
+         "--slow-by", options->slow_by,
+         "pace (default: each op of the slow rank takes 2x, sleeping), repeat (it computes "
+         "each step twice), threads (2 kernel threads against 1) or load (a spinning "
+         "thread on the slow rank's core)")
+      ->check(CLI::IsMember({"pace", "repeat", "threads", "load"}));
   cmd->add_option("--batch-norm", options->batch_norm,
                   "sync (default: SyncBatchNorm over the ranks) or per-rank (each rank's own "
                   "statistics, as DDP without SyncBatchNorm)")

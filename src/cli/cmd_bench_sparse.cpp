@@ -14,7 +14,8 @@
 // against tessel-csr's (relative 1e-3 of the largest value).
 // `--json` prints one object per (matrix, op, impl): matrix, kind, rows, cols, density, nnz, op,
 // n, impl, time_us, and for tessel-auto its choice; `--explain` prints each plan.
-// `--embedding` adds the training step of sparse/embedding_bench.h (sparse vs dense gradients).
+// `--embedding` adds the training step of sparse/embedding_step.h (sparse vs dense gradients),
+// with uniform ids (the case) and with Zipf-distributed ids (token-like), labelled.
 #include <time.h>
 #include <unistd.h>
 
@@ -57,6 +58,7 @@ struct Options {
   bool wall = false;  // the table shows wall time (else process CPU time)
   int64_t n = 256;
   int reps = 7;
+  int embedding_steps = 12;       // timed steps of each kind (after 2 warm-up steps)
   std::vector<std::string> only;  // matrix names
   std::string python;
 };
@@ -584,17 +586,22 @@ int run(const Options& o) {
         load_text().c_str());
   }
   if (o.embedding) {
-    sparse::EmbeddingStepOptions eo;
-    if (o.quick) eo.vocabulary = 5000;
-    Expected<sparse::EmbeddingStepReport> r = sparse::compare_embedding_steps(eo);
-    if (!r.ok()) {
-      std::fprintf(stderr, "embedding step: %s\n", r.status().message().c_str());
-      return 1;
+    // The case (uniform ids), then token-like ids (Zipf, s = 1) as a second, labelled row.
+    for (double zipf : {0.0, 1.0}) {
+      sparse::EmbeddingStepOptions eo;
+      if (o.quick) eo.vocabulary = 5000;
+      eo.zipf = zipf;
+      eo.steps = o.embedding_steps;
+      Expected<sparse::EmbeddingStepReport> r = sparse::compare_embedding_steps(eo);
+      if (!r.ok()) {
+        std::fprintf(stderr, "embedding step: %s\n", r.status().message().c_str());
+        return 1;
+      }
+      if (o.json)
+        std::printf("%s\n", r->to_json().c_str());
+      else
+        std::printf("%s", r->to_text().c_str());
     }
-    if (o.json)
-      std::printf("%s\n", r->to_json().c_str());
-    else
-      std::printf("%s", r->to_text().c_str());
   }
   return failures == 0 ? 0 : 1;
 }
@@ -619,6 +626,10 @@ void add_bench_sparse_command(CLI::App& bench) {
       ->check(CLI::PositiveNumber);
   cmd->add_option("--reps", options->reps,
                   "timed calls per implementation, at least (default 7; short ops get more)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--embedding-steps", options->embedding_steps,
+                  "timed steps of each embedding step kind (default 12; more to see the losses "
+                  "of lazy and dense AdamW converge)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--matrix", options->only, "only these matrices (by name)");
   cmd->add_option("--python", options->python,

@@ -1,11 +1,13 @@
-// `tessel plan CONFIG.toml [--ranks N] [--link 25GB/s,5us] [--json]`: what a training config
-// would cost on N ranks. The command is a list of sections, each printing one projection (text)
-// or one JSON object under its name (--json); today the step-time section (plan/step_model.h):
+// `tessel plan CONFIG.toml [--ranks N] [--link 25GB/s,5us] [--json] [--only SECTION]`: what a
+// training config would cost. The command is a list of sections (cli/plan_section.h), each
+// printing one projection (text) or one JSON object under its name (--json): first the memory
+// plan (cmd_plan_memory.cpp, plan/memory_plan.h: the peak and its breakdown at the configured
+// batch, from small recorded batches), then the step-time section (plan/step_model.h) on N ranks:
 // it measures the config's compute here (forward, backward with the buckets' readiness,
 // optimizer), optionally scaled to a faster device (--speedup), and predicts the step time and
 // exposed communication for the network given, with and without overlap, beside the seed's
-// claim (35% -> 12% communication overhead on a 128-card super-node). Another section (peak
-// memory, say) is one more PlanSection added to plan_sections() from its own file.
+// claim (35% -> 12% communication overhead on a 128-card super-node). The step-time section runs
+// full-batch steps; `--only memory` plans a config that may not fit without running one.
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -14,30 +16,12 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/plan_section.h"
 #include "plan/profile.h"
 #include "plan/step_model.h"
 #include "train/train_config.h"
 
 namespace tessel::cli {
-
-struct PlanArgs {
-  std::string config_path;
-  int ranks = 128;
-  std::string link = "25GB/s,5us";
-  std::string algorithm = "auto";
-  int ranks_per_machine = 8;
-  std::string local_link = "20GB/s,2us";
-  double speedup = 1.0;
-  int steps = 3;
-  bool json = false;
-};
-
-// One part of `tessel plan`'s output: text for people, or a JSON object.
-struct PlanSection {
-  std::string name;
-  std::function<Expected<nlohmann::json>(const train::TrainConfig&, const PlanArgs&)> run;
-  std::function<void(const nlohmann::json&)> print;
-};
 
 namespace {
 
@@ -118,12 +102,13 @@ void print_step_time(const nlohmann::json& j) {
 // Every section of `tessel plan`, in the order printed. Add a section here (its code in a file
 // of its own, cmd_plan_<name>.cpp) to make it part of the plan.
 std::vector<PlanSection> plan_sections() {
-  return {{"step_time", step_time_section, print_step_time}};
+  return {memory_plan_section(), {"step_time", step_time_section, print_step_time}};
 }
 
 void add_plan_command(CLI::App& app) {
   auto args = std::make_shared<PlanArgs>();
-  CLI::App* cmd = app.add_subcommand("plan", "project a training config's step time on N ranks");
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "project a training config's peak memory, and its step time on N ranks");
   cmd->add_option("config", args->config_path, "the training config (TOML)")
       ->required()
       ->check(CLI::ExistingFile);
@@ -142,6 +127,8 @@ void add_plan_command(CLI::App& app) {
   cmd->add_option("--steps", args->steps, "timed steps of the compute measurement")
       ->check(CLI::Range(1, 1000));
   cmd->add_flag("--json", args->json, "one JSON object, a key per section");
+  cmd->add_option("--only", args->only, "one section: memory or step_time")
+      ->check(CLI::IsMember({"memory", "step_time"}));
   cmd->callback([args] {
     auto config = train::load_train_config(args->config_path);
     if (!config.ok()) {
@@ -151,6 +138,7 @@ void add_plan_command(CLI::App& app) {
     }
     nlohmann::json all;
     for (const PlanSection& section : plan_sections()) {
+      if (!args->only.empty() && section.name != args->only) continue;
       auto result = section.run(*config, *args);
       if (!result.ok()) {
         fmt::print(stderr, "tessel plan: {}: {}\n", section.name, result.status().to_string());

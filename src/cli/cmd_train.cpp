@@ -6,6 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/plan_section.h"
 #include "train/federated.h"
 #include "train/trainer.h"
 
@@ -69,6 +70,8 @@ int run_train(const TrainArgs& args) {
     config->epochs = 0;
   }
   if (config->federated.enabled) return run_federated(*config, args);
+  // Before anything is built: a run that will not fit fails now, with the plan's breakdown.
+  if (int code = check_memory_limit(*config); code != 0) return code;
   Expected<std::unique_ptr<train::Trainer>> trainer = train::Trainer::create(std::move(*config));
   if (!trainer.ok()) {
     fmt::print(stderr, "error: {}\n", trainer.status().message());

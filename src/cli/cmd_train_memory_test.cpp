@@ -15,6 +15,8 @@
 #include <fstream>
 #include <string>
 
+#include "support/subprocess.h"
+
 namespace {
 
 struct Ended {
@@ -94,6 +96,45 @@ TEST(TrainUnderAMemoryLimit, DISABLED_EveryLimitEndsInSuccessOrAnErrorNeverASign
   EXPECT_GT(succeeded, 0);
   std::filesystem::remove_all(dir);
 #endif
+}
+
+// [train] memory_limit: the memory plan runs before anything is built, and a run whose predicted
+// peak is over the limit fails at start, exit 1, with the breakdown and without a step taken; one
+// under the limit trains as before.
+TEST(TrainMemoryLimit, ARunThatWillNotFitFailsAtStartWithTheBreakdown) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tessel_train_limit_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  auto config = [&](const std::string& limit) {
+    const std::string path = (dir / ("mlp_" + limit + ".toml")).string();
+    std::ofstream(path) << "seed = 1\n[target]\ndevice = \"cpu\"\n"
+                           "[model]\nname = \"mlp\"\nhidden = [256]\n"
+                           "[data]\nname = \"synthetic\"\nshape = [1, 28, 28]\nsamples = 256\n"
+                           "eval_samples = 64\nbatch_size = 64\neval_batch_size = 64\n"
+                           "[optimizer]\nname = \"adamw\"\nlr = 1e-3\n"
+                           "[train]\nsteps = 2\nlog_interval = 1\nmemory_limit = \""
+                        << limit << "\"\n";
+    return path;
+  };
+  const std::vector<std::pair<std::string, std::string>> env = {{"TESSEL_THREADS", "2"}};
+
+  const tessel::ProgramRun small =
+      tessel::run_program({TESSEL_CLI_PATH, "train", config("4MiB")}, env);
+  EXPECT_EQ(small.exit_code, 1) << small.output;
+  EXPECT_NE(small.output.find("the run will not fit"), std::string::npos) << small.output;
+  EXPECT_NE(small.output.find("over [train] memory_limit 4.0 MiB"), std::string::npos)
+      << small.output;
+  for (const char* part : {"parameters", "gradients", "optimizer_state", "activations", "workspace",
+                           "predicted peak resident memory"})
+    EXPECT_NE(small.output.find(part), std::string::npos) << part << "\n" << small.output;
+  EXPECT_EQ(small.output.find("step 1"), std::string::npos) << small.output;
+
+  const tessel::ProgramRun ample =
+      tessel::run_program({TESSEL_CLI_PATH, "train", config("8GiB")}, env);
+  EXPECT_EQ(ample.exit_code, 0) << ample.output;
+  EXPECT_NE(ample.output.find("memory plan: predicted peak"), std::string::npos) << ample.output;
+  EXPECT_NE(ample.output.find("done: step 2"), std::string::npos) << ample.output;
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -32,5 +32,6 @@ void add_bench_secure_agg_command(CLI::App& bench);  // cmd_bench_secure_agg.cpp
 void add_bench_sparse_command(CLI::App& bench);      // cmd_bench_sparse.cpp
 void add_bench_conv_command(CLI::App& bench);        // cmd_bench_conv.cpp
 void add_bench_plan_command(CLI::App& bench);        // cmd_bench_plan.cpp
+void add_bench_memory_command(CLI::App& bench);      // cmd_bench_memory.cpp
 
 }  // namespace tessel::cli

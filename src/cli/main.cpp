@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   tessel::cli::add_bench_secure_agg_command(bench);
   tessel::cli::add_bench_sparse_command(bench);
   tessel::cli::add_bench_plan_command(bench);
+  tessel::cli::add_bench_memory_command(bench);
 
   // A failed allocation that no command turned into an error (a std::vector, a thread's stack)
   // ends the command with a message and exit code 1 instead of std::terminate's abort.

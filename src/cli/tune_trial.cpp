@@ -231,17 +231,10 @@ Status trial(const TrialRequest& r, TrialResult* result) {
   return ok_status();
 }
 
-}  // namespace
-
-TrialResult run_trial(const TrialRequest& request, int timeout_seconds) {
-  std::vector<std::string> argv;
-  if (!find_program_in_path({"timeout"}).empty())
-    argv = {"timeout", "-s", "KILL", std::to_string(timeout_seconds)};
-  argv.push_back(self_path());
-  argv.insert(argv.end(), {"tune", "--trial", request_json(request).dump()});
-  ProgramRun run = run_program(argv);
+// One child run, read: the answer is the last line that parses as JSON; without one, the exit
+// (or the signal that ended it) and the last of what the child printed.
+TrialResult read_trial(const ProgramRun& run) {
   TrialResult result;
-  // The answer is the last line that parses as JSON; anything else is what the child said.
   size_t end = run.output.size();
   while (end > 0) {
     size_t start = run.output.rfind('\n', end - 1);
@@ -261,7 +254,28 @@ TrialResult run_trial(const TrialRequest& request, int timeout_seconds) {
   result.status = run.exit_code == 137 || run.exit_code == 124 ? "timeout" : "crash";
   std::string tail =
       run.output.size() > 300 ? run.output.substr(run.output.size() - 300) : run.output;
-  result.detail = fmt::format("exit {}: {}", run.exit_code, tail);
+  result.detail = run.signal != 0 ? fmt::format("killed by {}: {}", signal_name(run.signal), tail)
+                                  : fmt::format("exit {}: {}", run.exit_code, tail);
+  return result;
+}
+
+}  // namespace
+
+TrialResult run_trial(const TrialRequest& request, int timeout_seconds) {
+  std::vector<std::string> argv;
+  if (!find_program_in_path({"timeout"}).empty())
+    argv = {"timeout", "-s", "KILL", std::to_string(timeout_seconds)};
+  argv.push_back(self_path());
+  argv.insert(argv.end(), {"tune", "--trial", request_json(request).dump()});
+  ProgramRun run = run_program(argv);
+  if (run.signal == 0) return read_trial(run);
+  // A child ended by a signal may have crashed on the candidate, or been killed from outside (the
+  // kernel's OOM killer on a shared machine, a stray kill): one more run tells them apart. Both
+  // signals are kept in the detail, so a flaky candidate is visible in the database.
+  ProgramRun again = run_program(argv);
+  TrialResult result = read_trial(again);
+  const std::string first = fmt::format("first run killed by {}", signal_name(run.signal));
+  result.detail = result.detail.empty() ? first : first + "; then " + result.detail;
   return result;
 }
 

@@ -107,9 +107,7 @@ Expected<Variable> BatchNorm2d::forward_synchronised(const Variable& x, const Va
         "SyncBatchNorm: expected more than 1 value per channel when training, got {} over all "
         "ranks (input {})",
         count, shape_string(s));
-  TESSEL_ASSIGN_OR_RETURN(Variable totals_flat, autograd::reshape(totals, {c + 1}));
-  TESSEL_ASSIGN_OR_RETURN(Variable sum_flat, autograd::slice(totals_flat, 0, 0, c));
-  TESSEL_ASSIGN_OR_RETURN(Variable total_sum, autograd::reshape(sum_flat, per_channel));
+  TESSEL_ASSIGN_OR_RETURN(Variable total_sum, autograd::slice(totals, 1, 0, c));
   TESSEL_ASSIGN_OR_RETURN(Variable mean, autograd::scale(total_sum, 1.0 / count));
   TESSEL_ASSIGN_OR_RETURN(Variable centred, autograd::sub(x, mean));
   TESSEL_ASSIGN_OR_RETURN(Variable squares, autograd::mul(centred, centred));

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 
+#include "nn/module_scope.h"
 #include "ops/ops.h"
 
 namespace tessel::nn {
@@ -18,8 +19,14 @@ Expected<Tensor> entry_view(const Tensor& flat, const FlatParameters::Entry& e) 
 // The innermost module call (operator()) that has already named itself in the error going up.
 thread_local int g_call_depth = 0;
 thread_local bool g_error_named = false;
+// The innermost module call running on this thread (module_scope.h).
+thread_local const Module* g_current = nullptr;
 
 }  // namespace
+
+const Module* current_module() {
+  return g_current;
+}
 
 Expected<Variable> Module::forward(const Variable&) {
   return unimplemented("{} has no one-input forward", type_name());
@@ -29,7 +36,10 @@ Expected<Variable> Module::operator()(const Expected<Variable>& input) {
   if (!input.ok()) return input.status();
   if (g_call_depth == 0) g_error_named = false;
   ++g_call_depth;
+  const Module* outer = g_current;
+  g_current = this;
   Expected<Variable> out = forward(*input);
+  g_current = outer;
   --g_call_depth;
   if (out.ok() || g_error_named) return out;
   g_error_named = true;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "ops/op_scope.h"
+
 namespace tessel::ops {
 
 int64_t Attrs::get_int(const std::string& name, int64_t fallback) const {
@@ -161,7 +163,13 @@ Expected<TensorMeta> infer(const OpDef& op, const std::vector<TensorMeta>& input
   return op.infer(inputs, attrs);
 }
 
-Expected<Tensor> run(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+namespace {
+
+// The innermost ops::run on this thread (op_scope.h).
+thread_local const char* g_current_op = nullptr;
+
+Expected<Tensor> run_unscoped(const OpDef& op, const std::vector<Tensor>& inputs,
+                              const Attrs& attrs) {
   std::vector<TensorMeta> metas;
   metas.reserve(inputs.size());
   Device* device = nullptr;
@@ -179,6 +187,20 @@ Expected<Tensor> run(const OpDef& op, const std::vector<Tensor>& inputs, const A
   if (!op.is_view && shape_numel(out.shape) == 0)
     return Tensor::empty(out.shape, out.dtype, device);
   return op.forward(inputs, attrs, out);
+}
+
+}  // namespace
+
+const char* current_op() {
+  return g_current_op;
+}
+
+Expected<Tensor> run(const OpDef& op, const std::vector<Tensor>& inputs, const Attrs& attrs) {
+  const char* outer = g_current_op;
+  g_current_op = op.name.c_str();
+  Expected<Tensor> out = run_unscoped(op, inputs, attrs);
+  g_current_op = outer;
+  return out;
 }
 
 Expected<Tensor> run(std::string_view name, const std::vector<Tensor>& inputs, const Attrs& attrs) {

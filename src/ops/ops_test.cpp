@@ -200,6 +200,11 @@ std::vector<Case> all_cases() {
                {transposed({3, 300})},
                Attrs().set("dim", 1).set("start", 2).set("end", 290)});  // last axis, step 1
   c.push_back({"slice", {real({2, 5, 3})}, Attrs().set("dim", 1).set("start", 1).set("end", 2)});
+  // Trailing axes of size 1 (SyncBatchNorm's [1, C + 1, 1, 1] statistics): not the last axis.
+  c.push_back({"slice", {real({1, 6, 1, 1})}, Attrs().set("dim", 1).set("start", 0).set("end", 5)});
+  c.push_back({"slice",
+               {real({2, 7, 1})},
+               Attrs().set("dim", 1).set("start", 1).set("end", 7).set("step", 3)});
   c.push_back({"contiguous", {transposed({3, 5})}, {}});
   c.push_back({"causal_mask", {real({3, 3})}, Attrs().set("value", -5.0)});
   c.push_back(

@@ -176,7 +176,10 @@ OpDef slice_op() {
       inner *= in[d];
     TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(in, b.grad_output.dtype(), b.grad_output));
     if (dx.numel() == 0) return std::vector<Tensor>{dx};
-    if (inner == 1) {  // a slice of the last axis (GPT's q, k, v): rows of dx, any layout of dY
+    // A slice of the last axis (GPT's q, k, v): rows of dx, any layout of dY. Only the last axis:
+    // rows_view cuts dY at its last axis, so trailing axes of size 1 ([1, C, 1, 1] along dim 1)
+    // would make its rows the wrong ones; those take the middle-axis kernel with D2 = 1.
+    if (inner == 1 && s.dim + 1 == static_cast<int64_t>(in.size())) {
       TESSEL_ASSIGN_OR_RETURN(View gv, rows_view(b.grad_output));
       View dv{dx, {outer, in[s.dim]}, {in[s.dim], 1}};
       TESSEL_TRY(launch_kernel("slice_grad_last", {{"UNIT", s.step == 1 ? "1" : "0"}},

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <vector>
 
+#include "autograd/pace.h"
+
 namespace tessel::parallel {
 
 GroupBatchNormSync::GroupBatchNormSync(dist::ProcessGroup& group, const DataParallel* data_parallel)
@@ -40,6 +42,8 @@ Expected<Tensor> GroupBatchNormSync::sum_over_ranks(const Tensor& local, double 
   std::vector<double> sums(values.begin(), values.end());
   for (double& v : sums)
     v *= weight;
+  // A wait for the other ranks, not compute: a paced (slowed) rank arrives when its work would.
+  autograd::PaceExempt not_compute;
   const auto start = std::chrono::steady_clock::now();
   TESSEL_ASSIGN_OR_RETURN(
       dist::Work work,

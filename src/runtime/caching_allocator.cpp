@@ -2,13 +2,26 @@
 #include "runtime/caching_allocator.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <utility>
 
+#include "runtime/allocation_observer.h"
 #include "support/log.h"
 
 namespace tessel {
 namespace {
+
+std::atomic<AllocationObserver> g_observer{nullptr};
+std::atomic<void*> g_observer_context{nullptr};
+
+void observe(const CachingAllocator* allocator, const void* handle, size_t requested, size_t block,
+             bool allocate) {
+  AllocationObserver observer = g_observer.load(std::memory_order_acquire);
+  if (observer)
+    observer({allocator, handle, requested, block, allocate},
+             g_observer_context.load(std::memory_order_acquire));
+}
 
 std::string format_bytes(size_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -22,6 +35,11 @@ std::string format_bytes(size_t bytes) {
 }
 
 }  // namespace
+
+void set_allocation_observer(AllocationObserver observer, void* context) {
+  g_observer_context.store(context, std::memory_order_release);
+  g_observer.store(observer, std::memory_order_release);
+}
 
 CachingAllocator::CachingAllocator(std::string device, RawAllocator raw, size_t max_cached_bytes)
     : device_(std::move(device)), raw_(std::move(raw)), max_cached_bytes_(max_cached_bytes) {}
@@ -78,6 +96,7 @@ Expected<DeviceBuffer> CachingAllocator::allocate(size_t bytes) {
   stats_.requested_bytes += bytes;
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
   stats_.reserved_bytes = stats_.current_bytes + stats_.cached_bytes;
+  observe(this, buffer.handle, bytes, block, true);
   return buffer;
 }
 
@@ -87,6 +106,7 @@ void CachingAllocator::release(DeviceBuffer buffer) {
   TESSEL_CHECK(live != live_.end(), "{}: release of a buffer this allocator did not hand out",
                device_);
   TESSEL_CHECK(buffer.bytes == round_size(live->second), "{}: release with a wrong size", device_);
+  observe(this, buffer.handle, live->second, buffer.bytes, false);
   stats_.requested_bytes -= live->second;
   live_.erase(live);
   ++stats_.releases;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "runtime/cpu/cpu_device.h"
@@ -63,17 +64,19 @@ TEST(DeviceId, OneParserForEveryId) {
 }
 
 // A kernel by hand in the CPU ABI (one 8-byte slot per parameter; the entry point runs a range
-// of blocks): y[i] = s * x[i] over blocks of 4 elements.
+// of blocks and returns 0 or the bytes it could not allocate): y[i] = s * x[i] over blocks of 4
+// elements.
 constexpr const char* kScaleSource = R"(
 #include <cstdint>
 union Arg { void* ptr; int64_t i64; double f64; float f32; int32_t i32; };
-extern "C" void scale_blocks(const Arg* args, int64_t begin, int64_t end) {
+extern "C" int64_t scale_blocks(const Arg* args, int64_t begin, int64_t end) {
   const float* x = static_cast<const float*>(args[0].ptr);
   float* y = static_cast<float*>(args[1].ptr);
   const float s = args[2].f32;
   const int64_t n = args[3].i64;
   for (int64_t b = begin; b < end; ++b)
     for (int64_t i = 4 * b; i < 4 * b + 4 && i < n; ++i) y[i] = s * x[i];
+  return 0;
 }
 )";
 
@@ -123,6 +126,56 @@ TEST(CpuDevice, BuildsOnceAndLaunchesWithOffsets) {
       << broken.status().message();
   for (DeviceBuffer b : {x, y})
     cpu->allocator().release(b);
+}
+
+// A kernel by hand with one tile of per-thread scratch (tile/codegen/cpu/prelude.h) whose size
+// is an argument: y[b] = 2 b + 1 through the tile, or the bytes it could not allocate.
+constexpr const char* kTileMemorySource = R"(
+#include "tile/codegen/cpu/prelude.h"
+extern "C" int64_t tile_memory_blocks(const tessel_cpu::Arg* args, int64_t begin, int64_t end) {
+  float* y = static_cast<float*>(args[0].ptr);
+  static thread_local tessel_cpu::Scratch<1> scratch;
+  float* tile = scratch.get<float>(0, args[1].i64);
+  if (const int64_t unallocated = scratch.take_unallocated()) return unallocated;
+  for (int64_t b = begin; b < end; ++b) {
+    tile[0] = float(b);
+    y[b] = 2.0f * tile[0] + 1.0f;
+  }
+  return 0;
+}
+)";
+
+TEST(CpuDevice, AKernelOutOfTileMemoryIsAnErrorNamingItAndTheBytes) {
+  Device* cpu = cpu_device();
+  Expected<std::shared_ptr<KernelModule>> module =
+      cpu->build({"tile_memory", "tile_memory_blocks", kTileMemorySource, ""});
+  ASSERT_TRUE(module.ok()) << module.status().to_string();
+  const int64_t blocks = 16;
+  DeviceBuffer y = *cpu->allocator().allocate(blocks * sizeof(float));
+  auto run = [&](int64_t tile_elems) {
+    const std::vector<float> untouched(blocks, -1.0f);
+    EXPECT_TRUE(cpu->copy_from_host(y, 0, untouched.data(), blocks * sizeof(float)).ok());
+    Status s = cpu->launch(**module, {{blocks, 1, 1}, 1},
+                           {KernelArgument::memory(y), KernelArgument::scalar(tile_elems)});
+    std::vector<float> got(blocks);
+    EXPECT_TRUE(cpu->copy_to_host(got.data(), y, 0, blocks * sizeof(float)).ok());
+    return std::make_pair(s, got);
+  };
+  // 2^60 bytes: more than any address space (sanitizers: allocator_may_return_null=1, as the
+  // Makefile sets). No block runs; every thread's failure is the same size.
+  auto [failed, untouched] = run(int64_t{1} << 58);
+  EXPECT_EQ(failed.code(), Code::kResourceExhausted);
+  EXPECT_EQ(failed.message(),
+            "kernel 'tile_memory' on cpu: host memory: could not allocate 1152921504606846976 "
+            "bytes of tile memory");
+  for (int64_t b = 0; b < blocks; ++b)
+    EXPECT_EQ(untouched[b], -1.0f) << "block " << b << " ran without its tile";
+  // The same module runs once the memory is there.
+  auto [ran, values] = run(16);
+  ASSERT_TRUE(ran.ok()) << ran.to_string();
+  for (int64_t b = 0; b < blocks; ++b)
+    EXPECT_EQ(values[b], 2.0f * float(b) + 1.0f) << b;
+  cpu->allocator().release(y);
 }
 
 TEST(CpuDevice, LimitsAreThisMachines) {

@@ -181,6 +181,42 @@ TEST(SparseEmbedding, StepComparisonTrainsBothWays) {
   EXPECT_LT(r.dense_loss.back(), r.dense_loss.front());
   EXPECT_LT(r.sparse_loss.back(), r.sparse_loss.front());
   EXPECT_EQ(r.dense_ms.size(), 8u);
+  EXPECT_EQ(r.scattered_rows_cpu_ms.size(), 8u);
+  EXPECT_EQ(r.contiguous_rows_cpu_ms.size(), 8u);
+}
+
+// The batches the comparison draws touch as many distinct rows as the closed form says: with n
+// draws of probabilities p_k, E[distinct] = sum_k 1 - (1 - p_k)^n; uniform p_k = 1 / V, Zipf
+// p_k = k^-s / H. Zipf ids touch fewer rows, and both kinds of step still train.
+TEST(SparseEmbedding, StepComparisonDrawsUniformAndZipfIdsAsTheirLawsSay) {
+  EmbeddingStepOptions o;
+  o.vocabulary = 2000;
+  o.dim = 8;
+  o.batch = 8;
+  o.tokens = 64;
+  o.steps = 7;
+  o.warmup = 1;
+  o.lr = 0.1;
+  const double n = static_cast<double>(o.batch * o.tokens);
+  auto expected_distinct = [&](double s) {
+    std::vector<double> p(static_cast<size_t>(o.vocabulary));
+    double total = 0;
+    for (size_t k = 0; k < p.size(); ++k)
+      total += p[k] = s > 0 ? std::pow(static_cast<double>(k + 1), -s) : 1.0;
+    double distinct = 0;
+    for (double pk : p)
+      distinct += 1 - std::pow(1 - pk / total, n);
+    return distinct;
+  };
+  for (double s : {0.0, 1.0}) {
+    o.zipf = s;
+    EmbeddingStepReport r = compare_embedding_steps(o).value();
+    const double want = expected_distinct(s);
+    EXPECT_NEAR(r.mean_touched_rows, want, 0.05 * want) << "zipf " << s;
+    EXPECT_LT(r.dense_loss.back(), r.dense_loss.front()) << "zipf " << s;
+    EXPECT_LT(r.sparse_loss.back(), r.sparse_loss.front()) << "zipf " << s;
+  }
+  EXPECT_LT(expected_distinct(1.0), 0.6 * expected_distinct(0.0));
 }
 
 }  // namespace

@@ -52,7 +52,13 @@ ProgramRun run_program(const std::vector<std::string>& argv,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  result.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   return result;
+}
+
+std::string signal_name(int signal) {
+  const char* abbrev = ::sigabbrev_np(signal);
+  return abbrev ? "SIG" + std::string(abbrev) : "signal " + std::to_string(signal);
 }
 
 std::string find_program_in_path(const std::vector<std::string>& names) {

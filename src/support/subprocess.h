@@ -13,6 +13,7 @@ namespace tessel {
 
 struct ProgramRun {
   int exit_code = -1;  // -1: it did not start, or a signal ended it
+  int signal = 0;      // the signal that ended it (SIGSEGV, SIGKILL ...); 0 when it exited
   std::string output;  // stdout and stderr, interleaved as written
 };
 
@@ -20,6 +21,9 @@ struct ProgramRun {
 // and waits for it.
 ProgramRun run_program(const std::vector<std::string>& argv,
                        const std::vector<std::pair<std::string, std::string>>& extra_env = {});
+
+// "SIGSEGV" for 11, "signal 99" for a number that names none.
+std::string signal_name(int signal);
 
 // The first executable among `names` in the folders of $PATH (or a name with a '/' that is
 // executable itself); empty when there is none.

@@ -2,6 +2,8 @@
 #include "train/train_config.h"
 
 #include <algorithm>
+#include <cmath>
+#include <exception>
 #include <optional>
 #include <regex>
 
@@ -75,8 +77,9 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   d.enabled = cfg.has("distributed");
   if (!d.enabled) return ok_status();
   TESSEL_ASSIGN_OR_RETURN(Config t, cfg.table("distributed"));
-  TESSEL_TRY(t.check_keys({"backend", "zero_stage", "bucket_cap_mb", "first_bucket_mb", "overlap",
-                           "split", "rebalance_every", "rebalance_hysteresis", "sync_batchnorm"}));
+  TESSEL_TRY(
+      t.check_keys({"backend", "zero_stage", "bucket_cap_mb", "first_bucket_mb", "overlap", "split",
+                    "rebalance_every", "rebalance_hysteresis", "sync_batchnorm", "devices"}));
   TESSEL_ASSIGN_OR_RETURN(d.backend, get_choice(t, "backend", {"shm", "mpi", "nccl"}, "shm"));
   TESSEL_ASSIGN_OR_RETURN(int64_t stage, get_at_least<int64_t>(t, "zero_stage", 0, 0));
   if (stage > 3)
@@ -101,6 +104,21 @@ Status parse_distributed(const Config& cfg, TrainConfig& out) {
   if (d.rebalance_hysteresis >= 1.0)
     return invalid_argument("{}: key 'distributed.rebalance_hysteresis': must be below 1, got {}",
                             t.source(), d.rebalance_hysteresis);
+  TESSEL_ASSIGN_OR_RETURN(d.devices, t.get_or<std::vector<std::string>>("devices", {}));
+  if (d.devices.empty()) return ok_status();
+  // Where each rank computes is said once: the per-rank list replaces [target]'s device.
+  if (out.target.device != "auto")
+    return invalid_argument(
+        "{}: key 'distributed.devices' gives each rank its device; remove '{}' = '{}' (the "
+        "[target.<kind>] options still apply)",
+        t.source(), out.target.key, out.target.device);
+  // Under ZeRO-3 the copy a device rank takes before forward, evaluation and sampling is a
+  // gather, a collective the other ranks would have to meet at the same points: not wired yet.
+  if (d.zero_stage == 3)
+    return invalid_argument(
+        "{}: key 'distributed.devices' works with zero_stage 0, 1 or 2, not 3 (the library's "
+        "DataParallel::copy_values_to does; the trainer does not yet)",
+        t.source());
   return ok_status();
 }
 
@@ -238,7 +256,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(Config t, optional_table(cfg, "train"));
   TESSEL_TRY(t.check_keys({"steps", "epochs", "clip_grad_norm", "log_interval", "eval_interval",
                            "checkpoint_interval", "checkpoint_path", "metrics_path",
-                           "grad_accum_steps", "precision"}));
+                           "grad_accum_steps", "precision", "memory_limit"}));
   TESSEL_ASSIGN_OR_RETURN(out.steps, get_at_least<int64_t>(t, "steps", 0, 1));
   TESSEL_ASSIGN_OR_RETURN(out.epochs, get_at_least<int64_t>(t, "epochs", 0, 1));
   if (t.has("steps") == t.has("epochs"))
@@ -259,12 +277,51 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(out.grad_accum_steps, get_at_least<int64_t>(t, "grad_accum_steps", 1, 1));
   TESSEL_ASSIGN_OR_RETURN(out.precision,
                           get_choice(t, "precision", {"fp32", "bf16", "fp16"}, "fp32"));
+  TESSEL_ASSIGN_OR_RETURN(std::string limit, t.get_or<std::string>("memory_limit", ""));
+  if (limit == "cgroup") {
+    out.memory_limit = -1;
+  } else if (!limit.empty()) {
+    Expected<int64_t> bytes = parse_byte_size(limit);
+    if (!bytes.ok())
+      return invalid_argument("{}: key 'train.memory_limit': {}", t.source(),
+                              bytes.status().message());
+    out.memory_limit = *bytes;
+  }
   TESSEL_TRY(parse_sample(cfg, out));
   TESSEL_TRY(parse_distributed(cfg, out));
   TESSEL_TRY(parse_checkpoint(cfg, out.checkpoint));
   TESSEL_TRY(parse_federated(cfg, out));
   TESSEL_TRY(parse_privacy(cfg, out));
   return out;
+}
+
+Expected<int64_t> parse_byte_size(const std::string& text) {
+  size_t used = 0;
+  double number = 0;
+  try {
+    number = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  unit.erase(0, unit.find_first_not_of(' '));
+  static const std::pair<const char*, double> kUnits[] = {{"", 1},
+                                                          {"B", 1},
+                                                          {"KB", 1e3},
+                                                          {"MB", 1e6},
+                                                          {"GB", 1e9},
+                                                          {"TB", 1e12},
+                                                          {"KiB", 1024.0},
+                                                          {"MiB", 1048576.0},
+                                                          {"GiB", 1073741824.0},
+                                                          {"TiB", 1099511627776.0}};
+  for (const auto& [name, scale] : kUnits)
+    if (used > 0 && unit == name && number > 0 && std::isfinite(number) && number * scale < 9e18)
+      return int64_t(number * scale);
+  return invalid_argument(
+      "'{}' is not a size: a positive number of bytes, or one with B, KB, MB, GB, TB, KiB, MiB, "
+      "GiB or TiB (\"6GiB\"), or \"cgroup\" (the cgroup's memory limit)",
+      text);
 }
 
 DType TrainConfig::compute_dtype() const {

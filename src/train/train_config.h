@@ -17,6 +17,9 @@
 //               checkpoint_path = "runs/x/checkpoint.safetensors" ("" : none)
 //               metrics_path = "runs/x/metrics.jsonl" ("": none)
 //               grad_accum_steps = 1   (micro-batches of batch_size per optimizer step)
+//               memory_limit = "" | "6GiB" | "cgroup"  (checked before the first step against
+//               the memory plan's predicted peak: a run that will not fit fails at start with
+//               the plan's breakdown; plan/memory_plan.h)
 //               precision = "fp32" | "bf16" | "fp16"  (matmul/linear/conv in 16 bits, everything
 //               else and the master weights and optimizer state in f32; fp16 adds dynamic loss
 //               scaling; docs/DESIGN.md, "Mixed precision")
@@ -86,6 +89,9 @@ struct DistributedConfig {
   int64_t rebalance_every = 10;
   double rebalance_hysteresis = 0.05;
   bool sync_batchnorm = false;
+  // One device id per rank ("cpu", "opencl:0", ...); empty: every rank on [target]'s device. A
+  // rank on another device than the CPU computes on a copy of the model there (trainer.h).
+  std::vector<std::string> devices;
 };
 
 // The [federated] table (train/federated.h); absent: not federated.
@@ -140,11 +146,14 @@ struct TrainConfig {
   int64_t grad_accum_steps = 1;
   DistributedConfig distributed;
   std::string precision = "fp32";  // "fp32" | "bf16" | "fp16"
+  int64_t memory_limit = 0;        // bytes; 0: none; -1: the cgroup's limit
   // The dtype the gemm ops compute in (autograd/autocast.h): f32, bf16 or f16.
   DType compute_dtype() const;
 };
 
 Expected<TrainConfig> parse_train_config(const Config& config);
+// "6GiB", "512MB", "1.5 GB", "1048576" -> bytes; anything else is an error saying what is allowed.
+Expected<int64_t> parse_byte_size(const std::string& text);
 Expected<TrainConfig> load_train_config(const std::string& path);
 
 // The device a run uses and the compiler's options for it: the [target] setting resolved

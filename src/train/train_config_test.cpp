@@ -130,8 +130,9 @@ TEST(TrainConfig, NonFiniteAndInconsistentNumbersNameTheKey) {
             "run.toml: key 'optimizer.lr': must be a finite number, got nan");
   EXPECT_EQ(error_of(with("lr = 0.05", "lr = inf")),
             "run.toml: key 'optimizer.lr': must be a finite number, got inf");
-  EXPECT_EQ(error_of(with("name = \"sgd\"\nlr = 0.05\nmomentum = 0.9", "name = \"adamw\"\neps = nan")),
-            "run.toml: key 'optimizer.eps': must be a finite number, got nan");
+  EXPECT_EQ(
+      error_of(with("name = \"sgd\"\nlr = 0.05\nmomentum = 0.9", "name = \"adamw\"\neps = nan")),
+      "run.toml: key 'optimizer.eps': must be a finite number, got nan");
   EXPECT_EQ(error_of(with("name = \"sgd\"\nlr = 0.05\nmomentum = 0.9",
                           "name = \"adamw\"\nbetas = [nan, 0.999]")),
             "run.toml: key 'optimizer.betas': expected two numbers in [0, 1)");
@@ -158,10 +159,30 @@ TEST(TrainConfig, PrecisionIsFp32Bf16OrFp16) {
             "run.toml: key 'train.precision': 'half' is not allowed; allowed: fp32, bf16, fp16");
 }
 
+TEST(TrainConfig, MemoryLimitIsASizeOrTheCgroup) {
+  auto limit_of = [](const std::string& value) {
+    std::string text = with("clip_grad_norm = 1.0",
+                            fmt::format("clip_grad_norm = 1.0\nmemory_limit = \"{}\"", value));
+    return parse_train_config(Config::parse(text, "run.toml").value()).value().memory_limit;
+  };
+  EXPECT_EQ(parse_train_config(Config::parse(kGood, "run.toml").value()).value().memory_limit, 0);
+  EXPECT_EQ(limit_of("6GiB"), int64_t(6) << 30);
+  EXPECT_EQ(limit_of("512 MB"), int64_t(512000000));
+  EXPECT_EQ(limit_of("1.5KiB"), int64_t(1536));
+  EXPECT_EQ(limit_of("4096"), int64_t(4096));
+  EXPECT_EQ(limit_of("cgroup"), -1);
+  EXPECT_THAT(error_of(with("clip_grad_norm = 1.0", "memory_limit = \"lots\"")),
+              HasSubstr("run.toml: key 'train.memory_limit': 'lots' is not a size"));
+  EXPECT_THAT(error_of(with("clip_grad_norm = 1.0", "memory_limit = \"-2GB\"")),
+              HasSubstr("'-2GB' is not a size"));
+  EXPECT_THAT(error_of(with("clip_grad_norm = 1.0", "memory_limit = \"2 parsecs\"")),
+              HasSubstr("'2 parsecs' is not a size"));
+}
+
 TEST(ModelRegistry, UnknownModelsAndKeysAreNamed) {
-  Config cfg = Config::parse("[model]\nname = \"cnnn\"\n[other]\nname = \"mlp\"\nhiden = [4]\n",
-                             "m.toml")
-                   .value();
+  Config cfg =
+      Config::parse("[model]\nname = \"cnnn\"\n[other]\nname = \"mlp\"\nhiden = [4]\n", "m.toml")
+          .value();
   ModelContext context{.input_shape = {28, 28}, .classes = 10};
   Expected<std::unique_ptr<nn::Module>> unknown = make_model(cfg.table("model").value(), context);
   ASSERT_FALSE(unknown.ok());

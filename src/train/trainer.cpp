@@ -18,6 +18,7 @@
 #include "io/training_checkpoint.h"
 #include "nn/conv_layers.h"
 #include "nn/gpt.h"
+#include "ops/kernel_cache.h"
 #include "optim/clip.h"
 #include "parallel/rank_shard.h"
 #include "support/atomic_file.h"
@@ -112,9 +113,6 @@ Status Trainer::build() {
     if (!key.ok()) return key.status().with_context("{}: [checkpoint]", c.source);
     checkpoint_key_ = std::move(*key);
   }
-  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice target, resolve_train_target(c));
-  ops::apply_target(target);
-  device_ = target.device;
   if (c.distributed.enabled) {  // join the job first: the data is cut by rank
     if (options_.process_group) {
       group_ = options_.process_group;
@@ -129,6 +127,18 @@ Status Trainer::build() {
     }
     if (rank() != 0) options_.progress = nullptr;  // rank 0 reports for the job
   }
+  ops::TargetSetting setting = c.target;
+  if (!c.distributed.devices.empty()) {  // each rank its own device
+    if (int(c.distributed.devices.size()) != world_size())
+      return invalid_argument("{}: key 'distributed.devices' lists {} devices for {} ranks",
+                              c.source, c.distributed.devices.size(), world_size());
+    setting.device = c.distributed.devices[size_t(rank())];
+    setting.key = fmt::format("distributed.devices[{}]", rank());
+  }
+  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice target,
+                          ops::resolve_target(setting, ops::launches_on));
+  ops::apply_target(target);
+  device_ = target.device;
 
   // Data: training batches through a prefetch thread; evaluation batches made per evaluation.
   // In a data-parallel job every rank reads the same global batches of batch_size x ranks rows
@@ -173,6 +183,17 @@ Status Trainer::build() {
   TESSEL_ASSIGN_OR_RETURN(nn::FlatParameters params,
                           nn::FlatParameters::create(*model_, device_, init_rng));
   params_ = std::make_unique<nn::FlatParameters>(std::move(params));
+  if (group_ && device_->kind() != DeviceKind::kCpu) {
+    if (c.privacy.enabled)
+      return invalid_argument("{}: [privacy] needs every rank on the CPU (rank {} is on {})",
+                              c.source, rank(), device_->id());
+    // The same architecture and initial weights in host memory, for DataParallel.
+    TESSEL_ASSIGN_OR_RETURN(host_model_, make_model(*c.model, context));
+    Pcg32 host_rng(c.seed, 1);
+    TESSEL_ASSIGN_OR_RETURN(nn::FlatParameters host,
+                            nn::FlatParameters::create(*host_model_, cpu_device(), host_rng));
+    host_params_ = std::make_unique<nn::FlatParameters>(std::move(host));
+  }
   if (c.optimizer.name == "sgd") {
     Expected<std::unique_ptr<optim::Sgd>> sgd = optim::Sgd::create(*params_, c.optimizer.sgd);
     if (!sgd.ok()) return sgd.status().with_context("{}: [optimizer]", c.source);
@@ -246,7 +267,7 @@ Status Trainer::build_data_parallel() {
       .first_bucket_bytes = int64_t(d.first_bucket_mb * double(1 << 20)),
       .overlap = d.overlap};
   Expected<std::unique_ptr<parallel::DataParallel>> dp =
-      parallel::DataParallel::create(*params_, *group_, make_optimizer, options);
+      parallel::DataParallel::create(updated_params(), *group_, make_optimizer, options);
   if (!dp.ok()) return dp.status().with_context("{}: [distributed]", config_.source);
   data_parallel_ = std::move(*dp);
   TESSEL_TRY(data_parallel_->broadcast_buffers(*model_));
@@ -402,7 +423,7 @@ Status Trainer::check_finite(double loss) {
     return ok_status();
   }
   if (whole_gradients || config_.distributed.zero_stage < 3) {
-    std::string name = first_non_finite(*params_, /*gradients=*/false);
+    std::string name = first_non_finite(updated_params(), /*gradients=*/false);
     if (!name.empty()) bad += fmt::format(" (parameter '{}' holds inf or NaN)", name);
   }
   return failed_precondition(
@@ -414,7 +435,7 @@ Status Trainer::check_finite(double loss) {
 }
 
 const nn::FlatParameters& Trainer::local_gradients() {
-  if (!data_parallel_ || config_.distributed.zero_stage == 0) return *params_;
+  if (!data_parallel_ || config_.distributed.zero_stage == 0) return updated_params();
   // ZeRO: this rank's shards of the averaged gradients, as flat groups without values.
   std::vector<nn::FlatParameters::Group> groups;
   for (const Tensor& g : data_parallel_->local_gradients())
@@ -424,7 +445,12 @@ const nn::FlatParameters& Trainer::local_gradients() {
   return *gradient_shards_;
 }
 
+Status Trainer::refresh_device_copy() {
+  return host_params_ ? data_parallel_->copy_values_to(*params_) : ok_status();
+}
+
 Expected<Evaluation> Trainer::evaluate() {
+  TESSEL_TRY(refresh_device_copy());
   autograd::NoGrad no_grad;
   autograd::Autocast autocast(config_.compute_dtype());
   model_->eval();
@@ -468,6 +494,7 @@ Expected<std::string> Trainer::sample(const SampleConfig& options) {
                                config_.source);
   Expected<std::vector<int64_t>> prompt = text->encode(options.prompt);
   if (!prompt.ok()) return prompt.status().with_context("{}: key 'sample.prompt'", config_.source);
+  TESSEL_TRY(refresh_device_copy());
   Pcg32 rng(config_.seed, kSampleStream);
   model_->eval();
   Expected<std::vector<int64_t>> tokens = gpt->generate(std::move(*prompt),
@@ -555,6 +582,11 @@ Expected<RunSummary> Trainer::run_steps(int64_t stop_at) {
       TESSEL_TRY(rank_shard_->set_shares(shares));
       TESSEL_TRY(data_parallel_->set_batch_share(rows, rebalancer_->global_rows()));
     }
+    if (host_params_) {  // this rank's device computes on a copy of the values: part of its work
+      const Clock::time_point copy_start = Clock::now();
+      TESSEL_TRY(refresh_device_copy());
+      compute_s += seconds_since(copy_start);
+    }
     for (int64_t micro = 0; micro < c.grad_accum_steps; ++micro) {
       // Inner micro-steps only accumulate gradients; the last one synchronises the ranks.
       if (data_parallel_) data_parallel_->set_sync(micro + 1 == c.grad_accum_steps);
@@ -576,7 +608,11 @@ Expected<RunSummary> Trainer::run_steps(int64_t stop_at) {
       compute_s += seconds_since(compute_start);
       // Synchronised batch norm waits for the slowest rank at every layer: not this rank's work.
       if (batch_norm_sync_) compute_s -= batch_norm_sync_->take_waited_s();
-      if (data_parallel_) TESSEL_TRY(data_parallel_->finish_backward());
+      if (host_params_) {
+        TESSEL_TRY(data_parallel_->finish_backward_from(*params_));
+      } else if (data_parallel_) {
+        TESSEL_TRY(data_parallel_->finish_backward());
+      }
       TESSEL_ASSIGN_OR_RETURN(double micro_loss, scalar_of(loss.data()));
       loss_value += micro_loss / double(c.grad_accum_steps);
     }
@@ -625,6 +661,7 @@ Expected<RunSummary> Trainer::run_steps(int64_t stop_at) {
     summary.losses.push_back(loss_value);
     window_loss += loss_value;
     TESSEL_TRY(params_->zero_grad());
+    if (host_params_) TESSEL_TRY(host_params_->zero_grad());
     ++step_;
     ++window_steps;
     if (rebalancer_ && step_ % c.distributed.rebalance_every == 0)
@@ -645,6 +682,7 @@ Expected<RunSummary> Trainer::run_steps(int64_t stop_at) {
       if (data_->throughput_unit() == "tokens")
         j["tokens_per_s"] = per_step * double(data_->throughput_per_batch());
       if (dp_sgd_) j["epsilon"] = accountant_.epsilon(c.privacy.delta);
+      if (rebalancer_) j["shares"] = rebalancer_->shares();  // rows per rank, uneven split
       TESSEL_TRY(write_metrics(j.dump()));
       window_start = Clock::now();
       window_steps = 0;

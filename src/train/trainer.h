@@ -12,6 +12,13 @@
 // language models (targets [B, T]) share the loop. A language model trained on text writes a
 // sample at the end ([sample]: Trainer::sample).
 //
+// A rank on another device ([distributed] devices = ["cpu", "opencl:0"]): DataParallel keeps the
+// parameters, the collectives and the optimizer in host memory (a second instance of the model
+// on the CPU holds them); the rank's model on its device takes the values before each step,
+// evaluation and sample (DataParallel::copy_values_to), and its gradients go out after backward
+// (finish_backward_from). Its forward + backward, copy included, is the time the uneven split
+// sees, so a slower device gets a smaller share.
+//
 // Reproducibility: the seed fixes the initial weights (Pcg32(seed, 1)), the shuffles of every
 // epoch (ImageBatches), the text windows (TextBatches), the samples and dropout's generators. A
 // checkpoint holds the weights and buffers, the optimizer state and its step count, the step, the
@@ -132,6 +139,10 @@ class Trainer {
     return data_parallel_ ? data_parallel_->optimizer() : *optimizer_;
   }
   int rank() const { return group_ ? group_->rank() : 0; }
+  // The parameters the data-parallel machinery (or the single-process optimizer) updates.
+  nn::FlatParameters& updated_params() { return host_params_ ? *host_params_ : *params_; }
+  // A rank on another device: its model takes the current values (before a pass over it).
+  Status refresh_device_copy();
   int world_size() const { return group_ ? group_->size() : 1; }
   // An error naming the step and the first non-finite tensor when the loss (or, in one process,
   // a gradient) holds an inf or NaN.
@@ -146,7 +157,10 @@ class Trainer {
   TrainerOptions options_;
   Device* device_ = nullptr;
   std::unique_ptr<nn::Module> model_;
-  std::unique_ptr<nn::FlatParameters> params_;
+  std::unique_ptr<nn::FlatParameters> params_;  // the model's, on device_
+  // A rank on another device than the CPU: DataParallel's parameters, in host memory.
+  std::unique_ptr<nn::Module> host_model_;
+  std::unique_ptr<nn::FlatParameters> host_params_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::GradScaler> grad_scaler_;
   GradientHook after_backward_;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <thread>
 
@@ -255,6 +256,81 @@ log_interval = 6
   auto per_rank = run_ranks(2, cnn(4, uneven));
   ASSERT_EQ(per_rank[0].size(), want.size());
   EXPECT_GT(std::abs(per_rank[0][0] - want[0]), 1e-4) << "per-rank statistics matched anyway";
+}
+
+// [distributed] devices: rank 1 computes on the OpenCL device (PoCL here: OpenCL on this CPU,
+// kernels compiled by its LLVM), rank 0 on the CPU, and the uneven split re-balances from what
+// each measures, the copy to and from the device included. DataParallel's parameters, collectives
+// and optimizer stay in host memory, so the job still trains as one process with the whole batch.
+TEST(TrainerDistributed, ARankOnOpenClBesideACpuRankTrainsAsOneProcess) {
+  Expected<Device*> opencl = get_device("opencl:0");
+  if (!opencl.ok()) GTEST_SKIP() << "no OpenCL device: " << opencl.status().to_string();
+  auto single = Trainer::create(config(16, "", ""), {.progress = nullptr}).value();
+  const std::vector<double> want = single->run().value().losses;
+  for (int stage : {0, 2}) {
+    const TrainConfig c = config(
+        8, "",
+        fmt::format("[distributed]\nzero_stage = {}\nbucket_cap_mb = 0.01\nsplit = \"uneven\"\n"
+                    "rebalance_every = 1\ndevices = [\"cpu\", \"opencl:0\"]\n",
+                    stage));
+    auto groups = dist::ProcessGroup::in_process(2).value();
+    std::vector<std::vector<double>> losses(2);
+    std::vector<std::string> devices(2);
+    std::vector<int64_t> shares;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        auto trainer =
+            Trainer::create(c, {.progress = nullptr, .process_group = groups[size_t(r)].get()});
+        ASSERT_TRUE(trainer.ok()) << trainer.status().to_string();
+        devices[size_t(r)] = (*trainer)->device()->id();
+        auto summary = (*trainer)->run();
+        ASSERT_TRUE(summary.ok()) << summary.status().to_string();
+        losses[size_t(r)] = summary->losses;
+        if (r == 0) shares = (*trainer)->rebalancer()->shares();
+      });
+    for (auto& t : threads)
+      t.join();
+    EXPECT_EQ(devices[0], "cpu");
+    EXPECT_EQ(devices[1], (*opencl)->id());
+    ASSERT_EQ(shares.size(), 2u);
+    const std::string what =
+        fmt::format("ZeRO-{}, shares at the end cpu {} : opencl {}", stage, shares[0], shares[1]);
+    std::printf("%s\n", what.c_str());  // which share the device got, for the reader
+    expect_same(losses[0], want, what + ", rank 0");
+    expect_same(losses[1], want, what + ", rank 1");
+  }
+}
+
+TEST(TrainerDistributed, PerRankDevicesAreCheckedAgainstTheJob) {
+  const std::string base =
+      "[model]\nname = \"mlp\"\n[data]\nname = \"fashion_mnist\"\n[train]\nsteps = 1\n"
+      "[distributed]\ndevices = [\"cpu\", \"cpu\", \"cpu\"]\n";
+  auto zero3 = parse_train_config(Config::parse(base + "zero_stage = 3\n", "d.toml").value());
+  ASSERT_FALSE(zero3.ok());
+  EXPECT_NE(zero3.status().message().find("works with zero_stage 0, 1 or 2, not 3"),
+            std::string::npos)
+      << zero3.status().to_string();
+  auto twice = parse_train_config(Config::parse("device = \"cpu\"\n" + base, "d.toml").value());
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("remove 'device' = 'cpu'"), std::string::npos)
+      << twice.status().to_string();
+  // Three devices for a job of two ranks.
+  const TrainConfig c = config(8, "", "[distributed]\ndevices = [\"cpu\", \"cpu\", \"cpu\"]\n");
+  auto groups = dist::ProcessGroup::in_process(2).value();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r)
+    threads.emplace_back([&, r] {
+      auto trainer =
+          Trainer::create(c, {.progress = nullptr, .process_group = groups[size_t(r)].get()});
+      if (!trainer.ok()) errors[size_t(r)] = trainer.status().to_string();
+    });
+  for (auto& t : threads)
+    t.join();
+  for (const std::string& e : errors)
+    EXPECT_NE(e.find("key 'distributed.devices' lists 3 devices for 2 ranks"), std::string::npos)
+        << e;
 }
 
 TEST(TrainerDistributed, ConfigErrorsOfTheSplitNameTheKey) {

@@ -71,8 +71,13 @@ Expected<WorkloadSpec> find_workload(const std::string& name) {
 }
 
 Expected<std::unique_ptr<WorkloadRun>> WorkloadRun::create(const std::string& name, Device* device,
-                                                           uint64_t seed) {
+                                                           uint64_t seed, int64_t batch_rows) {
   TESSEL_ASSIGN_OR_RETURN(WorkloadSpec spec, find_workload(name));
+  if (batch_rows < 0) return invalid_argument("workload {}: batch of {} rows", name, batch_rows);
+  if (batch_rows > 0) {
+    spec.items_per_step = spec.items_per_step / spec.input_shape[0] * batch_rows;
+    spec.input_shape[0] = batch_rows;
+  }
   std::unique_ptr<WorkloadRun> run(new WorkloadRun);
   run->spec_ = spec;
   const Shape& in = spec.input_shape;

@@ -39,8 +39,10 @@ Expected<WorkloadSpec> find_workload(const std::string& name);
 class WorkloadRun {
  public:
   // Builds the model, its flat parameters (initialised from `seed`), AdamW and the batch on
+  // `device`. `batch_rows` > 0 replaces the table's batch (the memory plan records small batches
+  // of the same workload); the spec then says that batch.
   static Expected<std::unique_ptr<WorkloadRun>> create(const std::string& name, Device* device,
-                                                       uint64_t seed);
+                                                       uint64_t seed, int64_t batch_rows = 0);
   // One training step. The loss is kept as a device tensor (reading it back is the caller's
   // choice: last_loss()).
   Status step();
@@ -51,6 +53,9 @@ class WorkloadRun {
   // Rows of the batch (samples; sequences for the GPT workloads).
   int64_t batch_rows() const { return spec_.input_shape.at(0); }
   nn::FlatParameters& parameters() { return *params_; }
+  optim::AdamW& optimizer() { return *optimizer_; }
+  const Tensor& inputs() const { return inputs_; }
+  const Tensor& targets() const { return targets_; }
 
   const WorkloadSpec& spec() const { return spec_; }
   nn::Module& model() { return *model_; }

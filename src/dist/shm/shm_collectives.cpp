@@ -127,56 +127,24 @@ void ShmTransport::slot_exchange(const Call& call, uint64_t seq) {
 }
 
 Status ShmTransport::all_reduce(const Call& call, const Activity& activity) {
-  const size_t elem = dtype_size(call.dtype);
-  const bool stream = call.count * elem >= segment_->layout().stream_bytes;
-  const size_t align = align_elements(elem);
-  const size_t chunk = std::max(align * nranks_, segment_->layout().chunk_bytes / elem /
-                                                     (align * nranks_) * (align * nranks_));
-  const unsigned char* send = bytes(call.send);
-  unsigned char* recv = bytes(call.recv);
-  std::vector<const void*> inputs(nranks_);
-  for (size_t lo = 0; lo < call.count; lo += chunk) {
-    const Parts parts = split(std::min(chunk, call.count - lo), nranks_, align);
-    const uint64_t step = ++step_;
-    TESSEL_TRY(wait_buffers_free(step, activity));
-    unsigned char* staging = segment_->staging(rank_, step);
-    for (int j = 0; j < nranks_; ++j)
-      if (j != rank_)
-        std::memcpy(staging + parts.begin(j) * elem, send + (lo + parts.begin(j)) * elem,
-                    parts.size(j) * elem);
-    publish(&RankBlock::posted, step);
-
-    const size_t mine = parts.begin(rank_);
-    for (int j = 0; j < nranks_; ++j) {
-      if (j == rank_) {
-        inputs[j] = send + (lo + mine) * elem;
-        continue;
-      }
-      TESSEL_TRY(wait_counter(j, &RankBlock::posted, step, activity));
-      inputs[j] = segment_->staging(j, step) + mine * elem;
-    }
-    dist::reduce(recv + (lo + mine) * elem, segment_->results(rank_, step), inputs.data(), nranks_,
-                 parts.size(rank_), call.dtype, call.op, nranks_, stream);
-    publish(&RankBlock::reduced, step);
-
-    for (int j = 0; j < nranks_; ++j) {
-      if (j == rank_) continue;
-      TESSEL_TRY(wait_counter(j, &RankBlock::reduced, step, activity));
-      copy_out(recv + (lo + parts.begin(j)) * elem, segment_->results(j, step),
-               parts.size(j) * elem, stream);
-    }
-    publish(&RankBlock::consumed, step);
-  }
-  return finish(stream);
+  return reduce_parts(call, /*root=*/-1, activity);
 }
 
 Status ShmTransport::reduce(const Call& call, const Activity& activity) {
+  return reduce_parts(call, call.peer, activity);
+}
+
+// all_reduce (root < 0) and reduce (to `root`). Per chunk: every rank stages the parts of its
+// input that belong to the others, reduces its own part from all ranks' copies, and publishes it;
+// then the ranks that want the whole result (all, or the root) copy out the others' parts.
+Status ShmTransport::reduce_parts(const Call& call, int root, const Activity& activity) {
   const size_t elem = dtype_size(call.dtype);
   const bool stream = call.count * elem >= segment_->layout().stream_bytes;
   const size_t align = align_elements(elem);
   const size_t chunk = std::max(align * nranks_, segment_->layout().chunk_bytes / elem /
                                                      (align * nranks_) * (align * nranks_));
-  const int root = call.peer;
+  const bool everyone = root < 0;
+  const bool wants_result = everyone || rank_ == root;
   const unsigned char* send = bytes(call.send);
   unsigned char* recv = bytes(call.recv);
   std::vector<const void*> inputs(nranks_);
@@ -200,13 +168,16 @@ Status ShmTransport::reduce(const Call& call, const Activity& activity) {
       TESSEL_TRY(wait_counter(j, &RankBlock::posted, step, activity));
       inputs[j] = segment_->staging(j, step) + mine * elem;
     }
-    void* out = rank_ == root ? static_cast<void*>(recv + (lo + mine) * elem)
-                              : segment_->results(rank_, step);
-    dist::reduce(out, nullptr, inputs.data(), nranks_, parts.size(rank_), call.dtype, call.op,
-                 nranks_, stream && rank_ == root);
+    // Where my reduced part goes: my result and, for all_reduce, a copy the peers read; for
+    // reduce, the root's result or the shared slot the root reads.
+    void* out = wants_result ? static_cast<void*>(recv + (lo + mine) * elem)
+                             : segment_->results(rank_, step);
+    void* shared_copy = everyone ? segment_->results(rank_, step) : nullptr;
+    dist::reduce(out, shared_copy, inputs.data(), nranks_, parts.size(rank_), call.dtype, call.op,
+                 nranks_, stream && wants_result);
     publish(&RankBlock::reduced, step);
 
-    if (rank_ == root) {
+    if (wants_result) {
       for (int j = 0; j < nranks_; ++j) {
         if (j == rank_) continue;
         TESSEL_TRY(wait_counter(j, &RankBlock::reduced, step, activity));

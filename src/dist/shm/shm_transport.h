@@ -12,9 +12,10 @@
 // While it waits, a rank watches for faults: a peer whose process is gone (kill -9) or whose
 // heartbeat stopped (a thread of each rank's own refreshes it every 100 ms for as long as the
 // process runs, so a rank that is merely slow, arriving last at every call, is never taken for
-// dead, while a stopped or frozen process is), a peer that left or aborted, the shared fault record, a cancel from
-// tesselCommAbort, and the call's own time limit. The first rank to see a fault records it in
-// the segment, so every rank fails with the same message naming the rank at fault.
+// dead, while a stopped or frozen process is), a peer that left or aborted, the shared fault
+// record, a cancel from tesselCommAbort, and the call's own time limit. The first rank to see a
+// fault records it in the segment, so every rank fails with the same message naming the rank at
+// fault.
 #pragma once
 
 #include <atomic>
@@ -73,6 +74,7 @@ class ShmTransport final : public Transport {
   void slot_exchange(const Call& call, uint64_t seq);  // latency path, after the handshake
   Status all_reduce(const Call& call, const Activity& activity);
   Status reduce(const Call& call, const Activity& activity);
+  Status reduce_parts(const Call& call, int root, const Activity& activity);
   Status broadcast(const Call& call, const Activity& activity);
   Status all_gather(const Call& call, const Activity& activity);
   Status reduce_scatter(const Call& call, const Activity& activity);

@@ -3,7 +3,10 @@
 // get_device("cpu") work.
 #include "runtime/cpu/cpu_device.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -15,11 +18,24 @@
 namespace tessel {
 namespace {
 
+// Blocks of at least this size are aligned to 2 MiB and asked to be backed by transparent huge
+// pages, where the kernel offers them only on request (THP "madvise", a common default). Kernels
+// that visit scattered rows of a large table (an embedding's lookup and its lazy optimizer, 1.5
+// KiB rows of 77 MB tables) otherwise miss the TLB on nearly every row; with 2 MiB pages a
+// 300 MB working set needs 150 TLB entries. Smaller blocks keep 4 KiB pages and 64-byte alignment.
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kHugeBlock = 2 * kHugePage;
+
 Expected<DeviceBuffer> allocate_host(size_t bytes) {
   // Block sizes from the caching allocator are multiples of 64, as aligned_alloc requires.
-  void* p = std::aligned_alloc(CpuDevice::kAlignment, bytes);
+  const bool huge = bytes >= kHugeBlock;
+  const size_t alignment = huge ? kHugePage : CpuDevice::kAlignment;
+  const size_t rounded = huge ? (bytes + kHugePage - 1) / kHugePage * kHugePage : bytes;
+  void* p = std::aligned_alloc(alignment, rounded);
   if (p == nullptr)
     return resource_exhausted("host memory: aligned_alloc of {} bytes failed", bytes);
+  // Advice only: where THP is off, or the call fails, the block keeps 4 KiB pages.
+  if (huge) (void)::madvise(p, rounded, MADV_HUGEPAGE);
   return DeviceBuffer{p, bytes};
 }
 
@@ -34,8 +50,9 @@ std::string cpu_name() {
 
 // A loaded kernel and the shared workspace its blocks use. The CPU kernel ABI (tile/codegen/abi.h,
 // tile/codegen/cpu/abi.h): one 8-byte slot per parameter, the entry point runs a range of
-// blocks; a kernel whose blocks share packed tiles also exports <entry>_workspace (bytes it
-// needs, from the slots) and <entry>_prepare (fills it), and takes the workspace as a last slot.
+// blocks and returns 0 or the bytes of tile memory it failed to allocate; a kernel whose blocks
+// share packed tiles also exports <entry>_workspace (bytes it needs, from the slots) and
+// <entry>_prepare (fills it), and takes the workspace as a last slot.
 class CpuModule final : public KernelModule {
  public:
   CpuModule(const Device* device, std::string name, tile::CpuModule module)
@@ -69,9 +86,18 @@ class CpuModule final : public KernelModule {
     }
     const tessel_cpu::Arg* args = slots.data();
     tessel_cpu::KernelEntry entry = module_.entry;
+    // A thread that cannot allocate its tile memory runs none of its blocks and says how many
+    // bytes it asked for; once one has, the rest skip theirs too (the launch has failed anyway).
+    // Device::launch puts the kernel's name and the device before the message.
+    std::atomic<int64_t> unallocated{0};
     // One block per chunk: blocks are big, and uneven ones (ragged edges) balance that way.
-    ThreadPool::global().parallel_for(
-        blocks, 1, [&](int64_t begin, int64_t end) { entry(args, begin, end); });
+    ThreadPool::global().parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+      if (unallocated.load(std::memory_order_relaxed) != 0) return;
+      if (const int64_t bytes = entry(args, begin, end); bytes != 0)
+        unallocated.store(bytes, std::memory_order_relaxed);
+    });
+    if (const int64_t bytes = unallocated.load(); bytes != 0)
+      return resource_exhausted("host memory: could not allocate {} bytes of tile memory", bytes);
     return ok_status();
   }
 

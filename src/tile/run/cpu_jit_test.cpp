@@ -36,9 +36,9 @@ class TempDir {
 std::string source(int factor, const std::string& salt) {
   return fmt::format(
       "// {}\n#include \"tile/codegen/cpu/prelude.h\"\n"
-      "extern \"C\" void tessel_t(const tessel_cpu::Arg* a, int64_t begin, int64_t end) {{\n"
+      "extern \"C\" int64_t tessel_t(const tessel_cpu::Arg* a, int64_t begin, int64_t end) {{\n"
       "  int64_t* out = static_cast<int64_t*>(a[0].ptr);\n"
-      "  for (int64_t i = begin; i < end; ++i) out[i] = i * {};\n}}\n",
+      "  for (int64_t i = begin; i < end; ++i) out[i] = i * {};\n  return 0;\n}}\n",
       salt, factor);
 }
 

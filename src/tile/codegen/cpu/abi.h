@@ -16,7 +16,9 @@ union Arg {
 };
 
 // Every compiled kernel exports one entry point that runs blocks [block_begin, block_end) of its
-// grid; the launcher hands ranges of blocks to the thread pool.
-typedef void (*KernelEntry)(const Arg* args, int64_t block_begin, int64_t block_end);
+// grid; the launcher hands ranges of blocks to the thread pool. It returns 0, or, when it could
+// not allocate its per-thread tile memory, the number of bytes it asked for; then it has run no
+// block of the range and written nothing, and the launcher reports the failure as an error.
+typedef int64_t (*KernelEntry)(const Arg* args, int64_t block_begin, int64_t block_end);
 
 }  // namespace tessel_cpu

@@ -78,13 +78,14 @@ class CpuRenderer : public CRenderer {
     emit("");
     std::string entry = entry_name(k);
     if (!shared_tiles_.empty()) render_workspace_functions(entry);
-    open(fmt::format("extern \"C\" void {}(const tessel_cpu::Arg* args, int64_t begin, int64_t end)", entry));
+    open(fmt::format("extern \"C\" int64_t {}(const tessel_cpu::Arg* args, int64_t begin, int64_t end)", entry));
     prologue();
     declare_tiles();
     open("for (int64_t _tblock = begin; _tblock < end; ++_tblock)");
     block_indices(*grid);
     stmt(grid->body);
     close();
+    emit("return 0;");
     close();
     return out_;
   }
@@ -217,13 +218,15 @@ class CpuRenderer : public CRenderer {
         emit(fmt::format("const {}* {} = nullptr;", type, ident(b.name)));
         continue;
       }
-      if (!scratch) emit("static thread_local tessel_cpu::Scratch scratch;");
+      if (!scratch) emit(fmt::format("static thread_local tessel_cpu::Scratch<{}> scratch;", tiles_.size()));
       scratch = true;
       std::string type = is_packed(b) ? pack_type(b.dtype) : storage_type(b.dtype);
       std::string elems = is_packed(b) ? packed_elems(b) : std::to_string(b.const_elements());
       emit(fmt::format("{}* {} {} = scratch.get<{}>({}, {});  {}", type, d_.restrict_keyword, ident(b.name), type,
                        slot, elems, note));
     }
+    // Out of memory: no block runs, and the launcher names the kernel and the bytes.
+    if (scratch) emit("if (const int64_t _tunallocated = scratch.take_unallocated()) return _tunallocated;");
   }
 
   // Block indices from the block number: the first grid dimension varies fastest, except that a

@@ -129,5 +129,34 @@ TEST(CpuRenderer, EdgeOfATensorIsAMaskInWholeVectors) {
   }
 }
 
+// A kernel with a tile asks for its per-thread memory before its first block and returns the
+// bytes it could not get, so the launcher reports them and no block writes through null
+// (runtime/device_test.cpp runs a kernel that runs out).
+TEST(CpuRenderer, TileMemoryIsCheckedBeforeTheFirstBlock) {
+  std::string src = rendered(R"(
+kernel twice(X: f32[N], Y: f32[N]) {
+  grid (cdiv(N, 8)) as (b) {
+    t = fragment<f32>[8]
+    parallel (i) in t {
+      t[i] = X[b * 8 + i]
+    }
+    parallel (i) in t {
+      Y[b * 8 + i] = 2.0 * t[i]
+    }
+  }
+}
+)");
+  EXPECT_NE(src.find("extern \"C\" int64_t tessel_"), std::string::npos) << src;
+  const size_t get = src.find("scratch.get<float>(0, 8)");
+  const size_t check = src.find(
+      "if (const int64_t _tunallocated = scratch.take_unallocated()) return _tunallocated;");
+  const size_t first_block = src.find("for (int64_t _tblock = begin;");
+  ASSERT_NE(get, std::string::npos) << src;
+  ASSERT_NE(check, std::string::npos) << src;
+  EXPECT_LT(get, check) << src;
+  EXPECT_LT(check, first_block) << src;
+  EXPECT_NE(src.find("return 0;", first_block), std::string::npos) << src;
+}
+
 }  // namespace
 }  // namespace tessel::tile

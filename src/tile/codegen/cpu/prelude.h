@@ -26,9 +26,9 @@ inline f16 tile_float_to_f16(float x) {
   std::memcpy(&u, &x, sizeof u);
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return f16{uint16_t(sign | 0x7e00u)};  // NaN
+  if (a > 0x7f800000u) return f16{uint16_t(sign | 0x7e00u)};   // NaN
   if (a >= 0x477ff000u) return f16{uint16_t(sign | 0x7c00u)};  // overflow -> inf
-  if (a < 0x38800000u) {  // subnormal or zero
+  if (a < 0x38800000u) {                                       // subnormal or zero
     float f;
     uint32_t abs_bits = a;
     std::memcpy(&f, &abs_bits, sizeof f);
@@ -37,9 +37,15 @@ inline f16 tile_float_to_f16(float x) {
   const uint32_t rounded = a + 0xfffu + ((a >> 13) & 1u);
   return f16{uint16_t(sign | ((rounded - 0x38000000u) >> 13))};
 }
-inline bf16 tile_float_to_bf16(float x) { return float_to_bf16(x); }
-inline float tile_round_f16(float x) { return to_float(tile_float_to_f16(x)); }
-inline float tile_round_bf16(float x) { return to_float(float_to_bf16(x)); }
+inline bf16 tile_float_to_bf16(float x) {
+  return float_to_bf16(x);
+}
+inline float tile_round_f16(float x) {
+  return to_float(tile_float_to_f16(x));
+}
+inline float tile_round_bf16(float x) {
+  return to_float(float_to_bf16(x));
+}
 
 // exp and tanh written out, inline and branch-free, so that the `#pragma omp simd` loops of
 // element-wise kernels vectorise them: libm's expf and tanhf are scalar calls, and were most of
@@ -76,7 +82,9 @@ inline float tile_exp(float x) {
   y = x < -104.0f ? 0.0f : y;
   return x != x ? x : y;  // NaN stays NaN
 }
-inline double tile_exp(double x) { return std::exp(x); }
+inline double tile_exp(double x) {
+  return std::exp(x);
+}
 inline float tile_tanh(float x) {
   const float a = std::fabs(x);
   // |x| < 0.625: odd polynomial; else 1 - 2 / (e^2|x| + 1) with x's sign (tanh(9) rounds to 1).
@@ -92,7 +100,9 @@ inline float tile_tanh(float x) {
   const float y = a < 0.625f ? small : large;
   return x != x ? x : y;
 }
-inline double tile_tanh(double x) { return std::tanh(x); }
+inline double tile_tanh(double x) {
+  return std::tanh(x);
+}
 // fmax/fmin (the non-NaN operand wins) as selects: std::fmax stays a libm call in GCC's output.
 template <typename A, typename B>
 inline auto tile_fmax(A a, B b) {
@@ -106,12 +116,24 @@ inline auto tile_fmin(A a, B b) {
   const R x = a, y = b;
   return (x < y || y != y) ? x : y;
 }
-inline float tile_rsqrt(float x) { return 1.0f / std::sqrt(x); }
-inline double tile_rsqrt(double x) { return 1.0 / std::sqrt(x); }
-inline float tile_sigmoid(float x) { return 1.0f / (1.0f + tile_exp(-x)); }
-inline double tile_sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-inline float tile_relu(float x) { return x > 0.0f ? x : 0.0f; }
-inline double tile_relu(double x) { return x > 0.0 ? x : 0.0; }
+inline float tile_rsqrt(float x) {
+  return 1.0f / std::sqrt(x);
+}
+inline double tile_rsqrt(double x) {
+  return 1.0 / std::sqrt(x);
+}
+inline float tile_sigmoid(float x) {
+  return 1.0f / (1.0f + tile_exp(-x));
+}
+inline double tile_sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+inline float tile_relu(float x) {
+  return x > 0.0f ? x : 0.0f;
+}
+inline double tile_relu(double x) {
+  return x > 0.0 ? x : 0.0;
+}
 // tanh approximation of GELU (as GPT-2 uses).
 inline float tile_gelu(float x) {
   return 0.5f * x * (1.0f + tile_tanh(0.7978845608028654f * (x + 0.044715f * x * x * x)));
@@ -120,31 +142,39 @@ inline double tile_gelu(double x) {
   return 0.5 * x * (1.0 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
 }
 
-// Per-thread tile memory, kept across calls: tile `slot` of the running kernel gets at least
-// `elems` elements, 64-byte aligned.
+// Per-thread tile memory for a kernel with `Slots` tiles, kept across calls: tile `slot` gets at
+// least `elems` elements, 64-byte aligned, or null when the allocation fails. The kernel asks for
+// all its tiles, then calls take_unallocated() and returns its result if that is not 0, before
+// touching any tile. No std::vector: nothing here throws.
+template <size_t Slots>
 class Scratch {
  public:
   ~Scratch() {
-    for (void* p : ptrs_) std::free(p);
+    for (void* p : ptrs_)
+      std::free(p);
   }
   template <typename T>
   T* get(size_t slot, int64_t elems) {
-    if (slot >= ptrs_.size()) {
-      ptrs_.resize(slot + 1, nullptr);
-      bytes_.resize(slot + 1, 0);
-    }
     const size_t need = (size_t(elems) * sizeof(T) + 63) / 64 * 64;
     if (bytes_[slot] < need) {
       std::free(ptrs_[slot]);
       ptrs_[slot] = std::aligned_alloc(64, need);
-      bytes_[slot] = need;
+      bytes_[slot] = ptrs_[slot] ? need : 0;
+      if (!ptrs_[slot]) unallocated_ += int64_t(need);
     }
     return static_cast<T*>(ptrs_[slot]);
   }
+  // The bytes that the gets since the last call could not allocate (0 when all succeeded).
+  int64_t take_unallocated() {
+    const int64_t bytes = unallocated_;
+    unallocated_ = 0;
+    return bytes;
+  }
 
  private:
-  std::vector<void*> ptrs_;
-  std::vector<size_t> bytes_;
+  void* ptrs_[Slots] = {};
+  size_t bytes_[Slots] = {};
+  int64_t unallocated_ = 0;
 };
 
 inline int tile_extent(int64_t size, int64_t origin, int tile) {
