@@ -341,6 +341,20 @@ TEST(Autograd, OperatorsPassTheFirstErrorOn) {
   EXPECT_EQ(chained.status().to_string(), bad.status().to_string());
 }
 
+// A double with an integer variable is a float scalar, as in PyTorch: the result is f32 (it was
+// the integer dtype, 2.5 truncated to 2).
+TEST(Autograd, ScalarsWithIntegerVariablesPromoteAsPyTorch) {
+  Variable i(Tensor::from_vector<int32_t>({1, -2, 7}, {3}).value());
+  for (const Expected<Variable>& y : {i + 2.5, 10.0 - i}) {
+    ASSERT_TRUE(y.ok()) << y.status().to_string();
+    EXPECT_EQ(y->data().dtype(), DType::kF32);
+  }
+  EXPECT_EQ((i + 2.5)->data().to_vector<float>().value(), (std::vector<float>{3.5f, 0.5f, 9.5f}));
+  EXPECT_EQ((10.0 - i)->data().to_vector<float>().value(), (std::vector<float>{9, 12, 3}));
+  Variable small(Tensor::from_vector<int8_t>({1}, {1}).value());
+  EXPECT_EQ((small + 300.0)->data().to_vector<float>().value(), (std::vector<float>{301}));
+}
+
 TEST(Autograd, ItemIsTheValueOfAOneElementVariable) {
   EXPECT_EQ(Variable(Tensor::full({}, 2.5, DType::kF32).value()).item().value(), 2.5);
   EXPECT_EQ(Variable(Tensor::full({1, 1}, -3.0, DType::kBF16).value()).item().value(), -3.0);

@@ -1,14 +1,18 @@
 // Arithmetic operators on variables (see functional.h): each unwraps its operands, passing the
-// first error on, and runs the recorded op. A double becomes a one-element constant of the other
-// operand's dtype on its device, which broadcasting spreads and which needs no gradient.
+// first error on, and runs the recorded op. A double becomes a 0-d constant on the other
+// operand's device, which broadcasting spreads and which needs no gradient: of the operand's
+// dtype, or f32 with an integer operand, since a double is a float scalar in PyTorch's promotion
+// (int + 2.5 and int + 2.0 are floats; before, the constant took the integer dtype and 2.5 was
+// silently truncated to 2).
 #include "autograd/functional.h"
 
 namespace tessel::autograd {
 namespace {
 
 Expected<Variable> constant_like(const Variable& like, double value) {
-  TESSEL_ASSIGN_OR_RETURN(Tensor t,
-                          Tensor::full({}, value, like.data().dtype(), like.data().device()));
+  const DType own = like.data().dtype();
+  const DType dtype = is_floating_point(own) || own == DType::kBool ? own : DType::kF32;
+  TESSEL_ASSIGN_OR_RETURN(Tensor t, Tensor::full({}, value, dtype, like.data().device()));
   return Variable(std::move(t));
 }
 
