@@ -176,8 +176,9 @@ TEST(DType, NamesSizesAndParsing) {
   Expected<DType> bad = parse_dtype("f33");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kInvalidArgument);
-  EXPECT_EQ(bad.status().message(),
-            "unknown dtype 'f33': expected one of f32, f64, f16, bf16, i8, u8, i32, i64, bool, i16");
+  EXPECT_EQ(
+      bad.status().message(),
+      "unknown dtype 'f33': expected one of f32, f64, f16, bf16, i8, u8, i32, i64, bool, i16");
   EXPECT_EQ(dtype_of<float>, DType::kF32);
   EXPECT_EQ(dtype_of<BFloat16>, DType::kBF16);
   EXPECT_EQ(dtype_of<int64_t>, DType::kI64);

@@ -135,8 +135,7 @@ Status Trainer::build() {
     setting.device = c.distributed.devices[size_t(rank())];
     setting.key = fmt::format("distributed.devices[{}]", rank());
   }
-  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice target,
-                          ops::resolve_target(setting, ops::launches_on));
+  TESSEL_ASSIGN_OR_RETURN(ops::TargetChoice target, ops::resolve_target(setting, ops::launches_on));
   ops::apply_target(target);
   device_ = target.device;
 

@@ -93,8 +93,10 @@ TEST(CpuJit, TwoProcessesCompilingTheSameKernelBothSucceed) {
   int libraries = 0, leftovers = 0;
   for (const auto& f : fs::directory_iterator(fs::path(dir.path()) / "kernels")) {
     std::string name = f.path().filename().string();
-    if (name.find(".tmp.") != std::string::npos) ++leftovers;
-    else if (f.path().extension() == ".so") ++libraries;
+    if (name.find(".tmp.") != std::string::npos)
+      ++leftovers;
+    else if (f.path().extension() == ".so")
+      ++libraries;
   }
   EXPECT_EQ(libraries, 1);
   EXPECT_EQ(leftovers, 0);
@@ -107,7 +109,8 @@ TEST(CpuJit, CompilerErrorsAndMissingCompilersAreStatuses) {
   auto bad = jit_compile_cpu("extern \"C\" void tessel_t() { undeclared_thing(); }", "tessel_t", o);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Code::kInternal);
-  EXPECT_NE(bad.status().message().find("undeclared_thing"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("undeclared_thing"), std::string::npos)
+      << bad.status().message();
   o.compiler = "/nonexistent/c++";
   auto missing = jit_compile_cpu(source(1, "missing"), "tessel_t", o);
   ASSERT_FALSE(missing.ok());
