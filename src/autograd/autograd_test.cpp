@@ -355,6 +355,35 @@ TEST(Autograd, ScalarsWithIntegerVariablesPromoteAsPyTorch) {
   EXPECT_EQ((small + 300.0)->data().to_vector<float>().value(), (std::vector<float>{301}));
 }
 
+// A whole number keeps an integer variable's dtype (int + 2 is int), must fit it, and divides
+// truly; with a float variable it is the double (PyTorch's promotion of a Python int).
+TEST(Autograd, WholeNumbersWithIntegerVariablesKeepTheirDtype) {
+  Variable i(Tensor::from_vector<int32_t>({1, -2, 7}, {3}).value());
+  Expected<Variable> sum = i + 2, diff = 7 - i, prod = i * 3, neg = -i;
+  for (const Expected<Variable>* y : {&sum, &diff, &prod, &neg}) {
+    ASSERT_TRUE(y->ok()) << y->status().to_string();
+    EXPECT_EQ((*y)->data().dtype(), DType::kI32);
+  }
+  EXPECT_EQ(sum->data().to_vector<int32_t>().value(), (std::vector<int32_t>{3, 0, 9}));
+  EXPECT_EQ(diff->data().to_vector<int32_t>().value(), (std::vector<int32_t>{6, 9, 0}));
+  EXPECT_EQ(prod->data().to_vector<int32_t>().value(), (std::vector<int32_t>{3, -6, 21}));
+  EXPECT_EQ(neg->data().to_vector<int32_t>().value(), (std::vector<int32_t>{-1, 2, -7}));
+  Expected<Variable> half = i / 2, scaled = i * 2.5;
+  ASSERT_TRUE(half.ok() && scaled.ok());
+  EXPECT_EQ(half->data().dtype(), DType::kF32);
+  EXPECT_EQ(half->data().to_vector<float>().value(), (std::vector<float>{0.5f, -1.0f, 3.5f}));
+  EXPECT_EQ(scaled->data().to_vector<float>().value(), (std::vector<float>{2.5f, -5.0f, 17.5f}));
+  Variable small(Tensor::from_vector<int8_t>({1}, {1}).value());
+  Expected<Variable> over = small + 300;
+  ASSERT_FALSE(over.ok());
+  EXPECT_EQ(over.status().message(), "value 300 cannot be converted to type i8 without overflow");
+  Variable f(Tensor::from_vector<float>({1.5f}, {1}).value());
+  Expected<Variable> fsum = f + int64_t{2};
+  ASSERT_TRUE(fsum.ok());
+  EXPECT_EQ(fsum->data().dtype(), DType::kF32);
+  EXPECT_EQ(fsum->data().to_vector<float>().value(), (std::vector<float>{3.5f}));
+}
+
 TEST(Autograd, ItemIsTheValueOfAOneElementVariable) {
   EXPECT_EQ(Variable(Tensor::full({}, 2.5, DType::kF32).value()).item().value(), 2.5);
   EXPECT_EQ(Variable(Tensor::full({1, 1}, -3.0, DType::kBF16).value()).item().value(), -3.0);

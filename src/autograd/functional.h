@@ -8,6 +8,8 @@
 // those ops' rules.
 #pragma once
 
+#include <concepts>
+#include <cstdint>
 #include <optional>
 
 #include "autograd/variable.h"
@@ -109,6 +111,48 @@ Expected<Variable> operator-(double a, const Expected<Variable>& b);
 Expected<Variable> operator*(double a, const Expected<Variable>& b);
 Expected<Variable> operator/(double a, const Expected<Variable>& b);
 Expected<Variable> operator-(const Expected<Variable>& a);
+
+// A whole number on either side (int, int64_t ...; these overloads win over the double ones for
+// an integer argument): with an integer variable it is a constant of the variable's dtype, so
+// int + 2 stays int as in PyTorch (an error if the number does not fit that dtype; a bool variable
+// becomes i64); with a float variable it is the double. Division is true division, so int / 2 is
+// f32 as in PyTorch.
+Expected<Variable> add_whole(const Expected<Variable>& a, int64_t b);
+Expected<Variable> sub_whole(const Expected<Variable>& a, int64_t b);
+Expected<Variable> rsub_whole(int64_t a, const Expected<Variable>& b);
+Expected<Variable> mul_whole(const Expected<Variable>& a, int64_t b);
+template <std::integral I>
+Expected<Variable> operator+(const Expected<Variable>& a, I b) {
+  return add_whole(a, static_cast<int64_t>(b));
+}
+template <std::integral I>
+Expected<Variable> operator-(const Expected<Variable>& a, I b) {
+  return sub_whole(a, static_cast<int64_t>(b));
+}
+template <std::integral I>
+Expected<Variable> operator*(const Expected<Variable>& a, I b) {
+  return mul_whole(a, static_cast<int64_t>(b));
+}
+template <std::integral I>
+Expected<Variable> operator/(const Expected<Variable>& a, I b) {
+  return a / static_cast<double>(b);
+}
+template <std::integral I>
+Expected<Variable> operator+(I a, const Expected<Variable>& b) {
+  return add_whole(b, static_cast<int64_t>(a));
+}
+template <std::integral I>
+Expected<Variable> operator-(I a, const Expected<Variable>& b) {
+  return rsub_whole(static_cast<int64_t>(a), b);
+}
+template <std::integral I>
+Expected<Variable> operator*(I a, const Expected<Variable>& b) {
+  return mul_whole(b, static_cast<int64_t>(a));
+}
+template <std::integral I>
+Expected<Variable> operator/(I a, const Expected<Variable>& b) {
+  return static_cast<double>(a) / b;
+}
 
 // ---- Composites ----
 
