@@ -37,11 +37,14 @@ Status error_at(const SourceLoc& loc, fmt::format_string<Args...> f, Args&&... a
 
 #define TESSEL_TILE_EXPR_KINDS(X) \
   X(IntImm) X(FloatImm) X(Var) X(Binary) X(Unary) X(Call) X(Cast) X(Select) X(Load)
+// (clang-format reflows this list differently on every pass)
+// clang-format off
 #define TESSEL_TILE_STMT_KINDS(X)                                                             \
   X(Seq)                                                                                      \
   X(Grid)                                                                                     \
   X(Alloc) X(Let) X(For) X(Parallel) X(IfThenElse) X(Store) X(Copy) X(Gemm) X(Fill) X(Reduce) \
       X(Barrier)
+// clang-format on
 
 enum class NodeKind {
 #define TESSEL_TILE_KIND_ENUM(name) k##name,
@@ -198,12 +201,15 @@ struct Unary : ExprNode {
 };
 
 // Scalar math on floats. Every code generator spells each of them (codegen/c_renderer.h).
+// (clang-format reflows this list differently on every pass)
+// clang-format off
 #define TESSEL_TILE_MATH_FNS(X)                                                             \
   X(kExp, "exp", 1)                                                                         \
   X(kLog, "log", 1)                                                                         \
   X(kTanh, "tanh", 1) X(kErf, "erf", 1) X(kSqrt, "sqrt", 1) X(kRsqrt, "rsqrt", 1)           \
       X(kAbs, "abs", 1) X(kFloor, "floor", 1) X(kCeil, "ceil", 1) X(kSigmoid, "sigmoid", 1) \
           X(kRelu, "relu", 1) X(kGelu, "gelu", 1) X(kPow, "pow", 2) X(kFmod, "fmod", 2)
+// clang-format on
 
 enum class MathFn {
 #define TESSEL_TILE_MATH_ENUM(e, name, arity) e,
