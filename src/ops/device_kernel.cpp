@@ -105,6 +105,7 @@ Expected<DeviceKernel> DeviceKernel::compile(const tile::Kernel& parsed, Device*
   o.params = params;
   TESSEL_ASSIGN_OR_RETURN(k.ir_, tile::compile_ir(parsed, o));
   k.used_ = tile::used_arguments(k.ir_);
+  k.slots_ = tile::kernel_slots(k.ir_);
   k.source_ = tile::render(k.ir_, k.target_);
   KernelImage image{k.ir_.name, tile::entry_name(k.ir_), k.source_,
                     build_options(device->kind(), options)};
@@ -115,13 +116,12 @@ Expected<DeviceKernel> DeviceKernel::compile(const tile::Kernel& parsed, Device*
 Status DeviceKernel::launch(const std::vector<tile::LaunchArg>& args) const {
   // Binding's errors name the kernel and the argument (tile/run/bind.h), Device::launch's the
   // kernel and the device: each once.
-  TESSEL_ASSIGN_OR_RETURN(tile::BoundLaunch bound, tile::bind_launch(ir_, used_, args));
+  TESSEL_ASSIGN_OR_RETURN(tile::BoundLaunch bound, tile::bind_launch(ir_, used_, args, slots_));
   if (bound.blocks == 0) return ok_status();
-  const std::vector<tile::ArgSlot> slots = tile::kernel_slots(ir_);
   std::vector<KernelArgument> device_args;
-  device_args.reserve(slots.size());
-  for (size_t i = 0; i < slots.size(); ++i)
-    device_args.push_back(device_argument(slots[i], bound.slots[i]));
+  device_args.reserve(slots_.size());
+  for (size_t i = 0; i < slots_.size(); ++i)
+    device_args.push_back(device_argument(slots_[i], bound.slots[i]));
   LaunchGrid grid;
   grid.blocks = bound.grid;
   const tile::BlockThreads block = tile::block_threads(ir_, target_);

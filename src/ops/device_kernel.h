@@ -64,6 +64,7 @@ class DeviceKernel {
   tile::Target target_;
   tile::Kernel ir_;
   std::vector<bool> used_;
+  std::vector<tile::ArgSlot> slots_;  // kernel_slots(ir_), made once
   std::string source_;
   std::shared_ptr<KernelModule> module_;
 };

@@ -16,6 +16,7 @@
 
 #include "hw/cpu_info.h"
 #include "hw/measure.h"
+#include "sparse/sparse_ops.h"
 #include "support/thread_pool.h"
 
 namespace tessel::sparse {
@@ -156,6 +157,20 @@ constexpr double kBsrEfficiency = 0.25;    // 16 x 16 blocks through the gemm mi
 constexpr double kDenseEfficiency = 0.70;  // kernels/gemm.tile at these sizes
 constexpr double kBlockOverheadUs = 0.05;  // one grid block: clear, two index loads, a store
 
+// SpMV is latency, not arithmetic: a gathered element of x and a chain of adds per nonzero. Its
+// terms are costs per element of one thread, measured on the development machine (AMD EPYC,
+// AVX-512, 2 threads) with the rendered kernels called in a loop on 4096 x 4096 matrices of 4 to
+// 200 nonzeros a row and on the bench's hypersparse one: spmv_csr 0.75-0.9 ns a nonzero plus
+// ~1.2 ns a row (its per-row loop set-up; 16384 rows, 98% empty, cost 25 of 74 us); spmv_coo
+// 0.85 ns a nonzero while its 20 bytes a nonzero stay in L2, 2.3-3.3 ns past it (a
+// read-modify-write of y per nonzero, one after another in one thread).
+constexpr double kSpmvCsrNsPerNonzero = 0.85;
+constexpr double kSpmvCsrNsPerRow = 1.2;
+constexpr double kSpmvCooNsPerNonzeroInL2 = 0.85;
+constexpr double kSpmvCooNsPerNonzero = 2.5;
+constexpr double kLaunchUs = 3;  // one op's launch on the host: binding, allocation, dispatch
+constexpr double kWakeUs = 10;   // waking the pool's workers (and their spinning after)
+
 struct Terms {
   double us = 0;
   std::string why;
@@ -203,6 +218,24 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
     }
     return {c, t.us, std::nullopt, false, t.why, d.threads};
   }
+  if (op == SparseOp::kSpmv && c != Choice::kDense) {
+    // csr: blocks of about kSpmvBlockNonzeros (sparse_ops.h), so a small product runs on the
+    // calling thread; coo: one block walks every nonzero, after a launch that zeroes y.
+    const int64_t groups = (s.rows + kSpmvRows - 1) / kSpmvRows;
+    const int64_t blocks = std::clamp<int64_t>(s.nnz / kSpmvBlockNonzeros, 1, groups);
+    const int par = c == Choice::kCsr ? static_cast<int>(std::min<int64_t>(d.threads, blocks)) : 1;
+    if (c == Choice::kCsr) {
+      t.add("nonzeros", nnz * kSpmvCsrNsPerNonzero * 1e-3 / par);
+      t.add("rows", rows * kSpmvCsrNsPerRow * 1e-3 / par);
+      t.add("launch", kLaunchUs + (par > 1 ? kWakeUs : 0));
+    } else {
+      const bool in_l2 = nnz * 20 <= static_cast<double>(d.l2_bytes);
+      t.add("nonzeros", nnz * (in_l2 ? kSpmvCooNsPerNonzeroInL2 : kSpmvCooNsPerNonzero) * 1e-3);
+      t.add("zero output", stream_us(out_bytes, d.bandwidth_gbs));
+      t.add("launches", 2 * kLaunchUs);
+    }
+    return {c, t.us, std::nullopt, false, t.why, par};
+  }
   const int64_t col_tiles = std::max<int64_t>(1, (n + 255) / 256);
   int threads = d.threads;
   switch (c) {
@@ -216,8 +249,7 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
     case Choice::kCsr: {
       // Rows are blocks claimed dynamically: the longest row bounds one thread's share.
       double share = std::max(nnz / d.threads, static_cast<double>(s.max_row));
-      double eff =
-          op == SparseOp::kSpmv ? 0.02 : kCsrEfficiency * std::min(1.0, nn / d.vector_lanes);
+      double eff = kCsrEfficiency * std::min(1.0, nn / d.vector_lanes);
       t.add("multiply-add", fma_us(share * nn, eff, 1, d));
       t.add("rows of B", stream_us(share * nn * 4, operand_gbs(dense_bytes, d)));
       t.add("indices", stream_us(nnz * 16 + rows * 8, d.bandwidth_gbs));
@@ -226,16 +258,14 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
       break;
     }
     case Choice::kCoo: {
-      // One block per 64 columns walks every nonzero; a single thread for a vector.
-      int par =
-          op == SparseOp::kSpmv ? 1 : static_cast<int>(std::min<int64_t>(d.threads, (n + 63) / 64));
+      // One block per 64 columns walks every nonzero.
+      int par = static_cast<int>(std::min<int64_t>(d.threads, (n + 63) / 64));
       threads = par;
-      double eff =
-          op == SparseOp::kSpmv ? 0.02 : kCooEfficiency * std::min(1.0, nn / d.vector_lanes);
+      double eff = kCooEfficiency * std::min(1.0, nn / d.vector_lanes);
       t.add("multiply-add", fma_us(nnz * nn, eff, par, d));
       t.add("rows of B", stream_us(nnz * nn * 4 / par, operand_gbs(dense_bytes, d)));
-      t.add("indices", stream_us(nnz * 24 * (op == SparseOp::kSpmv ? 1 : (n + 63) / 64) / par,
-                                 d.bandwidth_gbs));
+      t.add("indices",
+            stream_us(nnz * 24 * static_cast<double>((n + 63) / 64) / par, d.bandwidth_gbs));
       t.add("zero output", stream_us(out_bytes, d.bandwidth_gbs));
       break;
     }

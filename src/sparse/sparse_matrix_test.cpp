@@ -4,6 +4,7 @@
 // autograd functions against dense matmul.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "autograd/functional.h"
@@ -186,6 +187,39 @@ TEST(Planner, ChoosesFromStructureAndExplains) {
   Plan bad = plan_operation(SparseOp::kSpmm, sparse, d, 256, false);
   ::unsetenv("TESSEL_SPARSE_FORMAT");
   expect_contains(bad.reason, "TESSEL_SPARSE_FORMAT ignored: unknown sparse choice 'diagonal'");
+}
+
+// SpMV: csr wherever rows are long or mostly empty (spmv_csr runs rows in registers; spmv_coo
+// adds into y once per nonzero, one thread), and the two within the measuring margin where rows
+// hold a few nonzeros (both near 1 ns a nonzero in L2), so the plan times them. Figures of the
+// bench's matrices: uniform 4096 x 4096 at 1% and 0.1%, hypersparse 16384 x 4096 (1 row in 50).
+TEST(Planner, SpmvTakesCsrWhereRowsAreLongOrEmpty) {
+  DeviceFigures d;
+  d.threads = 2;
+  d.l2_bytes = 1 << 20;
+  auto stats = [](int64_t rows, int64_t nnz) {
+    StructureStats s;
+    s.rows = rows;
+    s.cols = 4096;
+    s.nnz = nnz;
+    s.density = static_cast<double>(nnz) / (static_cast<double>(rows) * 4096);
+    s.mean_row = static_cast<double>(nnz) / static_cast<double>(rows);
+    return s;
+  };
+  auto estimate = [](const Plan& p, Choice c) {
+    for (const Candidate& x : p.candidates)
+      if (x.choice == c) return x.estimate_us;
+    return -1.0;
+  };
+  for (const StructureStats& s : {stats(4096, 167936), stats(16384, 67109)}) {
+    Plan p = plan_operation(SparseOp::kSpmv, s, d, 1, false);
+    EXPECT_EQ(p.choice, Choice::kCsr) << p.explain();
+    EXPECT_GT(estimate(p, Choice::kCoo), 2 * estimate(p, Choice::kCsr)) << p.explain();
+  }
+  Plan short_rows = plan_operation(SparseOp::kSpmv, stats(4096, 16827), d, 1, false);
+  const double csr = estimate(short_rows, Choice::kCsr), coo = estimate(short_rows, Choice::kCoo);
+  EXPECT_LT(std::max(csr, coo), 2 * std::min(csr, coo)) << short_rows.explain();
+  EXPECT_NE(short_rows.choice, Choice::kDense);
 }
 
 // The measurement step: the two best candidates are both timed (in CPU time, taking turns) and

@@ -2,6 +2,7 @@
 // backward rules and plain-C++ references in double.
 #include "sparse/sparse_ops.h"
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "ops/kernel_util.h"
@@ -133,7 +134,9 @@ Expected<Tensor> run_spmv_csr(const Tensor& indptr, const Tensor& cols, const Te
                               const Tensor& x) {
   TESSEL_ASSIGN_OR_RETURN(Tensor y, Tensor::empty({indptr.numel() - 1}, DType::kF32, x.device()));
   if (y.numel() == 0) return y;
-  TESSEL_TRY(ops::launch_kernel("spmv_csr", {{"T", "f32"}}, {indptr, cols, values, x, y}));
+  TESSEL_TRY(ops::launch_kernel(
+      "spmv_csr", {{"T", "f32"}},
+      {indptr, cols, values, x, y, spmv_groups(x.device(), y.numel(), cols.numel())}));
   return y;
 }
 
@@ -447,6 +450,13 @@ ops::KernelParams spmm_params(Device* device, int64_t n) {
                                                                                 : 256;
   params["BN"] = std::to_string(bn);
   return params;
+}
+
+int64_t spmv_groups(Device* device, int64_t rows, int64_t nnz) {
+  if (device->kind() != DeviceKind::kCpu) return 1;
+  const int64_t groups = (rows + kSpmvRows - 1) / kSpmvRows;
+  const int64_t blocks = std::clamp<int64_t>(nnz / kSpmvBlockNonzeros, 1, groups);
+  return (groups + blocks - 1) / blocks;
 }
 
 int64_t csr_tile(Device* device, int64_t n) {

@@ -36,6 +36,15 @@ Expected<const ops::OpDef*> find_sparse_op(std::string_view name);
 // or 64, or n itself up to 256 on the CPU), or 0 where it does not apply (spmm_csr then).
 int64_t csr_tile(Device* device, int64_t n);
 
+// Groups of kSpmvRows rows (spmv_csr's BM) per block of spmv_csr for a product of `rows` rows and
+// `nnz` nonzeros on `device`. On the CPU a block gets about kSpmvBlockNonzeros nonzeros: at
+// ~1 ns a nonzero, a smaller product is one block, which the pool runs on the calling thread;
+// waking the workers (and their spinning afterwards) cost more than such a product (tens of us).
+// Elsewhere 1 (a row per thread).
+constexpr int64_t kSpmvRows = 64;
+constexpr int64_t kSpmvBlockNonzeros = int64_t{1} << 15;
+int64_t spmv_groups(Device* device, int64_t rows, int64_t nnz);
+
 // Rows per block of spmm_csr_tiled: enough to amortise a block's set-up, few enough that the
 // thread pool's chunks balance rows of unequal length.
 constexpr int64_t kCsrBlockRows = 8;

@@ -62,6 +62,27 @@ std::vector<bool> used_arguments(const Kernel& k) {
 
 Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used,
                                   const std::vector<LaunchArg>& args) {
+  return bind_launch(k, used, args, kernel_slots(k));
+}
+
+namespace {
+
+// The first tensor argument before `before` whose shape names `size`: the one that gave the size
+// its value (for an error message).
+std::string first_binder(const Kernel& k, size_t before, const std::string& size) {
+  for (size_t a = 0; a < before; ++a) {
+    if (!k.args[a].is_tensor()) continue;
+    for (const Expr& d : k.args[a].tensor->shape)
+      if (const Var* v = d->as<Var>(); v && v->name == size) return k.args[a].name;
+  }
+  return "?";
+}
+
+}  // namespace
+
+Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used,
+                                  const std::vector<LaunchArg>& args,
+                                  const std::vector<ArgSlot>& slots) {
   if (args.size() != k.args.size()) {
     std::string names;
     for (const KernelArg& a : k.args) names += (names.empty() ? "" : ", ") + a.name;
@@ -69,7 +90,6 @@ Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used
                             args.size());
   }
   std::map<std::string, int64_t> env;
-  std::map<std::string, std::string> bound_by;  // size -> the argument that gave its value
   BoundLaunch out;
   // Sizes first: strides and scalars need no order, but every size must be known before slots.
   for (size_t a = 0; a < args.size(); ++a) {
@@ -115,11 +135,11 @@ Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used
       auto [it, fresh] = env.emplace(size, n);
       if (!fresh && it->second != n)
         return invalid_argument("kernel '{}': size {} is {} in '{}' but {} in '{}'", k.name, size,
-                                it->second, bound_by[size], n, ka.name);
-      if (fresh) bound_by[size] = ka.name;
+                                it->second, first_binder(k, a + 1, size), n, ka.name);
     }
   }
-  for (const ArgSlot& s : kernel_slots(k)) {
+  out.slots.reserve(slots.size());
+  for (const ArgSlot& s : slots) {
     tessel_cpu::Arg v{};
     switch (s.kind) {
       case ArgSlot::Kind::kData: v.ptr = std::get<TensorArg>(args[s.arg]).data; break;

@@ -43,6 +43,11 @@ struct BoundLaunch {
 // bias that a specialisation leaves out) may be passed with null data.
 Expected<BoundLaunch> bind_launch(const Kernel& lowered, const std::vector<bool>& used,
                                   const std::vector<LaunchArg>& args);
+// The same with the kernel's slots (kernel_slots(lowered)) made once by the caller: a compiled
+// kernel keeps them, so a launch does not rebuild their names.
+Expected<BoundLaunch> bind_launch(const Kernel& lowered, const std::vector<bool>& used,
+                                  const std::vector<LaunchArg>& args,
+                                  const std::vector<ArgSlot>& slots);
 
 // Which kernel arguments the IR uses.
 std::vector<bool> used_arguments(const Kernel& lowered);
