@@ -4,8 +4,9 @@
 // bsr), the planner's choice (tessel-auto, sparse/planner.h), dense (tessel's gemm / matvec / add
 // on the densified matrix, and oneDNN's sgemm loaded as bench gemm loads it) and PyTorch's
 // torch.sparse CSR and COO (tools/pytorch/bench_sparse.py with $TESSEL_PYTHON or --python), in
-// one run: per matrix, tessel's implementations take turns inside every repetition, then the
-// PyTorch process times the same matrix, so both see the same minutes of the machine.
+// one run: per matrix and op, tessel's implementations take turns inside every repetition, then
+// oneDNN's (its OpenMP threads spin after each call, so it is timed apart: time_in_turns), then
+// the PyTorch process times the same matrix, so all see the same minutes of the machine.
 //
 // Figures are medians of the timed calls (after untimed ones that compile kernels and warm the
 // caches), of process CPU time in the table (--wall: of wall time); the JSON rows carry both.
@@ -215,11 +216,8 @@ double cpu_now_us() {
   return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) * 1e-3;
 }
 
-// Returns once the process's other threads have gone quiet (at most ~50 ms). libgomp's threads,
-// under oneDNN, spin for milliseconds after each call (its default wait policy); measured on a
-// quiet machine, that spinning was charged as CPU time to whichever contender ran next, and held
-// the core its pool wanted: tessel-csr, which always followed onednn-dense, showed 1-2.7 ms for
-// an spmv that takes 20-130 us alone.
+// Returns once the process's other threads have gone quiet (at most ~50 ms): libgomp's threads,
+// under oneDNN, spin for milliseconds after each call (its default wait policy).
 void settle() {
   for (int i = 0; i < 50; ++i) {
     const double start = cpu_now_us();
@@ -228,16 +226,15 @@ void settle() {
   }
 }
 
-// Untimed calls (compiles, caches), then at least `reps` rounds in which every contender runs
-// once; a contender with threads of its own is followed by settle(), outside the timings.
-Status time_in_turns(std::vector<Contender>& cs, int reps) {
+// Untimed calls (compiles, caches), then at least `reps` rounds in which every contender of
+// `group` runs once.
+Status time_group(const std::vector<Contender*>& group, int reps) {
   double slowest_us = 0;
-  for (Contender& c : cs) {
-    TESSEL_ASSIGN_OR_RETURN(c.out, c.run());
+  for (Contender* c : group) {
+    TESSEL_ASSIGN_OR_RETURN(c->out, c->run());
     const double start = cpu_now_us();
-    TESSEL_TRY(c.run().status());
+    TESSEL_TRY(c->run().status());
     slowest_us = std::max(slowest_us, cpu_now_us() - start);
-    if (c.foreign_threads) settle();
   }
   // Short ops get more rounds (up to 41, about 50 ms of CPU time for the slowest contender): a
   // median of 7 sub-millisecond calls moves by a fifth under load.
@@ -246,8 +243,8 @@ Status time_in_turns(std::vector<Contender>& cs, int reps) {
   // Each round starts one contender later, so none always runs first (after PyTorch or another
   // op) or right after the same neighbour.
   for (int r = 0; r < reps; ++r)
-    for (size_t j = 0; j < cs.size(); ++j) {
-      Contender& c = cs[(j + static_cast<size_t>(r)) % cs.size()];
+    for (size_t j = 0; j < group.size(); ++j) {
+      Contender& c = *group[(j + static_cast<size_t>(r)) % group.size()];
       auto start = std::chrono::steady_clock::now();
       const double cpu = cpu_now_us();
       TESSEL_ASSIGN_OR_RETURN(Tensor out, c.run());
@@ -256,8 +253,23 @@ Status time_in_turns(std::vector<Contender>& cs, int reps) {
       c.us.push_back(
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
               .count());
-      if (c.foreign_threads) settle();
     }
+  return ok_status();
+}
+
+// tessel's contenders take turns; then those on threads of their own (oneDNN) take theirs, and
+// the bench waits for those threads to go quiet. Among tessel's turns, libgomp's spinning after
+// each oneDNN call was charged to whichever contender came next, in CPU time and in the core its
+// pool wanted: on a quiet machine tessel-csr, which always followed onednn-dense, showed 1-2.7 ms
+// for spmv products that take 20-130 us.
+Status time_in_turns(std::vector<Contender>& cs, int reps) {
+  std::vector<Contender*> own, foreign;
+  for (Contender& c : cs)
+    (c.foreign_threads ? foreign : own).push_back(&c);
+  TESSEL_TRY(time_group(own, reps));
+  if (foreign.empty()) return ok_status();
+  TESSEL_TRY(time_group(foreign, reps));
+  settle();
   return ok_status();
 }
 
