@@ -219,10 +219,9 @@ Candidate estimate(Choice c, SparseOp op, const StructureStats& s, const DeviceF
     return {c, t.us, std::nullopt, false, t.why, d.threads};
   }
   if (op == SparseOp::kSpmv && c != Choice::kDense) {
-    // csr: blocks of about kSpmvBlockNonzeros (sparse_ops.h), so a small product runs on the
+    // csr: blocks of at least kSpmvBlockNonzeros (sparse_ops.h), so a small product runs on the
     // calling thread; coo: one block walks every nonzero, after a launch that zeroes y.
-    const int64_t groups = (s.rows + kSpmvRows - 1) / kSpmvRows;
-    const int64_t blocks = std::clamp<int64_t>(s.nnz / kSpmvBlockNonzeros, 1, groups);
+    const int64_t blocks = spmv_cpu_blocks(s.rows, s.nnz);
     const int par = c == Choice::kCsr ? static_cast<int>(std::min<int64_t>(d.threads, blocks)) : 1;
     if (c == Choice::kCsr) {
       t.add("nonzeros", nnz * kSpmvCsrNsPerNonzero * 1e-3 / par);

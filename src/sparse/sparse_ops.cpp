@@ -452,10 +452,15 @@ ops::KernelParams spmm_params(Device* device, int64_t n) {
   return params;
 }
 
+int64_t spmv_cpu_blocks(int64_t rows, int64_t nnz) {
+  const int64_t groups = std::max<int64_t>(1, (rows + kSpmvRows - 1) / kSpmvRows);
+  return std::clamp<int64_t>(nnz / kSpmvBlockNonzeros, 1, groups);
+}
+
 int64_t spmv_groups(Device* device, int64_t rows, int64_t nnz) {
   if (device->kind() != DeviceKind::kCpu) return 1;
   const int64_t groups = (rows + kSpmvRows - 1) / kSpmvRows;
-  const int64_t blocks = std::clamp<int64_t>(nnz / kSpmvBlockNonzeros, 1, groups);
+  const int64_t blocks = spmv_cpu_blocks(rows, nnz);
   return (groups + blocks - 1) / blocks;
 }
 

@@ -37,13 +37,16 @@ Expected<const ops::OpDef*> find_sparse_op(std::string_view name);
 int64_t csr_tile(Device* device, int64_t n);
 
 // Groups of kSpmvRows rows (spmv_csr's BM) per block of spmv_csr for a product of `rows` rows and
-// `nnz` nonzeros on `device`. On the CPU a block gets about kSpmvBlockNonzeros nonzeros: at
-// ~1 ns a nonzero, a smaller product is one block, which the pool runs on the calling thread;
-// waking the workers (and their spinning afterwards) cost more than such a product (tens of us).
-// Elsewhere 1 (a row per thread).
+// `nnz` nonzeros on `device`. On the CPU a block gets at least kSpmvBlockNonzeros nonzeros (about
+// 100 us at ~0.8 ns a nonzero), and a smaller product is one block, which the pool runs on the
+// calling thread: a parallel launch costs ~100 us of CPU time besides the work (the workers spin
+// for that long after each job before they sleep), which a product below ~0.5 ms does not win
+// back. Elsewhere 1 (a row per thread).
 constexpr int64_t kSpmvRows = 64;
-constexpr int64_t kSpmvBlockNonzeros = int64_t{1} << 15;
+constexpr int64_t kSpmvBlockNonzeros = int64_t{1} << 17;
 int64_t spmv_groups(Device* device, int64_t rows, int64_t nnz);
+// The blocks spmv_csr runs in on the CPU (what the planner reckons with).
+int64_t spmv_cpu_blocks(int64_t rows, int64_t nnz);
 
 // Rows per block of spmm_csr_tiled: enough to amortise a block's set-up, few enough that the
 // thread pool's chunks balance rows of unequal length.

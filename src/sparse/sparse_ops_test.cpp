@@ -166,19 +166,19 @@ TEST(SparseOps, SpmmCsrColumnTilesMatchTheReference) {
   EXPECT_EQ(csr_tile(cpu_device(), 768), 256);
 }
 
-// spmv_csr's blocks of several row groups (spmv_groups): 1000 rows of ~120 nonzeros make three
+// spmv_csr's blocks of several row groups (spmv_groups): 1000 rows of ~420 nonzeros make three
 // blocks on the CPU, of 6, 6 and 4 groups of 64 rows, the last group ragged (40 rows); a product
 // of fewer nonzeros than kSpmvBlockNonzeros is one block. Forward only, against the reference
 // (the gradients run the same kernel).
 TEST(SparseOps, SpmvCsrBlocksOfRowGroupsMatchTheReference) {
   EXPECT_EQ(spmv_groups(cpu_device(), 4096, 16384), 64);  // one block
   for (Device* device : testing::devices()) {
-    SparseMatrix a = testing::random_matrix(1000, 400, 0.3, 31, device);
+    SparseMatrix a = testing::random_matrix(1000, 1400, 0.3, 31, device);
     if (device->kind() == DeviceKind::kCpu) {
       ASSERT_EQ(a.nnz() / kSpmvBlockNonzeros, 3) << a.nnz();
       EXPECT_EQ(spmv_groups(device, 1000, a.nnz()), 6);
     }
-    check_op("spmv_csr", csr_inputs(a, testing::random_dense({400}, 32, device)), {}, true);
+    check_op("spmv_csr", csr_inputs(a, testing::random_dense({1400}, 32, device)), {}, true);
   }
 }
 
