@@ -28,6 +28,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -226,25 +227,43 @@ void settle() {
   }
 }
 
+// A call shorter than this (CPU time) is timed warm: right after an untimed call of its own.
+// Short calls are decided by what is in cache. Contenders share operands (csr, coo and auto
+// read the same index and value arrays) and the dense ones stream a 64 MB matrix through L3, so
+// whichever sparse contender came first after tessel-dense paid the misses for the others: the
+// same coo code measured 36 and 104 us in one run. PyTorch's calls, in a loop, are warm too.
+constexpr double kWarmCallUs = 10000;
+
 // Untimed calls (compiles, caches), then at least `reps` rounds in which every contender of
 // `group` runs once.
 Status time_group(const std::vector<Contender*>& group, int reps) {
   double slowest_us = 0;
-  for (Contender* c : group) {
+  std::vector<bool> short_call(group.size());
+  for (size_t i = 0; i < group.size(); ++i) {
+    Contender* c = group[i];
     TESSEL_ASSIGN_OR_RETURN(c->out, c->run());
     const double start = cpu_now_us();
     TESSEL_TRY(c->run().status());
-    slowest_us = std::max(slowest_us, cpu_now_us() - start);
+    const double us = cpu_now_us() - start;
+    slowest_us = std::max(slowest_us, us);
+    short_call[i] = us < kWarmCallUs;
   }
   // Short ops get more rounds (up to 41, about 50 ms of CPU time for the slowest contender): a
   // median of 7 sub-millisecond calls moves by a fifth under load.
   if (slowest_us > 0)
     reps = std::clamp(static_cast<int>(50000 / slowest_us), reps, std::max(reps, 41));
-  // Each round starts one contender later, so none always runs first (after PyTorch or another
-  // op) or right after the same neighbour.
-  for (int r = 0; r < reps; ++r)
-    for (size_t j = 0; j < group.size(); ++j) {
-      Contender& c = *group[(j + static_cast<size_t>(r)) % group.size()];
+  // Each round runs the contenders in a new random order (seeded), so none always runs first
+  // (after PyTorch or another op) or right after the same neighbour. Rotating one order did
+  // neither: tessel-csr always followed tessel-dense, whose 64 MB matrix had just pushed the
+  // sparse operands out of L3, and showed 2-4x tessel-auto's time for the same csr code.
+  std::vector<size_t> order(group.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937 rng(17);
+  for (int r = 0; r < reps; ++r) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (size_t i : order) {
+      Contender& c = *group[i];
+      if (short_call[i]) TESSEL_TRY(c.run().status());
       auto start = std::chrono::steady_clock::now();
       const double cpu = cpu_now_us();
       TESSEL_ASSIGN_OR_RETURN(Tensor out, c.run());
@@ -254,6 +273,7 @@ Status time_group(const std::vector<Contender*>& group, int reps) {
           std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start)
               .count());
     }
+  }
   return ok_status();
 }
 
