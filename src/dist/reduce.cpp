@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "dist/reduce_kernels.h"
+#include "hw/cpu_features.h"
 
 namespace tessel::dist {
 
@@ -28,9 +29,9 @@ struct Variant {
 
 Variant pick_variant() {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
-      __builtin_cpu_supports("fma"))
+  // hw's cpuid reading, not __builtin_cpu_supports: clang does not know "f16c" there.
+  const CpuFeatureSet cpu = detect_cpu_features();
+  if (cpu.has(CpuFeature::kAvx2) && cpu.has(CpuFeature::kF16c) && cpu.has(CpuFeature::kFma))
     return {reduce_avx2, copy_streaming_avx2, "avx2"};
 #endif
   return {reduce_any, copy_streaming, "baseline"};

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <mutex>
 #include <regex>
 #include <sstream>
@@ -72,6 +73,10 @@ struct State {
   int cc_major = 9, cc_minor = 0;
   std::vector<Context*> primary;               // one per device
   std::map<std::uint64_t, Allocation> memory;  // by device address
+  // Every stream and event ever made, destroyed ones included: a destroyed handle stays readable
+  // so that a use after destroy is reported as misuse rather than read from freed memory.
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<std::unique_ptr<Event>> events;
 };
 
 State& state() {
@@ -497,7 +502,7 @@ FAKE_CUDA int cuStreamCreate(void** stream, unsigned flags) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (int code = need_context(s, "cuStreamCreate")) return code;
   if (flags > 1) return kInvalidValue;
-  auto* st = new Stream;
+  auto* st = s.streams.emplace_back(std::make_unique<Stream>()).get();
   st->context = current_context;
   ++s.log.streams_created;
   *stream = st;
@@ -529,7 +534,7 @@ FAKE_CUDA int cuEventCreate(void** event, unsigned flags) {
   std::lock_guard<std::mutex> lock(s.mutex);
   if (int code = need_context(s, "cuEventCreate")) return code;
   if (flags > 7) return kInvalidValue;
-  auto* e = new Event;
+  auto* e = s.events.emplace_back(std::make_unique<Event>()).get();
   e->context = current_context;
   ++s.log.events_created;
   *event = e;
