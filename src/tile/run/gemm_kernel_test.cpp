@@ -186,9 +186,8 @@ TEST(GemmKernel, SixteenBitInputsAccumulateInF32) {
   }
 }
 
-// The epilogue (alpha, beta, bias, activation) runs band by band inside the last K step
-// (cpu_renderer's fused epilogue); with K = 0 there is no K step, and it must still run over every
-// row: C = relu(beta * C + bias). Rows and columns not multiples of any tile, several blocks.
+// With K = 0 the K loop runs no step, and the epilogue must still run over every row of every
+// block: C = relu(beta * C + bias) (rows and columns not multiples of any tile, several blocks).
 // CPU only: PoCL gives other values here (not investigated yet; the op library never launches a
 // gemm with K = 0, it fills the result instead).
 TEST(GemmKernel, EpilogueRunsWithoutAnyKStep) {

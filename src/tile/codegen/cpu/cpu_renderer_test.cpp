@@ -158,48 +158,5 @@ kernel twice(X: f32[N], Y: f32[N]) {
   EXPECT_NE(src.find("return 0;", first_block), std::string::npos) << src;
 }
 
-// A gemm block's epilogue (acc -> C) runs inside the K loop's last step, band by band of rows
-// (the templates' rows_done), and again after the loop for the rows no step stored. Its results
-// are checked by GemmKernel (tile/run/gemm_kernel_test.cpp) on every shape and form; here, that
-// the fused form is what gets rendered, and only where it is safe.
-TEST(CpuRenderer, GemmEpilogueRunsInTheLastKStep) {
-  std::string gemm = R"(
-kernel g(A: f32[M, K], B: f32[K, N], C: f32[M, N]) {
-  grid (cdiv(N, 64), cdiv(M, 48)) as (bx, by) {
-    As = shared<f32>[48, 32]
-    Bs = shared<f32>[32, 64]
-    acc = fragment<f32>[48, 64]
-    clear(acc)
-    for k in range(cdiv(K, 32)) {
-      copy(A[by * 48, k * 32], As)
-      copy(B[k * 32, bx * 64], Bs)
-      gemm(As, Bs, acc)
-    }
-    parallel (i, j) in acc {
-      C[by * 48 + i, bx * 64 + j] = EPILOGUE
-    }
-  }
-}
-)";
-  auto with = [&](const std::string& epilogue) {
-    std::string src = gemm;
-    src.replace(src.find("EPILOGUE"), 8, epilogue);
-    return rendered(src.c_str());
-  };
-  std::string fused = with("2.0 * acc[i, j]");
-  const size_t lambda = fused.find("const auto _tepilogue = [&](int64_t _trows_begin");
-  ASSERT_NE(lambda, std::string::npos) << fused;
-  EXPECT_NE(fused.find("for (int64_t i = _trows_begin; i < std::min<int64_t>("), std::string::npos)
-      << fused;
-  EXPECT_NE(fused.find("true, k + 1 == _tk_steps ? &_tepilogue : nullptr"), std::string::npos)
-      << fused;
-  const size_t rest =
-      fused.find("_tepilogue(_tepilogue_rows, std::numeric_limits<int64_t>::max())");
-  ASSERT_NE(rest, std::string::npos) << fused;
-  EXPECT_LT(lambda, rest) << fused;
-  // An epilogue that reads another row of acc than its own is left after the loop.
-  EXPECT_EQ(with("acc[i, j] + acc[0, j]").find("_tepilogue"), std::string::npos);
-}
-
 }  // namespace
 }  // namespace tessel::tile

@@ -36,9 +36,6 @@ struct BlockLoopArgs {
   bool padded_tiles = false;
   // A's tiles read in place (gemm_direct_a) where can_read_a_in_place allows, instead of packed.
   bool read_a_in_place = true;
-  // C stored band by band inside the last K step (gemm's rows_done), as generated code does,
-  // instead of from the whole accumulator after the K loop.
-  bool store_in_last_step = true;
 };
 
 struct BlockGrid {
@@ -148,16 +145,9 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
     }
     const int acc_rows = args.padded_tiles ? args.bm : rows;
     const int acc_cols = args.padded_tiles ? args.bn : cols;
-    int stored_rows = 0;                                 // rows of C stored so far
-    auto store_rows = [&](int64_t begin, int64_t end) {  // copy(acc, C): masked store
-      for (int64_t i = begin; i < end && i < rows; ++i)
-        std::memcpy(args.c + (m0 + i) * args.ldc + n0, acc + i * ldacc, sizeof(float) * cols);
-      stored_rows = int(end < rows ? end : rows);
-    };
     // clear(acc) is folded into the first K step (accumulate = false).
     for (int64_t kt = 0; kt < grid.k; ++kt) {
       const bool accumulate = kt > 0;
-      const auto* rows_done = args.store_in_last_step && kt + 1 == grid.k ? &store_rows : nullptr;
       const int depth = args.padded_tiles ? args.bk : depth_at(kt);
       const TPack* b_tile;
       if (args.share_tiles) {
@@ -171,7 +161,7 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
         const TPack* a_rows = reinterpret_cast<const TPack*>(a + m0 * args.a_row_stride +
                                                              kt * args.bk * args.a_col_stride);
         gemm_direct_a<TPack>(a_rows, args.a_row_stride, b_tile, acc, ldacc, acc_rows, acc_cols,
-                             depth, accumulate, rows_done);
+                             depth, accumulate);
         continue;
       }
       const TPack* a_tile;
@@ -181,10 +171,10 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
         pack_a_tile(kt)(ws.a_tile(thread));
         a_tile = ws.a_tile(thread);
       }
-      gemm_packed<TPack>(a_tile, b_tile, acc, ldacc, acc_rows, acc_cols, depth, accumulate,
-                         rows_done);
+      gemm_packed<TPack>(a_tile, b_tile, acc, ldacc, acc_rows, acc_cols, depth, accumulate);
     }
-    store_rows(stored_rows, rows);  // what the last K step did not store
+    for (int i = 0; i < rows; ++i)  // copy(acc, C): masked store
+      std::memcpy(args.c + (m0 + i) * args.ldc + n0, acc + i * ldacc, sizeof(float) * cols);
   }
 }
 

@@ -48,9 +48,6 @@ struct ReferenceGemmCall {
   // Row-major A of the packed type read in place by the micro-kernel instead of packed
   // (gemm_direct_a in tile_gemm.h); false packs every A tile.
   bool read_a_in_place = true;
-  // C stored band by band inside the last K step (rows_done in tile_gemm.h), as generated code
-  // does; false stores the whole accumulator after the K loop.
-  bool store_in_last_step = true;
 };
 
 struct GemmTiles {

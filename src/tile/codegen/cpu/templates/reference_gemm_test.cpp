@@ -112,9 +112,7 @@ std::string describe(const Case& c, const ReferenceGemmCall& call) {
                        : " tiles=" + std::to_string(call.bm) + "x" + std::to_string(call.bn) + "x" +
                              std::to_string(call.bk)) +
          (call.share_tiles ? " shared" : " per-block") + (call.padded_tiles ? " padded" : " edge") +
-         (call.read_a_in_place ? "" : " A packed") +
-         (call.store_in_last_step ? "" : " C stored after K") +
-         " threads=" + std::to_string(call.threads);
+         (call.read_a_in_place ? "" : " A packed") + " threads=" + std::to_string(call.threads);
 }
 
 class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
@@ -184,8 +182,7 @@ class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
 
   // Every schedule and form, with the variant's default tiles and with small odd ones (20 rows:
   // not a multiple of any MR; 40 columns: not a multiple of NR 32; 33: odd, not a K pair). Form
-  // 3 packs A where forms 0 and 1 read it in place (when the types and strides allow). Form 1
-  // stores C after the K loop, the others band by band inside the last K step.
+  // 3 packs A where forms 0 and 1 read it in place (when the types and strides allow).
   static std::vector<ReferenceGemmCall> all_settings() {
     std::vector<ReferenceGemmCall> settings;
     for (int small = 0; small < 2; ++small)
@@ -199,7 +196,6 @@ class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
         call.share_tiles = form != 1;
         call.padded_tiles = form == 2;
         call.read_a_in_place = form != 3;
-        call.store_in_last_step = form != 1;
         call.threads = form == 0 ? 2 : form == 1 ? 3 : 1;
         settings.push_back(call);
       }

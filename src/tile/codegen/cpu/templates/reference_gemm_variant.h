@@ -69,7 +69,6 @@ bool run_reference(BlockLoopWorkspace<TPack>& ws, const tessel::tile::ReferenceG
   args.share_tiles = call.share_tiles;
   args.padded_tiles = call.padded_tiles;
   args.read_a_in_place = call.read_a_in_place;
-  args.store_in_last_step = call.store_in_last_step;
   return reference_block_loop<TSrc, TPack>(args, call.threads, ws, PoolRunner{runner});
 }
 
