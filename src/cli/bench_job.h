@@ -15,13 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace tessel::cli {
+#include "cli/self_path.h"
 
-inline std::string self_path() {
-  char self[4096] = {};
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
-}
+namespace tessel::cli {
 
 // The 1-minute load average: the figures mean little when it is far above the number of cores.
 inline double load_average() {

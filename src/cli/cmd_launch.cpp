@@ -10,18 +10,13 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/self_path.h"
 #include "dist/launcher.h"
 #include "dist/netns_cluster.h"
 
 namespace tessel::cli {
 
 namespace {
-
-std::string self_path() {
-  char self[4096] = {};
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  return n > 0 ? std::string(self, static_cast<size_t>(n)) : "tessel";
-}
 
 void add_netns_exec_command(CLI::App& app) {
   struct Args {

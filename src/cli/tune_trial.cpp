@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/self_path.h"
 #include "ops/kernel_cache.h"
 #include "ops/ops.h"
 #include "ops/tuned_launch.h"
@@ -26,12 +27,6 @@ namespace {
 nlohmann::json request_json(const TrialRequest& r) {
   return {{"kernel", r.kernel}, {"device", r.device},   {"params", r.params},
           {"sizes", r.sizes},   {"seconds", r.seconds}, {"versus_defaults", r.versus_defaults}};
-}
-
-std::string self_path() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "tessel";
 }
 
 // The kernel's arguments at `sizes`: tensors with random values (zeros for outputs are not

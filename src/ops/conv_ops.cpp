@@ -410,8 +410,8 @@ Expected<View> column_taps(const Tensor& weight, const ConvShape& s, bool transp
   return weight_taps(flat, s.groups, transposed);
 }
 
-Expected<Tensor> conv_forward_columns(const Tensor& x, const Tensor& weight, const View& bias,
-                                      const Window& w, const ConvShape& s, const TensorMeta& out) {
+// The columns [G K, N L] of x.
+Expected<Tensor> columns(const Tensor& x, const Window& w, const ConvShape& s) {
   const int64_t q = s.n * s.l();
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, empty_like_device({s.groups * s.k, q}, x.dtype(), x));
   std::vector<KernelArg> args{x,
@@ -419,6 +419,13 @@ Expected<Tensor> conv_forward_columns(const Tensor& x, const Tensor& weight, con
   for (KernelArg& a : window_args(w, true))
     args.push_back(a);
   TESSEL_TRY(launch_kernel("im2col", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
+  return cols;
+}
+
+Expected<Tensor> conv_forward_columns(const Tensor& x, const Tensor& weight, const View& bias,
+                                      const Window& w, const ConvShape& s, const TensorMeta& out) {
+  const int64_t q = s.n * s.l();
+  TESSEL_ASSIGN_OR_RETURN(Tensor cols, columns(x, w, s));
   TESSEL_ASSIGN_OR_RETURN(View taps, column_taps(weight, s, false));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
   const TapGrid g = column_grid(s);
@@ -540,6 +547,16 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
                                       const ConvShape& s, DType compute) {
   const TapGrid grid = forward_grid(w, s);
   const int64_t og = s.o / s.groups, cg = s.c / s.groups;
+  if (columns_pay(w, s)) {
+    // Over small images, as the forward: one gemm dW [O, C / G kh kw] = dY cols^T over every
+    // image's positions, not one per tap over the grid's (36 positions per 16 outputs for a
+    // 3x3 over 4 x 4 images).
+    const int64_t q = s.n * s.l();
+    TESSEL_ASSIGN_OR_RETURN(Tensor cols, columns(x, w, s));
+    TESSEL_ASSIGN_OR_RETURN(GradOnGrid dy, grad_on_grid(g, column_grid(s), s, compute));
+    const View cols_qk{cols, {1, s.groups, 1, 1, 1, 1, q, s.k}, {0, s.k * q, 0, 0, 0, 0, 1, q}};
+    return weight_grad_gemms(dy.view, cols_qk, q, kPointwise, s.groups, og, s.k, x);
+  }
   if (grid.direct) {
     TESSEL_ASSIGN_OR_RETURN(Tensor input, contiguous_on_device(x));
     TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));

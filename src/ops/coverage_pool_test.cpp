@@ -6,6 +6,8 @@
 // ops_test.cpp; here also the errors PyTorch raises and the typed functions of ops.h.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "ops/op.h"
@@ -95,6 +97,66 @@ TEST(OpPoolEdgeCases, WindowOfPaddingOnly) {
         backward_of("max_pool2d", {x}, floats(d, {1}, {1, 1, 1, 1}), pool_attrs({2, 2}, o));
     EXPECT_EQ(host(g[0]), (std::vector<float>{0, 0, 0, 0}));
   });
+}
+
+// Windows that tile the rows of every plane (the CPU's max_pool_rows and its gradient, which
+// find a window's element column by column) against a plain scan in PyTorch's order: the first
+// maximum, or the last NaN. Values from {0, 1, 2} with NaN and -inf make ties in most windows;
+// the shapes give 8-, 16- and 32-wide blocks, a last block of rows cut short, and a column
+// left over (KW = 3 over 10 columns).
+TEST(OpPoolEdgeCases, TilingWindowsPickPyTorchsElement) {
+  struct Shape4 {
+    int64_t n, c, h, w, kh, kw;
+  };
+  for (const Shape4 s :
+       {Shape4{2, 3, 6, 10, 2, 2}, Shape4{1, 5, 4, 28, 2, 2}, Shape4{1, 3, 2, 40, 2, 2},
+        Shape4{2, 2, 6, 10, 3, 3}, Shape4{1, 2, 4, 10, 2, 3}}) {
+    const int64_t oh = s.h / s.kh, ow = s.w / s.kw, planes = s.n * s.c;
+    std::vector<float> x(planes * s.h * s.w), gy(planes * oh * ow);
+    uint32_t state = 7;
+    auto next = [&] {
+      state = state * 1664525u + 1013904223u;
+      return state >> 8;
+    };
+    for (float& v : x) {
+      const uint32_t r = next() % 20;
+      v = r == 0 ? NAN : (r == 1 ? -INFINITY : static_cast<float>(r % 3));
+    }
+    for (float& v : gy)
+      v = static_cast<float>(next() % 1000) / 100.0f + 1.0f;
+    std::vector<float> want_y(gy.size()), want_gx(x.size(), 0.0f);
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          float best = -INFINITY;
+          int64_t at = (p * s.h + i * s.kh) * s.w + j * s.kw;
+          for (int64_t a = 0; a < s.kh; ++a)
+            for (int64_t b = 0; b < s.kw; ++b) {
+              const int64_t k = (p * s.h + i * s.kh + a) * s.w + j * s.kw + b;
+              if (x[k] > best || std::isnan(x[k])) {
+                best = x[k];
+                at = k;
+              }
+            }
+          const int64_t o = (p * oh + i) * ow + j;
+          want_y[o] = best;
+          want_gx[at] += gy[o];
+        }
+    const Attrs attrs = pool_attrs({s.kh, s.kw}, {});
+    for_each_device("max_pool2d", {DType::kF32}, [&](Device* d) {
+      SCOPED_TRACE(
+          fmt::format("{} x {} x {} x {}, window {} x {}", s.n, s.c, s.h, s.w, s.kh, s.kw));
+      Tensor xt = floats(d, x, {s.n, s.c, s.h, s.w});
+      std::vector<float> y = host(run("max_pool2d", {xt}, attrs));
+      ASSERT_EQ(y.size(), want_y.size());
+      for (size_t i = 0; i < y.size(); ++i)
+        EXPECT_TRUE(y[i] == want_y[i] || (std::isnan(y[i]) && std::isnan(want_y[i])))
+            << "output " << i << ": " << y[i] << ", want " << want_y[i];
+      std::vector<Tensor> g =
+          backward_of("max_pool2d", {xt}, floats(d, gy, {s.n, s.c, oh, ow}), attrs);
+      EXPECT_EQ(host(g[0]), want_gx);
+    });
+  }
 }
 
 // The 2-d functions of the first version still take windows of one integer.

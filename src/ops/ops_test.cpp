@@ -253,14 +253,21 @@ std::vector<Case> all_cases() {
                {real({1, 2, 11, 10}), real({3, 2, 7, 7}), real({3})},
                Attrs().set("stride", {2, 2}).set("padding", {3, 3})});
   // Small images under 32 or more output channels: columns over every image's positions and a
-  // 1x1 conv_implicit over them (forward and input gradient; a strided layer's input gradient
-  // stays on the implicit grid's phases).
+  // 1x1 conv_implicit over them (forward, input gradient and weight gradient; a strided layer's
+  // input gradient stays on the implicit grid's phases); two groups of 32; in bf16.
   c.push_back({"conv2d",
                {real({2, 16, 4, 5}), real({32, 16, 3, 3}), real({32})},
                Attrs().set("padding", {1, 1})});
   c.push_back({"conv2d",
                {real({1, 16, 5, 6}), real({32, 16, 3, 3}), real({32})},
                Attrs().set("stride", {2, 2}).set("padding", {1, 1})});
+  c.push_back({"conv2d",
+               {real({1, 32, 3, 3}), real({64, 16, 3, 3}), real({64})},
+               Attrs().set("padding", {1, 1}).set("groups", 2)});
+  c.push_back({"conv2d",
+               {real({2, 16, 4, 4}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("padding", {1, 1}).set("compute", static_cast<int64_t>(bf16)),
+               200});
   // An RGB 7x7 / stride 2 stem with C kw >= 16: unfolded into a 7x1 convolution over 21
   // channels (forward and weight gradient; the input gradient stays on im2col).
   c.push_back({"conv2d",

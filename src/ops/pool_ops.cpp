@@ -259,6 +259,33 @@ View tiled_out_view(const View& y) {
       y.tensor, {y.shape[0], y.shape[2], y.shape[3]}, {y.strides[0], y.strides[2], y.strides[3]}};
 }
 
+// On the CPU, tiling windows whose rows also tile the planes (H = OH KH, one plane after the
+// other) run as rows of windows over every plane at once: max_pool_rows and its gradient over x
+// as [P OH, KH, OW KW] (the columns past the last window dropped) and the output as [P OH, OW].
+// The window's width is the kernels' compile-time KW.
+bool rows_tile_the_planes(const PoolGeometry& g, const View& x, const View& out) {
+  return x.tensor.device()->kind() == DeviceKind::kCpu && g.k[2] <= 4 &&
+         out.shape[2] * g.k[1] == x.shape[2] && x.strides[0] == x.shape[2] * x.strides[2] &&
+         out.strides[0] == out.shape[2] * out.strides[2];
+}
+View window_rows(const View& x, const PoolGeometry& g, int64_t ow) {
+  const int64_t kh = g.k[1];
+  return View{x.tensor,
+              {x.shape[0] * (x.shape[2] / kh), kh, ow * g.k[2]},
+              {kh * x.strides[2], x.strides[2], x.strides[3]}};
+}
+View output_rows(const View& y) {
+  return View{y.tensor, {y.shape[0] * y.shape[2], y.shape[3]}, {y.strides[2], y.strides[3]}};
+}
+// Blocks of 256 outputs, as narrow as the output's rows allow (7 wide: 8 columns, 32 rows).
+KernelParams rows_params(const PoolGeometry& g, int64_t ow) {
+  const int64_t bn = ow <= 8 ? 8 : (ow <= 16 ? 16 : 32);
+  return {{"T", "f32"},
+          {"KW", std::to_string(g.k[2])},
+          {"BN", std::to_string(bn)},
+          {"BM", std::to_string(256 / bn)}};
+}
+
 // max_pool's gradient over tiling windows: x and dX seen as [P, OH, KH, OW, KW].
 Expected<std::vector<Tensor>> max_pool_grad_tiled(const PoolGeometry& g, const View& x,
                                                   const View& dy, const Tensor& dy_tensor) {
@@ -270,6 +297,12 @@ Expected<std::vector<Tensor>> max_pool_grad_tiled(const PoolGeometry& g, const V
     TESSEL_ASSIGN_OR_RETURN(dx, empty_like_device(in_shape, DType::kF32, dy_tensor));
   } else {
     TESSEL_ASSIGN_OR_RETURN(dx, Tensor::zeros(in_shape, DType::kF32, dy_tensor.device()));
+  }
+  if (rows_tile_the_planes(g, x, dy)) {
+    const View dxp{dx, {p, 1, h, w}, {h * w, 0, w, 1}};
+    TESSEL_TRY(launch_kernel("max_pool_rows_grad", rows_params(g, ow),
+                             {window_rows(x, g, ow), output_rows(dy), window_rows(dxp, g, ow)}));
+    return std::vector<Tensor>{dx};
   }
   const View dxs{dx, {p, oh, kh, ow, kw}, {h * w, kh * w, w, kw, 1}};
   TESSEL_TRY(launch_kernel("max_pool_grad_tiled", {{"T", "f32"}},
@@ -305,6 +338,11 @@ OpDef pool_op(int dims, PoolKind kind) {
     }
     if (kind == PoolKind::kMax) {
       TESSEL_ASSIGN_OR_RETURN(View yp, pool_planes(y));
+      if (windows_tile_the_input(g, x, yp) && rows_tile_the_planes(g, x, yp)) {
+        TESSEL_TRY(launch_kernel("max_pool_rows", rows_params(g, yp.shape[3]),
+                                 {window_rows(x, g, yp.shape[3]), output_rows(yp)}));
+        return y;
+      }
       if (windows_tile_the_input(g, x, yp)) {
         TESSEL_TRY(launch_kernel("max_pool_tiled", {{"T", "f32"}},
                                  {tiled_view(x, g), tiled_out_view(yp)}));
