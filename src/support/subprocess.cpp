@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <string_view>
 
 namespace tessel {
 
@@ -17,6 +18,31 @@ ProgramRun run_program(const std::vector<std::string>& argv,
                        const std::vector<std::pair<std::string, std::string>>& extra_env) {
   ProgramRun result;
   if (argv.empty()) return result;
+  // Everything the child needs is made before fork(): in a process with other threads the child
+  // may only call async-signal-safe functions until it execs. An allocation there can wait forever
+  // on a lock another thread held at the fork (seen under ASan: a tuner test's child stuck in
+  // operator new for 15 minutes).
+  std::vector<char*> args;
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_entries;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view key = entry.substr(0, entry.find('='));
+    bool replaced = false;
+    for (const auto& [extra_key, value] : extra_env)
+      replaced = replaced || key == extra_key;
+    if (!replaced) env_entries.emplace_back(entry);
+  }
+  for (const auto& [key, value] : extra_env)
+    env_entries.push_back(key + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& entry : env_entries)
+    envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  const std::string cannot_run = "cannot run " + argv[0] + ": ";
+
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     result.output = "pipe() failed";
@@ -32,14 +58,11 @@ ProgramRun run_program(const std::vector<std::string>& argv,
   if (pid == 0) {
     ::dup2(fds[1], 1);
     ::dup2(fds[1], 2);
-    for (const auto& [key, value] : extra_env)
-      ::setenv(key.c_str(), value.c_str(), 1);
-    std::vector<char*> args;
-    for (const std::string& a : argv)
-      args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execvp(args[0], args.data());
-    std::fprintf(stderr, "cannot run %s: %s\n", args[0], std::strerror(errno));
+    ::execvpe(args[0], args.data(), envp.data());
+    const char* why = ::strerrordesc_np(errno);  // a static string: safe here, unlike strerror
+    [[maybe_unused]] ssize_t written = ::write(2, cannot_run.data(), cannot_run.size());
+    written = ::write(2, why ? why : "?", why ? std::strlen(why) : 1);
+    written = ::write(2, "\n", 1);
     ::_exit(127);
   }
   ::close(fds[1]);
