@@ -21,17 +21,23 @@ Expected<int64_t> eval_int(const Expr& e, const std::map<std::string, int64_t>& 
   TESSEL_ASSIGN_OR_RETURN(int64_t x, eval_int(b->a, env));
   TESSEL_ASSIGN_OR_RETURN(int64_t y, eval_int(b->b, env));
   switch (b->op) {
-    case BinaryOp::kAdd: return x + y;
-    case BinaryOp::kSub: return x - y;
-    case BinaryOp::kMul: return x * y;
-    case BinaryOp::kMin: return std::min(x, y);
-    case BinaryOp::kMax: return std::max(x, y);
+    case BinaryOp::kAdd:
+      return x + y;
+    case BinaryOp::kSub:
+      return x - y;
+    case BinaryOp::kMul:
+      return x * y;
+    case BinaryOp::kMin:
+      return std::min(x, y);
+    case BinaryOp::kMax:
+      return std::max(x, y);
     case BinaryOp::kDiv:
     case BinaryOp::kMod:
     case BinaryOp::kCDiv:
       if (y == 0) return invalid_argument("division by zero in {}", to_string(e));
       return b->op == BinaryOp::kDiv ? x / y : b->op == BinaryOp::kMod ? x % y : (x + y - 1) / y;
-    default: return internal_error("cannot evaluate {} on the host", to_string(e));
+    default:
+      return internal_error("cannot evaluate {} on the host", to_string(e));
   }
 }
 
@@ -56,7 +62,8 @@ std::vector<bool> used_arguments(const Kernel& k) {
   } uses;
   uses.visit(k.body);
   std::vector<bool> used;
-  for (const KernelArg& a : k.args) used.push_back(uses.names.count(a.name) > 0);
+  for (const KernelArg& a : k.args)
+    used.push_back(uses.names.count(a.name) > 0);
   return used;
 }
 
@@ -85,9 +92,10 @@ Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used
                                   const std::vector<ArgSlot>& slots) {
   if (args.size() != k.args.size()) {
     std::string names;
-    for (const KernelArg& a : k.args) names += (names.empty() ? "" : ", ") + a.name;
-    return invalid_argument("kernel '{}' takes {} arguments ({}), got {}", k.name, k.args.size(), names,
-                            args.size());
+    for (const KernelArg& a : k.args)
+      names += (names.empty() ? "" : ", ") + a.name;
+    return invalid_argument("kernel '{}' takes {} arguments ({}), got {}", k.name, k.args.size(),
+                            names, args.size());
   }
   std::map<std::string, int64_t> env;
   BoundLaunch out;
@@ -96,39 +104,46 @@ Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used
     const KernelArg& ka = k.args[a];
     if (!ka.is_tensor()) {
       if (std::holds_alternative<TensorArg>(args[a]))
-        return invalid_argument("kernel '{}': argument {} ('{}') is a scalar of type {}; got a tensor",
-                                k.name, a, ka.name, ka.scalar->type.name());
+        return invalid_argument(
+            "kernel '{}': argument {} ('{}') is a scalar of type {}; got a tensor", k.name, a,
+            ka.name, ka.scalar->type.name());
       if (ka.scalar->type.is_int()) {
         if (!std::holds_alternative<int64_t>(args[a]))
-          return invalid_argument("kernel '{}': argument {} ('{}') is an integer; got a floating-point value",
-                                  k.name, a, ka.name);
+          return invalid_argument(
+              "kernel '{}': argument {} ('{}') is an integer; got a floating-point value", k.name,
+              a, ka.name);
         env[ka.name] = std::get<int64_t>(args[a]);
       }
       continue;
     }
     const TensorArg* t = std::get_if<TensorArg>(&args[a]);
     if (!t)
-      return invalid_argument("kernel '{}': argument {} ('{}') is a tensor; got a scalar", k.name, a, ka.name);
+      return invalid_argument("kernel '{}': argument {} ('{}') is a tensor; got a scalar", k.name,
+                              a, ka.name);
     const BufferNode& b = *ka.tensor;
     if (DType(t->dtype) != b.dtype)
       return invalid_argument("kernel '{}': argument '{}' must hold {}, got {}", k.name, ka.name,
                               b.dtype.name(), scalar_type_name(t->dtype));
     if (static_cast<int>(t->shape.size()) != b.rank())
-      return invalid_argument("kernel '{}': argument '{}' must have {} dimensions {}, got {}", k.name,
-                              ka.name, b.rank(), shape_string(b.shape), t->shape.size());
+      return invalid_argument("kernel '{}': argument '{}' must have {} dimensions {}, got {}",
+                              k.name, ka.name, b.rank(), shape_string(b.shape), t->shape.size());
     if (!t->strides.empty() && t->strides.size() != t->shape.size())
       return invalid_argument("kernel '{}': argument '{}' has {} strides for {} dimensions", k.name,
                               ka.name, t->strides.size(), t->shape.size());
     if (!t->data && used[a])
       return invalid_argument("kernel '{}': argument '{}' has no data", k.name, ka.name);
     if (t->offset < 0)
-      return invalid_argument("kernel '{}': argument '{}' has negative offset {}", k.name, ka.name, t->offset);
+      return invalid_argument("kernel '{}': argument '{}' has negative offset {}", k.name, ka.name,
+                              t->offset);
     for (int d = 0; d < b.rank(); ++d) {
       int64_t n = t->shape[d];
-      if (n < 0) return invalid_argument("kernel '{}': argument '{}' has negative size {}", k.name, ka.name, n);
+      if (n < 0)
+        return invalid_argument("kernel '{}': argument '{}' has negative size {}", k.name, ka.name,
+                                n);
       if (auto c = const_int(b.shape[d])) {
         if (*c != n)
-          return invalid_argument("kernel '{}': dimension {} of '{}' must be {}, got {}", k.name, d, ka.name, *c, n);
+          return invalid_argument("kernel '{}': dimension {} of '{}' must be {}, got {}", k.name, d,
+                                  ka.name, *c, n);
         continue;
       }
       const std::string& size = b.shape[d]->as<Var>()->name;
@@ -142,29 +157,43 @@ Expected<BoundLaunch> bind_launch(const Kernel& k, const std::vector<bool>& used
   for (const ArgSlot& s : slots) {
     tessel_cpu::Arg v{};
     switch (s.kind) {
-      case ArgSlot::Kind::kData: v.ptr = std::get<TensorArg>(args[s.arg]).data; break;
-      case ArgSlot::Kind::kOffset: v.i64 = std::get<TensorArg>(args[s.arg]).offset; break;
+      case ArgSlot::Kind::kData:
+        v.ptr = std::get<TensorArg>(args[s.arg]).data;
+        break;
+      case ArgSlot::Kind::kOffset:
+        v.i64 = std::get<TensorArg>(args[s.arg]).offset;
+        break;
       case ArgSlot::Kind::kStride: {
         const TensorArg& t = std::get<TensorArg>(args[s.arg]);
         if (!t.strides.empty()) {
           v.i64 = t.strides[s.dim];
         } else {
           v.i64 = 1;
-          for (size_t e = s.dim + 1; e < t.shape.size(); ++e) v.i64 *= t.shape[e];
+          for (size_t e = s.dim + 1; e < t.shape.size(); ++e)
+            v.i64 *= t.shape[e];
         }
         break;
       }
       case ArgSlot::Kind::kScalar: {
         const LaunchArg& x = args[s.arg];
-        double f = std::holds_alternative<double>(x) ? std::get<double>(x) : static_cast<double>(std::get<int64_t>(x));
-        if (s.type == kF32) v.f32 = static_cast<float>(f);
-        else if (s.type == DType(ScalarType::kF64)) v.f64 = f;
-        else if (s.type == kI32) v.i32 = static_cast<int32_t>(std::get<int64_t>(x));
-        else if (s.type.is_int()) v.i64 = std::get<int64_t>(x);
-        else return unimplemented("kernel '{}': scalar argument '{}' of type {}", k.name, s.name, s.type.name());
+        double f = std::holds_alternative<double>(x) ? std::get<double>(x)
+                                                     : static_cast<double>(std::get<int64_t>(x));
+        if (s.type == kF32)
+          v.f32 = static_cast<float>(f);
+        else if (s.type == DType(ScalarType::kF64))
+          v.f64 = f;
+        else if (s.type == kI32)
+          v.i32 = static_cast<int32_t>(std::get<int64_t>(x));
+        else if (s.type.is_int())
+          v.i64 = std::get<int64_t>(x);
+        else
+          return unimplemented("kernel '{}': scalar argument '{}' of type {}", k.name, s.name,
+                               s.type.name());
         break;
       }
-      case ArgSlot::Kind::kSize: v.i64 = env.at(s.name); break;
+      case ArgSlot::Kind::kSize:
+        v.i64 = env.at(s.name);
+        break;
     }
     out.slots.push_back(v);
   }
