@@ -414,11 +414,11 @@ Expected<View> column_taps(const Tensor& weight, const ConvShape& s, bool transp
 Expected<Tensor> columns(const Tensor& x, const Window& w, const ConvShape& s) {
   const int64_t q = s.n * s.l();
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, empty_like_device({s.groups * s.k, q}, x.dtype(), x));
-  std::vector<KernelArg> args{x,
-                              View{cols, {s.n, s.groups * s.k, s.oh, s.ow}, {s.l(), q, s.ow, 1}}};
+  std::vector<KernelArg> args{x, View{cols, {s.groups * s.k, s.n * s.oh, s.ow}, {q, s.ow, 1}},
+                              s.oh};
   for (KernelArg& a : window_args(w, true))
     args.push_back(a);
-  TESSEL_TRY(launch_kernel("im2col", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
+  TESSEL_TRY(launch_kernel("im2col_rows", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
   return cols;
 }
 
@@ -449,11 +449,10 @@ Expected<Tensor> input_grad_columns(const Tensor& g, const Tensor& weight, const
   TESSEL_TRY(launch_implicit(taps, tap_view(dy, grid, s.n, s.o, s.groups, false), out, no_bias,
                              false, false, kPointwise, grid, 0, 0));
   TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
-  std::vector<KernelArg> args{View{dcols, {s.n, s.groups * s.k, s.oh, s.ow}, {s.l(), q, s.ow, 1}},
-                              dx};
-  for (KernelArg& a : window_args(w, true))
-    args.push_back(a);
-  TESSEL_TRY(launch_kernel("col2im", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
+  // Unit strides only (input_grad_implicit's test), which col2im_rows assumes.
+  TESSEL_TRY(launch_kernel("col2im_rows", {},
+                           {View{dcols, {s.groups * s.k, s.n, s.oh, s.ow}, {q, s.l(), s.ow, 1}}, dx,
+                            w.kh, w.kw, w.ph, w.pw, w.dh, w.dw}));
   return dx;
 }
 
