@@ -140,6 +140,26 @@ std::string DeviceFigures::describe() const {
       source);
 }
 
+int tie_rank(Choice c) {
+  switch (c) {
+    case Choice::kCsr:
+      return 0;
+    case Choice::kCoo:
+      return 1;
+    case Choice::kBsr:
+      return 2;
+    case Choice::kDense:
+      return 3;
+  }
+  return 4;
+}
+
+CloseCall decide_close_call(Choice first, Choice second, double speedup, double tie) {
+  if (speedup > tie) return {second, false};
+  if (speedup * tie < 1) return {first, false};
+  return {tie_rank(second) < tie_rank(first) ? second : first, true};
+}
+
 Expected<std::optional<Choice>> forced_choice(const PlanOptions& options) {
   if (options.force) return options.force;
   const char* env = std::getenv("TESSEL_SPARSE_FORMAT");

@@ -3,8 +3,9 @@
 // bandwidth, FP32 peak, cache sizes, vector width, threads) go into a cost model per candidate
 // (csr, coo, bsr, dense gemm); the cheapest wins. Where the model's two best are within
 // `measure_margin` of each other and the caller allows it, both are timed on the real operands,
-// taking turns, in CPU time, and the faster is kept (planning is per matrix, so this is paid
-// once).
+// taking turns, and the faster is kept; a pair that times within ~25% is timed again, and one
+// still within kCloseCallTie goes to the more general format (decide_close_call). Planning is per
+// matrix, so this is paid once.
 //
 //   Plan p = plan_spmm(a, /*n=*/256, /*needs_grad=*/false);
 //   log_debug("{}", p.explain());     // every candidate, its estimate and why the winner won
@@ -81,6 +82,10 @@ struct Plan {
   SparseOp op = SparseOp::kSpmm;
   Choice choice = Choice::kCsr;
   std::string reason;  // "forced by TESSEL_SPARSE_FORMAT", "cheapest estimate", "measured"
+  // Where the two best were timed: the model's first's time over the runner-up's (> 1: the
+  // runner-up ran faster), the median of per-round ratios over `timed_rounds` rounds.
+  std::optional<double> measured_speedup;
+  int timed_rounds = 0;
   StructureStats stats;
   DeviceFigures device;
   int64_t n = 1;  // dense columns
@@ -92,6 +97,30 @@ struct Plan {
 // gradients, since its kernel has no backward; bsr and coo only for spmm / spmv).
 Plan plan_operation(SparseOp op, const StructureStats& stats, const DeviceFigures& device,
                     int64_t n, bool needs_grad, const PlanOptions& options = {});
+
+// Within this factor either way, two timed formats are one to the measurement: on a quiet
+// machine the same kernel's medians move by a few percent between runs, and a pair this close
+// flipped from run to run (block16-1024-20% spmm: bsr and csr timed 2641 vs 2637 us at plan time,
+// then 4312 vs 2326 us in the bench).
+constexpr double kCloseCallTie = 1.05;
+
+// The order in which formats win a tie (lower first). csr is what matrices are kept in (nothing
+// to build), has a backward, and its blocks are short row groups claimed one at a time, so a
+// thread delayed by other work holds up little; coo needs expanded row indices and walks its
+// nonzeros on one thread per 64 columns; bsr needs a conversion, pads partial blocks, and has a
+// few large blocks (64 block rows at 1024 rows); dense holds a densified copy of the matrix.
+int tie_rank(Choice c);
+
+struct CloseCall {
+  Choice choice;
+  bool tie = false;  // within `tie`: decided by tie_rank, not by the timing
+};
+// How a timed pair is decided (pure: plan_for supplies the timing). `speedup` is the first's
+// time over the second's (> 1: the second ran faster). Beyond `tie` either way the faster wins;
+// within it the one of lower tie_rank, whichever order the model put them in, so that repeated
+// plans of one matrix agree however the noise falls.
+CloseCall decide_close_call(Choice first, Choice second, double speedup,
+                            double tie = kCloseCallTie);
 
 // The user's fixed choice from options or the environment, if any.
 Expected<std::optional<Choice>> forced_choice(const PlanOptions& options);

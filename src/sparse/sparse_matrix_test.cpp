@@ -222,11 +222,48 @@ TEST(Planner, SpmvTakesCsrWhereRowsAreLongOrEmpty) {
   EXPECT_NE(short_rows.choice, Choice::kDense);
 }
 
-// The measurement step: the two best candidates are both timed (in CPU time, taking turns) and
-// the second replaces the model's first only when it ran more than 5% faster; the plan is kept
-// per pattern, so asking again returns it unchanged. Candidates that run the same code are not
-// timed against each other.
-TEST(SparsePlanner, MeasuresTheTwoBestAndKeepsTheModelsChoiceWhenClose) {
+// How a timed pair is decided: beyond 5% either way the faster wins, whichever the model put
+// first; within it the more general format wins (csr, then coo, bsr, dense), in either order.
+TEST(SparsePlanner, CloseCallGoesToTheFasterOrOnATieToTheMoreGeneralFormat) {
+  struct Case {
+    Choice first, second;
+    double speedup;  // first's time / second's
+    Choice want;
+    bool tie;
+  };
+  const Case cases[] = {
+      {Choice::kBsr, Choice::kCsr, 1.0, Choice::kCsr, true},
+      {Choice::kBsr, Choice::kCsr, 1.0 / 1.04, Choice::kCsr, true},  // bsr 4% faster: a tie
+      {Choice::kBsr, Choice::kCsr, 1.04, Choice::kCsr, true},
+      {Choice::kBsr, Choice::kCsr, 1.0 / 1.06, Choice::kBsr, false},  // bsr 6% faster
+      {Choice::kCsr, Choice::kBsr, 1.0 / 1.04, Choice::kCsr, true},
+      {Choice::kCsr, Choice::kBsr, 1.06, Choice::kBsr, false},
+      {Choice::kCsr, Choice::kCoo, 1.02, Choice::kCsr, true},
+      {Choice::kCoo, Choice::kCsr, 1.0 / 1.02, Choice::kCsr, true},
+      {Choice::kCoo, Choice::kCsr, 0.5, Choice::kCoo, false},
+      {Choice::kDense, Choice::kCoo, 1.0, Choice::kCoo, true},
+      {Choice::kDense, Choice::kBsr, 0.99, Choice::kBsr, true},
+      {Choice::kBsr, Choice::kDense, 1.5, Choice::kDense, false},
+  };
+  for (const Case& k : cases) {
+    CloseCall call = decide_close_call(k.first, k.second, k.speedup);
+    EXPECT_EQ(call.choice, k.want)
+        << choice_name(k.first) << " vs " << choice_name(k.second) << " at " << k.speedup;
+    EXPECT_EQ(call.tie, k.tie) << choice_name(k.first) << " vs " << choice_name(k.second) << " at "
+                               << k.speedup;
+  }
+  // The band is the caller's: at 10%, a 6% lead is a tie.
+  EXPECT_EQ(decide_close_call(Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 1.10).choice, Choice::kCsr);
+  EXPECT_LT(tie_rank(Choice::kCsr), tie_rank(Choice::kCoo));
+  EXPECT_LT(tie_rank(Choice::kCoo), tie_rank(Choice::kBsr));
+  EXPECT_LT(tie_rank(Choice::kBsr), tie_rank(Choice::kDense));
+}
+
+// The measurement step: the two best candidates are both timed (taking turns, again when close)
+// and decided by decide_close_call on the median of the per-round ratios; the plan is kept per
+// pattern, so asking again returns it unchanged. Candidates that run the same code are not timed
+// against each other.
+TEST(SparsePlanner, MeasuresTheTwoBestAndDecidesByTheCloseCallRule) {
   SparseMatrix a = testing::random_matrix(96, 80, 0.1, 11, cpu_device());
   Tensor b = testing::random_dense({80, 32}, 12, cpu_device());
   PlanOptions always;
@@ -238,11 +275,17 @@ TEST(SparsePlanner, MeasuresTheTwoBestAndKeepsTheModelsChoiceWhenClose) {
   ASSERT_TRUE(second.measured_us.has_value()) << p.explain();
   EXPECT_GT(*first.measured_us, 0);
   EXPECT_GT(*second.measured_us, 0);
-  EXPECT_EQ(p.choice,
-            *second.measured_us * 1.05 < *first.measured_us ? second.choice : first.choice)
+  ASSERT_TRUE(p.measured_speedup.has_value()) << p.explain();
+  EXPECT_GT(*p.measured_speedup, 0);
+  // At least the first pass's rounds (5, more for short calls), and a second pass when close.
+  EXPECT_GE(p.timed_rounds, 5);
+  if (*p.measured_speedup < 1.5 && *p.measured_speedup > 1 / 1.5) {
+    EXPECT_GE(p.timed_rounds, 5 + 15) << p.explain();
+  }
+  EXPECT_EQ(p.choice, decide_close_call(first.choice, second.choice, *p.measured_speedup).choice)
       << p.explain();
   expect_contains(p.reason, "measured: the two best estimates were within");
-  // Calls this small are timed by their fastest wall time.
+  // Calls this small are shown by their fastest wall time.
   EXPECT_TRUE(first.measured_wall) << p.explain();
   expect_contains(p.explain(), "(fastest wall time)");
   Plan again = plan_for(a, SparseOp::kSpmm, 32, false, always, &b).value();
