@@ -74,26 +74,36 @@ static void group(void) {
 static const float lr = 1e-2f, b1 = 0.9f, b2 = 0.999f, eps = 1e-8f, wd = 0.0f, ss = 1e-2f,
                    bc2 = 0.05f;
 
-// Strides in floats between a row's P, M and S, and from one row to the next.
+// g = the sum of id u's gradient rows (its positions' rows of D).
+static inline void sum_rows(int64_t u, const float* D, float* g) {
+  memset(g, 0, sizeof(float) * C);
+  for (int64_t k = starts[u]; k < starts[u + 1]; ++k) {
+    const float* d = D + pos[k] * C;
+    for (int j = 0; j < C; ++j)
+      g[j] += d[j];
+  }
+}
+
+// AdamW on n elements of a row.
+static inline void update(float* restrict p, float* restrict m, float* restrict s, const float* g,
+                          int n) {
+  for (int j = 0; j < n; ++j) {
+    float w = p[j] * (1.0f - lr * wd);
+    float mm = b1 * m[j] + (1.0f - b1) * g[j];
+    float sv = b2 * s[j] + (1.0f - b2) * g[j] * g[j];
+    m[j] = mm;
+    s[j] = sv;
+    p[j] = w - ss * mm / (sqrtf(sv) / bc2 + eps);
+  }
+}
+
+// Row r's P at P + r * p_stride, its M and S at M, S + r * ms_stride.
 static void step(float* P, size_t p_stride, float* M, float* S, size_t ms_stride, const float* D) {
   float g[C] __attribute__((aligned(64)));
   for (int64_t u = 0; u < U; ++u) {
-    memset(g, 0, sizeof(g));
-    for (int64_t k = starts[u]; k < starts[u + 1]; ++k) {
-      const float* d = D + pos[k] * C;
-      for (int j = 0; j < C; ++j)
-        g[j] += d[j];
-    }
+    sum_rows(u, D, g);
     const size_t row = (size_t)uniq[u];
-    float* restrict p = P + row * p_stride, * restrict m = M + row * ms_stride, * restrict s = S + row * ms_stride;
-    for (int j = 0; j < C; ++j) {
-      float w = p[j] * (1.0f - lr * wd);
-      float mm = b1 * m[j] + (1.0f - b1) * g[j];
-      float sv = b2 * s[j] + (1.0f - b2) * g[j] * g[j];
-      m[j] = mm;
-      s[j] = sv;
-      p[j] = w - ss * mm / (sqrtf(sv) / bc2 + eps);
-    }
+    update(P + row * p_stride, M + row * ms_stride, S + row * ms_stride, g, C);
   }
 }
 
@@ -103,27 +113,13 @@ static void step_chunked(float* P, float* MS, int pms, const float* D) {
   float g[C] __attribute__((aligned(64)));
   const size_t ms_row = pms ? 3 * C : 2 * C, chunk = pms ? 48 : 32;
   for (int64_t u = 0; u < U; ++u) {
-    memset(g, 0, sizeof(g));
-    for (int64_t k = starts[u]; k < starts[u + 1]; ++k) {
-      const float* d = D + pos[k] * C;
-      for (int j = 0; j < C; ++j)
-        g[j] += d[j];
-    }
+    sum_rows(u, D, g);
     const size_t row = (size_t)uniq[u];
     float* base = MS + row * ms_row;
     for (int c = 0; c < C / 16; ++c) {
-      float* restrict p = pms ? base + c * chunk : P + row * C + c * 16;
-      float* restrict m = pms ? p + 16 : base + c * chunk;
-      float* restrict s = m + 16;
-      const float* gc = g + c * 16;
-      for (int j = 0; j < 16; ++j) {
-        float w = p[j] * (1.0f - lr * wd);
-        float mm = b1 * m[j] + (1.0f - b1) * gc[j];
-        float sv = b2 * s[j] + (1.0f - b2) * gc[j] * gc[j];
-        m[j] = mm;
-        s[j] = sv;
-        p[j] = w - ss * mm / (sqrtf(sv) / bc2 + eps);
-      }
+      float* p = pms ? base + c * chunk : P + row * C + c * 16;
+      float* m = pms ? p + 16 : base + c * chunk;
+      update(p, m, m + 16, g + c * 16, 16);
     }
   }
 }
