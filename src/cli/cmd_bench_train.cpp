@@ -13,6 +13,9 @@
 // same minute of a shared machine; rerun for a second sample. `--config FILE` runs tessel's side
 // on the device (and with the options) of the file's [target] table (ops/target_config.h), as
 // `tessel train` would; each timed step then ends with the device's queue drained.
+// `--precision bf16` runs both sides in mixed precision: tessel's step inside an autograd::Autocast
+// scope (its gemm ops multiply in bf16, accumulate in f32), PyTorch's forward and loss inside
+// torch.autocast on the same device with bfloat16, each with f32 master weights and optimizer.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -31,6 +34,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/autocast.h"
 #include "cli/bench_job.h"
 #include "cli/commands.h"
 #include "ops/kernel_cache.h"
@@ -59,6 +63,7 @@ struct Options {
   uint64_t seed = 1;
   std::string worker;  // hidden: run one tessel workload and print its JSON
   std::string config;  // a TOML file whose [target] table picks tessel's device; empty: the CPU
+  std::string precision = "fp32";  // or "bf16": mixed precision on both sides
 };
 
 // The device tessel's side runs on: the [target] table of --config, else the CPU.
@@ -102,6 +107,7 @@ int run_worker(const Options& o) {
   Expected<std::unique_ptr<train::WorkloadRun>> run =
       train::WorkloadRun::create(o.worker, *device, o.seed);
   if (!run.ok()) return fail(run.status());
+  autograd::Autocast autocast(o.precision == "bf16" ? DType::kBF16 : DType::kF32);
   for (int i = 0; i < o.warmup; ++i)
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
   std::vector<double> seconds;
@@ -127,6 +133,7 @@ int run_worker(const Options& o) {
                         {"version", "0.1.0"},
                         {"threads", ThreadPool::global().num_threads()},
                         {"device", (*device)->id()},
+                        {"precision", o.precision},
                         {"steps", seconds.size()},
                         {"warmup", o.warmup},
                         {"step_ms", median * 1e3},
@@ -213,14 +220,16 @@ int run(const Options& o) {
       o.steps > 0 ? fmt::format("median of {} steps", o.steps) : "median of >= 10 steps and >= 2 s";
   if (!o.json) {
     std::printf(
-        "# tessel bench train: f32, forward + cross-entropy + backward + AdamW(lr 1e-3), batch in "
+        "# tessel bench train: %s, forward + cross-entropy + backward + AdamW(lr 1e-3), batch in "
         "memory; %s after %d warm-up; %d threads; one process per row; CPU ms: the process's "
         "CPU time (all threads) per timed step\n",
+        o.precision == "bf16" ? "bf16 mixed precision (f32 weights and optimizer)" : "f32",
         steps_text.c_str(), o.warmup, threads);
     if (peer.version.empty())
       std::printf("# %s\n", peer.why_not.c_str());
     else
-      std::printf("# PyTorch %s (eager, CPU, %d threads) from %s\n", peer.version.c_str(), threads,
+      std::printf("# PyTorch %s (eager, CPU, %d threads%s) from %s\n", peer.version.c_str(),
+                  threads, o.precision == "bf16" ? ", torch.autocast bfloat16" : "",
                   peer.python.c_str());
     std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %-15s\n", "workload", "impl", "steps",
                 "step ms", "CPU ms", "throughput", "unit", "peak MB", "tessel/pytorch");
@@ -228,9 +237,9 @@ int run(const Options& o) {
                 "per step", "", "", "RSS", "thr", "mem");
     std::fflush(stdout);
   }
-  const std::vector<std::string> common = {"--steps",  std::to_string(o.steps),
-                                           "--warmup", std::to_string(o.warmup),
-                                           "--seed",   std::to_string(o.seed)};
+  const std::vector<std::string> common = {
+      "--steps", std::to_string(o.steps), "--warmup",    std::to_string(o.warmup),
+      "--seed",  std::to_string(o.seed),  "--precision", o.precision};
   std::string torch_device = "cpu";  // PyTorch runs on the same GPU as tessel, else the CPU
   if (!o.config.empty()) {
     Expected<Device*> device = bench_device(o);  // a config mistake stops here, once
@@ -326,6 +335,10 @@ void add_bench_train_command(CLI::App& bench) {
   cmd->add_option("--config", options->config,
                   "a TOML file whose [target] table picks tessel's device (default: the CPU)")
       ->check(CLI::ExistingFile);
+  cmd->add_option("--precision", options->precision,
+                  "fp32, or bf16: mixed precision on both sides (tessel's Autocast, PyTorch's "
+                  "torch.autocast), f32 weights and optimizer (default fp32)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_option("--worker", options->worker)->group("")->check(CLI::IsMember(names));
   cmd->callback([options] { exit_code = run(*options); });
 }

@@ -99,6 +99,29 @@ TEST(BenchTrain, WorkerPrintsOneConsistentJsonLine) {
   EXPECT_TRUE(std::isfinite(row["loss"].get<double>()));
 }
 
+// --precision bf16 reaches the worker: its gemms multiply in bf16, so the first step's loss (the
+// same seed, the same batch) moves off f32's by bf16 rounding, and no further.
+TEST(BenchTrain, Bf16PrecisionRunsTheStepInMixedPrecision) {
+  Result f32 = run_tessel("bench train --worker mlp --steps 1 --warmup 0");
+  Result bf16 = run_tessel("bench train --worker mlp --steps 1 --warmup 0 --precision bf16");
+  ASSERT_EQ(f32.exit_code, 0) << f32.output;
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  std::vector<nlohmann::json> a = json_lines(f32.output), b = json_lines(bf16.output);
+  ASSERT_EQ(a.size(), 1u) << f32.output;
+  ASSERT_EQ(b.size(), 1u) << bf16.output;
+  EXPECT_EQ(a[0]["precision"], "fp32");
+  EXPECT_EQ(b[0]["precision"], "bf16");
+  const double loss_f32 = a[0]["loss"], loss_bf16 = b[0]["loss"];
+  EXPECT_NE(loss_f32, loss_bf16);
+  EXPECT_NEAR(loss_bf16, loss_f32, 2e-2 * std::fabs(loss_f32));
+}
+
+TEST(BenchTrain, RejectsAnUnknownPrecision) {
+  Result r = run_tessel("bench train --precision fp8");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--precision"), std::string::npos) << r.output;
+}
+
 TEST(BenchTrain, SaysSoWhenPyTorchIsMissing) {
   Result r = run_tessel(
       "bench train --json --workloads mlp --steps 1 --warmup 0 --python /nonexistent/python3");

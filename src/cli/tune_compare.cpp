@@ -107,6 +107,7 @@ Expected<double> compare_exhaustive(const std::string& device, bool json, tune::
     std::fprintf(stderr, "measuring %s %s: %zu points\n", target.kernel.c_str(),
                  sizes_text(target.kernel, target.sizes).c_str(), space.points.size());
     int reused = 0;
+    double reference_seconds = 0;
     for (size_t p = 0; p < space.points.size(); ++p) {
       const std::string params = tune::params_string(space.points[p]);
       auto same = [&](const tune::Trial& t) {
@@ -125,8 +126,12 @@ Expected<double> compare_exhaustive(const std::string& device, bool json, tune::
       TrialRequest request{target.kernel, target.device, target.fixed, target.sizes};
       for (const auto& [name, value] : space.points[p])
         request.params[name] = value;
+      request.versus_defaults = true;  // as the tuner measures (paired_cost)
       TrialResult r = run_trial(request);
-      if (r.status == "ok") cost[p] = r.seconds;
+      if (r.status == "ok" && r.ratio > 0) {
+        r.seconds = paired_cost(r, &reference_seconds);
+        cost[p] = r.seconds;
+      }
       // Recorded as it goes, so an interrupted run can be resumed with --reuse.
       if (db) TESSEL_TRY(db->record({prepared.key, params, r.status, r.seconds, r.detail}));
     }

@@ -1,7 +1,8 @@
 // `tessel tune --compare-exhaustive`: how fast the tuner's search finds a kernel's best
 // specialisation, against random search and the grid, on cases whose spaces are small enough to
-// measure every point. Each point is measured once (a child-process trial, tune_trial.h); the
-// three searches are then replayed over those measurements, so they see the same numbers.
+// measure every point. Each point is measured once, as the tuner measures it (a child-process
+// trial timed against the kernel's defaults: tune_session.h's paired_cost); the three searches are
+// then replayed over those measurements, so they see the same numbers.
 #pragma once
 
 #include <string>

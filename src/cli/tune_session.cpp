@@ -112,6 +112,11 @@ Expected<PreparedTarget> prepare_target(const TuneTarget& target) {
   return out;
 }
 
+double paired_cost(const TrialResult& r, double* reference_seconds) {
+  if (!(*reference_seconds > 0)) *reference_seconds = r.default_seconds;
+  return r.ratio * *reference_seconds;
+}
+
 namespace {
 
 // One timing among a search's trials is luck on a shared machine. So the search's best and the
@@ -185,6 +190,7 @@ Expected<TuneOutcome> tune_target(const TuneTarget& target, const TuneLimits& li
     out.default_params = tune::params_string(space.points[space.default_index]);
   const double flops = launch_flops(target.kernel, target.sizes);
   const auto start = std::chrono::steady_clock::now();
+  double reference_seconds = 0;  // the defaults' time in the first trial (paired_cost)
   if (progress)
     std::fprintf(progress, "tune %s %s on %s: %zu points (%s), budget %d trials\n",
                  target.kernel.c_str(), sizes_text(target.kernel, target.sizes).c_str(),
@@ -199,10 +205,12 @@ Expected<TuneOutcome> tune_target(const TuneTarget& target, const TuneLimits& li
     TrialRequest request{target.kernel, target.device, target.fixed, target.sizes};
     for (const auto& [name, value] : space.points[p])
       request.params[name] = value;
+    request.versus_defaults = true;
     TrialResult r = run_trial(request);
     ++out.trials;
-    const bool ok = r.status == "ok";
+    const bool ok = r.status == "ok" && r.ratio > 0;
     if (!ok) ++out.failed;
+    if (ok) r.seconds = paired_cost(r, &reference_seconds);
     search.report(p, ok ? r.seconds : std::numeric_limits<double>::infinity());
     if (p == space.default_index && ok) out.default_seconds = r.seconds;
     if (db) {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/tune_trial.h"
 #include "support/status.h"
 #include "tune/space_points.h"
 #include "tune/tune_db.h"
@@ -58,6 +59,15 @@ struct PreparedTarget {
   std::string space_loc;
 };
 Expected<PreparedTarget> prepare_target(const TuneTarget& target);
+
+// A search trial's cost. Every trial is timed against the kernel's defaults, batch by batch in
+// turns (TrialRequest::versus_defaults), and costs its median time ratio times one reference:
+// the defaults' time in the first trial, which the call records in *reference_seconds. On a
+// shared machine a neighbour slows the candidate and the defaults alike within a round, so the
+// ratios of trials taken minutes apart compare the specialisations, where their own times
+// compared the neighbour's load (a gemm point on PoCL, under a compile beside it: 0.6-1.6 ms in
+// three trials alone, its ratio to the defaults 0.74-0.77).
+double paired_cost(const TrialResult& r, double* reference_seconds);
 
 // Runs the search, confirms its best against the kernel's defaults and records the choice (the
 // best only when confirmed faster, else the defaults, so a tuned launch is never slower than an

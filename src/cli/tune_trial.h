@@ -6,8 +6,8 @@
 // beta = 0), runs the kernel's default specialisation and the candidate on the same inputs, and
 // compares every tensor (a different result is "wrong"); for gemm and batched_gemm it also checks
 // sampled outputs against a double-precision dot product of the inputs. Then it times the
-// candidate (median of repeated launches), or the candidate and the defaults in turns
-// (versus_defaults), and prints one JSON line.
+// candidate (the fastest of batches of back-to-back launches: tune_trial.cpp says why), or the
+// candidate and the defaults in turns (versus_defaults), and prints one JSON line.
 #pragma once
 
 #include <cstdint>
@@ -31,8 +31,8 @@ struct TrialResult {
   std::string status;  // ok, compile_error, wrong, crash, timeout
   double seconds = 0;  // per launch
   std::string detail;
-  // With versus_defaults: the defaults' median time per launch, and the median over rounds of
-  // (candidate time / defaults time) within a round.
+  // With versus_defaults: the defaults' time per launch (fastest batch), and the median over
+  // rounds of (candidate time / defaults time) within a round.
   double default_seconds = 0;
   double ratio = 0;
 };

@@ -1,7 +1,8 @@
 // The tuner's search over a finite list of valid points (a kernel's space after its constraints):
 // a cost model learned from the measurements so far ranks the candidates of an evolutionary step
 // (neighbours of the best points measured, plus a few random ones), and the best-ranked is
-// measured next.
+// measured next; from the 20th trial on, the neighbours of the best point alone (then a point far
+// from all).
 //
 //   Search search(points, features, /*seed=*/1, /*first=*/default_index);
 //   while (!search.done()) {
@@ -18,6 +19,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <set>
 #include <vector>
 
 namespace tessel::tune {
@@ -50,6 +52,7 @@ class Search {
   void fit();
   double predict(int point) const;
   int farthest_unmeasured();
+  void add_immigrants(std::set<int>* candidates);
 
   std::vector<std::vector<int>> coords_;
   std::vector<std::vector<double>> features_;

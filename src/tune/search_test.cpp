@@ -67,6 +67,43 @@ TEST(Search, BeatsRandomSearchInExpectedTrials) {
   EXPECT_LT(search_mean, random_mean) << "search " << search_mean << ", random " << random_mean;
 }
 
+// From the 20th trial on, each point measured is a neighbour (one step in at most two parameters)
+// of the best point so far, until that point's neighbourhood is measured.
+TEST(Search, LateTrialsMeasureTheBestPointsNeighbours) {
+  const Synthetic s = synthetic();
+  SearchOptions options;
+  options.patience = 0;
+  Search search(s.coords, s.features, options);
+  auto neighbours = [&](int p, int q) {
+    int steps = 0;
+    for (size_t k = 0; k < s.coords[p].size(); ++k) {
+      const int d = std::abs(s.coords[p][k] - s.coords[q][k]);
+      if (d > 1) return false;
+      steps += d > 0;
+    }
+    return steps <= 2;
+  };
+  std::vector<char> measured(s.cost.size(), 0);
+  int local_trials = 0;
+  for (int t = 0; t < 40; ++t) {
+    const int best = search.best();
+    const int p = search.next();
+    ASSERT_GE(p, 0);
+    if (t >= 20) {
+      bool unmeasured_neighbour = false;
+      for (size_t q = 0; q < s.cost.size(); ++q)
+        unmeasured_neighbour |= !measured[q] && neighbours(static_cast<int>(q), best);
+      if (unmeasured_neighbour) {
+        EXPECT_TRUE(neighbours(p, best)) << "trial " << t + 1;
+        ++local_trials;
+      }
+    }
+    measured[p] = 1;
+    search.report(p, s.cost[p]);
+  }
+  EXPECT_GT(local_trials, 0);
+}
+
 TEST(Search, MeasuresEveryPointOnceAndKeepsTheBest) {
   const Synthetic s = synthetic();
   SearchOptions options;

@@ -5,7 +5,8 @@ mode on the CPU, printed as one JSON line.
     python bench_train.py --workload mlp --steps 20 --warmup 3 --threads 2
 
 A step is what src/train/workloads.cpp does in tessel: forward, cross-entropy, backward, AdamW
-(lr 1e-3, PyTorch's defaults otherwise), on one batch made once and kept in memory, f32.
+(lr 1e-3, PyTorch's defaults otherwise), on one batch made once and kept in memory, f32 (or,
+with --precision bf16, forward and loss under torch.autocast with bfloat16, f32 weights).
 The models are the ones WORKLOADS.md names, written as their usual PyTorch code (nanoGPT for the
 GPTs, torchvision's block layout for the ResNets). `tessel bench train` runs this script in a
 process of its own, so the peak RSS printed is this process's alone.
@@ -191,6 +192,8 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--check", action="store_true", help="print the parameter count only")
     p.add_argument("--device", default="cpu", help="cpu or cuda:N (steps then end in a sync)")
+    p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                   help="bf16: forward and loss under torch.autocast(bfloat16), f32 weights")
     a = p.parse_args()
 
     factory, shape, classes, unit = WORKLOADS[a.workload]
@@ -215,10 +218,15 @@ def main():
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
+    bf16 = a.precision == "bf16"
+
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = model(x)
-        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
+        # PyTorch's recipe for mixed precision: autocast around forward and loss only; backward
+        # runs each op in the dtype its forward used.
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+            logits = model(x)
+            loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), y.view(-1))
         loss.backward()
         opt.step()
         return loss
@@ -244,7 +252,8 @@ def main():
     items = math.prod(shape) if tokens else shape[0]
     print(json.dumps({
         "workload": a.workload, "impl": "pytorch", "version": torch.__version__,
-        "threads": torch.get_num_threads(), "device": a.device, "steps": len(times),
+        "threads": torch.get_num_threads(), "device": a.device, "precision": a.precision,
+        "steps": len(times),
         "warmup": a.warmup,
         "step_ms": median * 1e3, "cpu_ms": cpu_ms, "throughput": items / median, "unit": unit,
         "peak_rss_mb": peak_rss_mb(), "parameters": params, "loss": float(loss.detach()),

@@ -1,0 +1,76 @@
+// `tessel tune --trial` as the tuner runs it (the built command, in a child process): a trial
+// timed against the kernel's defaults reports both times and their ratio, and a specialisation
+// that does not compile is an answer naming where, not a failed process. The gemm launches here
+// use the AOT defaults (no JIT compile), so the file runs in well under a second. Nothing is
+// asserted about speed beyond what pairing guarantees: the defaults against themselves are even.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace {
+
+struct Result {
+  int exit_code = -1;
+  std::string output;
+};
+
+Result run_trial(const nlohmann::json& request) {
+  Result r;
+  const std::string command =
+      std::string("'") + TESSEL_CLI_PATH + "' tune --trial '" + request.dump() + "' 2>&1";
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  if (!pipe) return r;
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    r.output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// The last line of the child's output, which is its answer.
+nlohmann::json answer(const Result& r) {
+  const size_t end = r.output.find_last_not_of('\n');
+  if (end == std::string::npos) return {};
+  const size_t start = r.output.rfind('\n', end);
+  return nlohmann::json::parse(r.output.substr(start == std::string::npos ? 0 : start + 1, end + 1),
+                               nullptr, false);
+}
+
+nlohmann::json gemm_request(nlohmann::json params) {
+  return {{"kernel", "gemm"},
+          {"device", "cpu"},
+          {"params", std::move(params)},
+          {"sizes", {{"M", 96}, {"N", 80}, {"K", 72}}},
+          {"seconds", 0.02},
+          {"versus_defaults", true}};
+}
+
+TEST(TuneTrial, TheDefaultsPairedWithThemselvesRunEven) {
+  Result r = run_trial(gemm_request({{"T", "f32"}}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = answer(r);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["status"], "ok") << r.output;
+  EXPECT_GT(double(j["seconds"]), 0.0);
+  EXPECT_GT(double(j["default_seconds"]), 0.0);
+  // The same kernel in alternating batches: the median of the rounds' ratios is ~1 even on a
+  // busy machine (a neighbour slows both launches of a round alike).
+  EXPECT_GT(double(j["ratio"]), 0.5) << r.output;
+  EXPECT_LT(double(j["ratio"]), 2.0) << r.output;
+}
+
+TEST(TuneTrial, ASpecialisationThatDoesNotCompileIsAnAnswerNamingWhere) {
+  Result r = run_trial(gemm_request({{"T", "f32"}, {"BM", "7"}}));
+  EXPECT_EQ(r.exit_code, 1) << r.output;  // the trial failed; the process did not crash
+  nlohmann::json j = answer(r);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["status"], "compile_error");
+  EXPECT_NE(std::string(j["detail"]).find("kernels/gemm.tile:"), std::string::npos) << r.output;
+}
+
+}  // namespace
