@@ -186,7 +186,8 @@ Status time_in_turns(const std::vector<std::function<Status()>>& fns, int rounds
 struct PairTiming {
   std::array<double, 2> us{};
   bool wall = false;
-  double speedup = 1;  // first / second
+  double speedup = 1;        // first / second
+  double second_faster = 0;  // the share of rounds in which the second was faster
   int rounds = 0;
 };
 PairTiming read_pair(const std::array<Timing, 2>& t, const std::array<int, 2>& threads) {
@@ -197,9 +198,13 @@ PairTiming read_pair(const std::array<Timing, 2>& t, const std::array<int, 2>& t
   };
   std::vector<double> ratios;
   p.rounds = static_cast<int>(t[0].cpu_us.size());
-  for (size_t r = 0; r < t[0].cpu_us.size(); ++r)
+  int faster = 0;
+  for (size_t r = 0; r < t[0].cpu_us.size(); ++r) {
     ratios.push_back(figure(0, r) / std::max(figure(1, r), 1e-3));
+    faster += figure(1, r) < figure(0, r);
+  }
   p.speedup = median_of(ratios);
+  p.second_faster = static_cast<double>(faster) / std::max(1, p.rounds);
   for (size_t i = 0; i < 2; ++i)
     p.us[i] = p.wall ? *std::min_element(t[i].wall_us.begin(), t[i].wall_us.end())
                      : median_of(t[i].cpu_us) / std::max(1, threads[i]);
@@ -207,9 +212,9 @@ PairTiming read_pair(const std::array<Timing, 2>& t, const std::array<int, 2>& t
 }
 
 // A first timing within this factor either way is timed again (kRetimeRounds more rounds,
-// pooled) before the pair is decided: one pass of five rounds of block16-1024-20% spmm put bsr
-// 1.39x ahead of csr where the bench's medians had them within 8% (load 6).
-constexpr double kRetimeBand = 1.5;
+// pooled) before the pair is decided: passes of five rounds of block16-1024-20% spmm put bsr
+// 1.39x and 1.56x ahead of csr where the bench's medians had them within 8% (load 4-6).
+constexpr double kRetimeBand = 2;
 constexpr int kRetimeRounds = 15;
 
 // d + a by one scatter of a's (row, column) pairs, for both COO and CSR.
@@ -285,16 +290,20 @@ Expected<Plan> plan_for(const SparseMatrix& a, SparseOp op, int64_t n, bool need
       cand.measured_us = pair.us[i];
     }
     plan.measured_speedup = pair.speedup;
+    plan.second_faster_share = pair.second_faster;
     plan.timed_rounds = pair.rounds;
-    const CloseCall call = decide_close_call(c[0].choice, c[other].choice, pair.speedup);
+    const CloseCall call =
+        decide_close_call(c[0].choice, c[other].choice, pair.speedup, pair.second_faster);
     plan.choice = call.choice;
     plan.reason = fmt::format(
         "measured: the two best estimates were within {:.0f}%; over {} rounds the second ran "
-        "{:.2f}x as fast (median {} time ratio){}",
+        "{:.2f}x as fast (median {} time ratio), faster in {:.0f}% of them{}",
         100 * options.measure_margin, pair.rounds, pair.speedup, pair.wall ? "wall" : "CPU",
-        call.tie ? fmt::format(", within {:.2f}x: a tie, which {} wins", kCloseCallTie,
-                               choice_name(call.choice))
-                 : "");
+        100 * pair.second_faster,
+        call.tie
+            ? fmt::format(" (not {:.2f}x faster in {:.0f}% of the rounds): a tie, which {} wins",
+                          kCloseCallTie, 100 * kCloseCallMajority, choice_name(call.choice))
+            : "");
   }
   log_debug("{}", plan.explain());
   std::lock_guard<std::mutex> lock(cache_mutex());

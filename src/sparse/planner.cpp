@@ -154,9 +154,10 @@ int tie_rank(Choice c) {
   return 4;
 }
 
-CloseCall decide_close_call(Choice first, Choice second, double speedup, double tie) {
-  if (speedup > tie) return {second, false};
-  if (speedup * tie < 1) return {first, false};
+CloseCall decide_close_call(Choice first, Choice second, double speedup, double second_faster_share,
+                            double tie, double majority) {
+  if (speedup > tie && second_faster_share >= majority) return {second, false};
+  if (speedup * tie < 1 && 1 - second_faster_share >= majority) return {first, false};
   return {tie_rank(second) < tie_rank(first) ? second : first, true};
 }
 

@@ -3,8 +3,9 @@
 // bandwidth, FP32 peak, cache sizes, vector width, threads) go into a cost model per candidate
 // (csr, coo, bsr, dense gemm); the cheapest wins. Where the model's two best are within
 // `measure_margin` of each other and the caller allows it, both are timed on the real operands,
-// taking turns, and the faster is kept; a pair that times within ~25% is timed again, and one
-// still within kCloseCallTie goes to the more general format (decide_close_call). Planning is per
+// taking turns, and the faster is kept; a pair that times within 2x is timed again, and one
+// still within kCloseCallTie (or not faster in most rounds) goes to the more general format
+// (decide_close_call). Planning is per
 // matrix, so this is paid once.
 //
 //   Plan p = plan_spmm(a, /*n=*/256, /*needs_grad=*/false);
@@ -85,6 +86,7 @@ struct Plan {
   // Where the two best were timed: the model's first's time over the runner-up's (> 1: the
   // runner-up ran faster), the median of per-round ratios over `timed_rounds` rounds.
   std::optional<double> measured_speedup;
+  double second_faster_share = 0;  // of the timed rounds, those in which the runner-up was faster
   int timed_rounds = 0;
   StructureStats stats;
   DeviceFigures device;
@@ -111,16 +113,23 @@ constexpr double kCloseCallTie = 1.05;
 // few large blocks (64 block rows at 1024 rows); dense holds a densified copy of the matrix.
 int tie_rank(Choice c);
 
+// A faster side must also be faster in at least this share of the paired rounds: under load
+// the median ratio of block16-1024-20% spmm's csr and bsr fell at 0.94-1.02x from plan to plan,
+// so a 5% line alone still split its plans 8 to 4.
+constexpr double kCloseCallMajority = 0.75;
+
 struct CloseCall {
   Choice choice;
-  bool tie = false;  // within `tie`: decided by tie_rank, not by the timing
+  bool tie = false;  // decided by tie_rank, not by the timing
 };
-// How a timed pair is decided (pure: plan_for supplies the timing). `speedup` is the first's
-// time over the second's (> 1: the second ran faster). Beyond `tie` either way the faster wins;
-// within it the one of lower tie_rank, whichever order the model put them in, so that repeated
-// plans of one matrix agree however the noise falls.
-CloseCall decide_close_call(Choice first, Choice second, double speedup,
-                            double tie = kCloseCallTie);
+// How a timed pair is decided (pure: plan_for supplies the timing). `speedup` is the median of
+// the per-round ratios of the first's time over the second's (> 1: the second ran faster), and
+// `second_faster_share` the share of rounds in which the second ran faster. A side wins on time
+// when it is faster by more than `tie` and in at least `majority` of the rounds; otherwise it is
+// a tie, which the one of lower tie_rank wins whichever order the model put them in, so that
+// repeated plans of one matrix agree however the noise falls.
+CloseCall decide_close_call(Choice first, Choice second, double speedup, double second_faster_share,
+                            double tie = kCloseCallTie, double majority = kCloseCallMajority);
 
 // The user's fixed choice from options or the environment, if any.
 Expected<std::optional<Choice>> forced_choice(const PlanOptions& options);

@@ -222,38 +222,46 @@ TEST(Planner, SpmvTakesCsrWhereRowsAreLongOrEmpty) {
   EXPECT_NE(short_rows.choice, Choice::kDense);
 }
 
-// How a timed pair is decided: beyond 5% either way the faster wins, whichever the model put
-// first; within it the more general format wins (csr, then coo, bsr, dense), in either order.
+// How a timed pair is decided: a side faster by more than 5% in the median ratio and in at least
+// 3 of 4 rounds wins, whichever the model put first; anything else is a tie, which the more
+// general format wins (csr, then coo, bsr, dense), in either order.
 TEST(SparsePlanner, CloseCallGoesToTheFasterOrOnATieToTheMoreGeneralFormat) {
   struct Case {
     Choice first, second;
-    double speedup;  // first's time / second's
+    double speedup;  // first's time / second's (median of the rounds)
+    double share;    // of the rounds, those in which the second was faster
     Choice want;
     bool tie;
   };
   const Case cases[] = {
-      {Choice::kBsr, Choice::kCsr, 1.0, Choice::kCsr, true},
-      {Choice::kBsr, Choice::kCsr, 1.0 / 1.04, Choice::kCsr, true},  // bsr 4% faster: a tie
-      {Choice::kBsr, Choice::kCsr, 1.04, Choice::kCsr, true},
-      {Choice::kBsr, Choice::kCsr, 1.0 / 1.06, Choice::kBsr, false},  // bsr 6% faster
-      {Choice::kCsr, Choice::kBsr, 1.0 / 1.04, Choice::kCsr, true},
-      {Choice::kCsr, Choice::kBsr, 1.06, Choice::kBsr, false},
-      {Choice::kCsr, Choice::kCoo, 1.02, Choice::kCsr, true},
-      {Choice::kCoo, Choice::kCsr, 1.0 / 1.02, Choice::kCsr, true},
-      {Choice::kCoo, Choice::kCsr, 0.5, Choice::kCoo, false},
-      {Choice::kDense, Choice::kCoo, 1.0, Choice::kCoo, true},
-      {Choice::kDense, Choice::kBsr, 0.99, Choice::kBsr, true},
-      {Choice::kBsr, Choice::kDense, 1.5, Choice::kDense, false},
+      {Choice::kBsr, Choice::kCsr, 1.0, 0.5, Choice::kCsr, true},
+      {Choice::kBsr, Choice::kCsr, 1.0 / 1.04, 0.1, Choice::kCsr, true},  // bsr 4% faster: a tie
+      {Choice::kBsr, Choice::kCsr, 1.04, 0.9, Choice::kCsr, true},
+      {Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 0.2, Choice::kBsr, false},  // bsr 6%, 80% of rounds
+      {Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 0.3, Choice::kCsr, true},   // ... but 70%: a tie
+      {Choice::kCsr, Choice::kBsr, 1.0 / 1.04, 0.0, Choice::kCsr, true},
+      {Choice::kCsr, Choice::kBsr, 1.06, 0.75, Choice::kBsr, false},
+      {Choice::kCsr, Choice::kBsr, 1.5, 0.6, Choice::kCsr, true},  // faster, not in most rounds
+      {Choice::kCsr, Choice::kCoo, 1.02, 1.0, Choice::kCsr, true},
+      {Choice::kCoo, Choice::kCsr, 1.0 / 1.02, 0.0, Choice::kCsr, true},
+      {Choice::kCoo, Choice::kCsr, 0.5, 0.0, Choice::kCoo, false},
+      {Choice::kDense, Choice::kCoo, 1.0, 0.5, Choice::kCoo, true},
+      {Choice::kDense, Choice::kBsr, 0.99, 0.4, Choice::kBsr, true},
+      {Choice::kBsr, Choice::kDense, 1.5, 1.0, Choice::kDense, false},
   };
   for (const Case& k : cases) {
-    CloseCall call = decide_close_call(k.first, k.second, k.speedup);
-    EXPECT_EQ(call.choice, k.want)
-        << choice_name(k.first) << " vs " << choice_name(k.second) << " at " << k.speedup;
-    EXPECT_EQ(call.tie, k.tie) << choice_name(k.first) << " vs " << choice_name(k.second) << " at "
-                               << k.speedup;
+    CloseCall call = decide_close_call(k.first, k.second, k.speedup, k.share);
+    const std::string what =
+        fmt::format("{} vs {} at {:.3f}, second faster in {:.0f}%", choice_name(k.first),
+                    choice_name(k.second), k.speedup, 100 * k.share);
+    EXPECT_EQ(call.choice, k.want) << what;
+    EXPECT_EQ(call.tie, k.tie) << what;
   }
-  // The band is the caller's: at 10%, a 6% lead is a tie.
-  EXPECT_EQ(decide_close_call(Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 1.10).choice, Choice::kCsr);
+  // The bands are the caller's: at 10%, a 6% lead is a tie; at a majority of 0.6, 70% is enough.
+  EXPECT_EQ(decide_close_call(Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 0.0, 1.10).choice,
+            Choice::kCsr);
+  EXPECT_EQ(decide_close_call(Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 0.3, 1.05, 0.6).choice,
+            Choice::kBsr);
   EXPECT_LT(tie_rank(Choice::kCsr), tie_rank(Choice::kCoo));
   EXPECT_LT(tie_rank(Choice::kCoo), tie_rank(Choice::kBsr));
   EXPECT_LT(tie_rank(Choice::kBsr), tie_rank(Choice::kDense));
@@ -277,12 +285,17 @@ TEST(SparsePlanner, MeasuresTheTwoBestAndDecidesByTheCloseCallRule) {
   EXPECT_GT(*second.measured_us, 0);
   ASSERT_TRUE(p.measured_speedup.has_value()) << p.explain();
   EXPECT_GT(*p.measured_speedup, 0);
-  // At least the first pass's rounds (5, more for short calls), and a second pass when close.
+  EXPECT_GE(p.second_faster_share, 0);
+  EXPECT_LE(p.second_faster_share, 1);
+  // At least the first pass's rounds (5, more for short calls), and a second pass when within 2x
+  // (a pooled ratio within 2x had a first pass within 2x).
   EXPECT_GE(p.timed_rounds, 5);
-  if (*p.measured_speedup < 1.5 && *p.measured_speedup > 1 / 1.5) {
+  if (*p.measured_speedup < 2 && *p.measured_speedup > 0.5) {
     EXPECT_GE(p.timed_rounds, 5 + 15) << p.explain();
   }
-  EXPECT_EQ(p.choice, decide_close_call(first.choice, second.choice, *p.measured_speedup).choice)
+  EXPECT_EQ(p.choice, decide_close_call(first.choice, second.choice, *p.measured_speedup,
+                                        p.second_faster_share)
+                          .choice)
       << p.explain();
   expect_contains(p.reason, "measured: the two best estimates were within");
   // Calls this small are shown by their fastest wall time.
