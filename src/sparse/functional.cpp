@@ -293,7 +293,7 @@ Expected<Plan> plan_for(const SparseMatrix& a, SparseOp op, int64_t n, bool need
     plan.second_faster_share = pair.second_faster;
     plan.timed_rounds = pair.rounds;
     const CloseCall call =
-        decide_close_call(c[0].choice, c[other].choice, pair.speedup, pair.second_faster);
+        decide_close_call(op, c[0].choice, c[other].choice, pair.speedup, pair.second_faster);
     plan.choice = call.choice;
     plan.reason = fmt::format(
         "measured: the two best estimates were within {:.0f}%; over {} rounds the second ran "

@@ -140,25 +140,25 @@ std::string DeviceFigures::describe() const {
       source);
 }
 
-int tie_rank(Choice c) {
+int tie_rank(SparseOp op, Choice c) {
   switch (c) {
-    case Choice::kCsr:
-      return 0;
-    case Choice::kCoo:
-      return 1;
-    case Choice::kBsr:
-      return 2;
     case Choice::kDense:
+      return op == SparseOp::kAddDense ? 0 : 4;
+    case Choice::kCsr:
+      return 1;
+    case Choice::kCoo:
+      return 2;
+    case Choice::kBsr:
       return 3;
   }
-  return 4;
+  return 5;
 }
 
-CloseCall decide_close_call(Choice first, Choice second, double speedup, double second_faster_share,
-                            double tie, double majority) {
+CloseCall decide_close_call(SparseOp op, Choice first, Choice second, double speedup,
+                            double second_faster_share, double tie, double majority) {
   if (speedup > tie && second_faster_share >= majority) return {second, false};
   if (speedup * tie < 1 && 1 - second_faster_share >= majority) return {first, false};
-  return {tie_rank(second) < tie_rank(first) ? second : first, true};
+  return {tie_rank(op, second) < tie_rank(op, first) ? second : first, true};
 }
 
 Expected<std::optional<Choice>> forced_choice(const PlanOptions& options) {

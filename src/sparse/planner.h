@@ -106,12 +106,15 @@ Plan plan_operation(SparseOp op, const StructureStats& stats, const DeviceFigure
 // then 4312 vs 2326 us in the bench).
 constexpr double kCloseCallTie = 1.05;
 
-// The order in which formats win a tie (lower first). csr is what matrices are kept in (nothing
-// to build), has a backward, and its blocks are short row groups claimed one at a time, so a
-// thread delayed by other work holds up little; coo needs expanded row indices and walks its
-// nonzeros on one thread per 64 columns; bsr needs a conversion, pads partial blocks, and has a
-// few large blocks (64 block rows at 1024 rows); dense holds a densified copy of the matrix.
-int tie_rank(Choice c);
+// The order in which formats win a tie of `op` (lower first). For products csr leads: it is what
+// matrices are kept in (nothing to build), has a backward, and its blocks are short row groups
+// claimed one at a time, so a thread delayed by other work holds up little; coo needs expanded
+// row indices and walks its nonzeros on one thread per 64 columns; bsr needs a conversion, pads
+// partial blocks, and has a few large blocks (64 block rows at 1024 rows); dense holds a
+// densified copy. For sparse + dense, dense leads: its add streams in order while the scatter's
+// time depends on the pattern and on what is in cache (csr lost 8% to it in a tie at 1%), and the
+// output is as large as the densified copy anyway.
+int tie_rank(SparseOp op, Choice c);
 
 // A faster side must also be faster in at least this share of the paired rounds: under load
 // the median ratio of block16-1024-20% spmm's csr and bsr fell at 0.94-1.02x from plan to plan,
@@ -128,8 +131,9 @@ struct CloseCall {
 // when it is faster by more than `tie` and in at least `majority` of the rounds; otherwise it is
 // a tie, which the one of lower tie_rank wins whichever order the model put them in, so that
 // repeated plans of one matrix agree however the noise falls.
-CloseCall decide_close_call(Choice first, Choice second, double speedup, double second_faster_share,
-                            double tie = kCloseCallTie, double majority = kCloseCallMajority);
+CloseCall decide_close_call(SparseOp op, Choice first, Choice second, double speedup,
+                            double second_faster_share, double tie = kCloseCallTie,
+                            double majority = kCloseCallMajority);
 
 // The user's fixed choice from options or the environment, if any.
 Expected<std::optional<Choice>> forced_choice(const PlanOptions& options);

@@ -224,7 +224,8 @@ TEST(Planner, SpmvTakesCsrWhereRowsAreLongOrEmpty) {
 
 // How a timed pair is decided: a side faster by more than 5% in the median ratio and in at least
 // 3 of 4 rounds wins, whichever the model put first; anything else is a tie, which the more
-// general format wins (csr, then coo, bsr, dense), in either order.
+// general format wins (for products csr, then coo, bsr, dense; for sparse + dense, dense first),
+// in either order.
 TEST(SparsePlanner, CloseCallGoesToTheFasterOrOnATieToTheMoreGeneralFormat) {
   struct Case {
     Choice first, second;
@@ -250,7 +251,7 @@ TEST(SparsePlanner, CloseCallGoesToTheFasterOrOnATieToTheMoreGeneralFormat) {
       {Choice::kBsr, Choice::kDense, 1.5, 1.0, Choice::kDense, false},
   };
   for (const Case& k : cases) {
-    CloseCall call = decide_close_call(k.first, k.second, k.speedup, k.share);
+    CloseCall call = decide_close_call(SparseOp::kSpmm, k.first, k.second, k.speedup, k.share);
     const std::string what =
         fmt::format("{} vs {} at {:.3f}, second faster in {:.0f}%", choice_name(k.first),
                     choice_name(k.second), k.speedup, 100 * k.share);
@@ -258,13 +259,22 @@ TEST(SparsePlanner, CloseCallGoesToTheFasterOrOnATieToTheMoreGeneralFormat) {
     EXPECT_EQ(call.tie, k.tie) << what;
   }
   // The bands are the caller's: at 10%, a 6% lead is a tie; at a majority of 0.6, 70% is enough.
-  EXPECT_EQ(decide_close_call(Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 0.0, 1.10).choice,
+  const SparseOp mm = SparseOp::kSpmm;
+  EXPECT_EQ(decide_close_call(mm, Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 0.0, 1.10).choice,
             Choice::kCsr);
-  EXPECT_EQ(decide_close_call(Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 0.3, 1.05, 0.6).choice,
+  EXPECT_EQ(decide_close_call(mm, Choice::kBsr, Choice::kCsr, 1.0 / 1.06, 0.3, 1.05, 0.6).choice,
             Choice::kBsr);
-  EXPECT_LT(tie_rank(Choice::kCsr), tie_rank(Choice::kCoo));
-  EXPECT_LT(tie_rank(Choice::kCoo), tie_rank(Choice::kBsr));
-  EXPECT_LT(tie_rank(Choice::kBsr), tie_rank(Choice::kDense));
+  for (SparseOp op : {SparseOp::kSpmm, SparseOp::kSpmv}) {
+    EXPECT_LT(tie_rank(op, Choice::kCsr), tie_rank(op, Choice::kCoo));
+    EXPECT_LT(tie_rank(op, Choice::kCoo), tie_rank(op, Choice::kBsr));
+    EXPECT_LT(tie_rank(op, Choice::kBsr), tie_rank(op, Choice::kDense));
+  }
+  // Sparse + dense: a tie goes to the dense add, either way round; a clear win does not.
+  const SparseOp add = SparseOp::kAddDense;
+  EXPECT_EQ(decide_close_call(add, Choice::kCsr, Choice::kDense, 1.03, 0.8).choice, Choice::kDense);
+  EXPECT_EQ(decide_close_call(add, Choice::kDense, Choice::kCsr, 1.03, 0.8).choice, Choice::kDense);
+  EXPECT_EQ(decide_close_call(add, Choice::kDense, Choice::kCsr, 1.2, 0.9).choice, Choice::kCsr);
+  EXPECT_LT(tie_rank(add, Choice::kDense), tie_rank(add, Choice::kCsr));
 }
 
 // The measurement step: the two best candidates are both timed (taking turns, again when close)
@@ -293,8 +303,8 @@ TEST(SparsePlanner, MeasuresTheTwoBestAndDecidesByTheCloseCallRule) {
   if (*p.measured_speedup < 2 && *p.measured_speedup > 0.5) {
     EXPECT_GE(p.timed_rounds, 5 + 15) << p.explain();
   }
-  EXPECT_EQ(p.choice, decide_close_call(first.choice, second.choice, *p.measured_speedup,
-                                        p.second_faster_share)
+  EXPECT_EQ(p.choice, decide_close_call(SparseOp::kSpmm, first.choice, second.choice,
+                                        *p.measured_speedup, p.second_faster_share)
                           .choice)
       << p.explain();
   expect_contains(p.reason, "measured: the two best estimates were within");
