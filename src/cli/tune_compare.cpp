@@ -7,6 +7,7 @@
 #include <limits>
 #include <numeric>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/tune_session.h"
@@ -83,6 +84,41 @@ std::vector<int> search_order(const tune::SpacePoints& space, const std::vector<
   return order;
 }
 
+// The landscape's best is the fastest of ~70 measurements, each a few percent noisy on a shared
+// machine (more under load): one lucky measurement would become the mark every search is judged
+// by, a point no model can predict. So the kTopRemeasured fastest points are measured
+// kTopMeasurements times in all, and cost the median; the searches replay those costs like the
+// others. (Four sweeps of one PoCL gemm case under load each named a different best point, 8-25%
+// ahead of the next, until re-measured.)
+constexpr int kTopRemeasured = 8;
+constexpr int kTopMeasurements = 3;
+
+Status remeasure_the_top(const TuneTarget& target, const PreparedTarget& prepared, tune::TuneDb* db,
+                         double* reference_seconds, std::vector<double>* cost) {
+  std::vector<int> order(cost->size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return (*cost)[a] < (*cost)[b]; });
+  const tune::SpacePoints& space = prepared.space;
+  for (int i = 0; i < kTopRemeasured && i < static_cast<int>(order.size()); ++i) {
+    const int p = order[i];
+    if (!std::isfinite((*cost)[p])) break;
+    std::vector<double> times = {(*cost)[p]};
+    for (int again = 1; again < kTopMeasurements; ++again) {
+      TrialRequest request{target.kernel, target.device, target.fixed, target.sizes};
+      for (const auto& [name, value] : space.points[p])
+        request.params[name] = value;
+      request.versus_defaults = true;
+      TrialResult r = run_trial(request);
+      if (r.status == "ok" && r.ratio > 0) times.push_back(paired_cost(r, reference_seconds));
+    }
+    (*cost)[p] = tune::median_of(times);
+    if (db)
+      TESSEL_TRY(db->record({prepared.key, tune::params_string(space.points[p]), "ok", (*cost)[p],
+                             fmt::format("median of {} measurements", times.size())}));
+  }
+  return ok_status();
+}
+
 std::string trials_text(double mean_to95, int misses) {
   if (misses > 0) return fmt::format("{:.1f} ({} missed)", mean_to95, misses);
   return fmt::format("{:.1f}", mean_to95);
@@ -136,6 +172,9 @@ Expected<double> compare_exhaustive(const std::string& device, bool json, tune::
       if (db) TESSEL_TRY(db->record({prepared.key, params, r.status, r.seconds, r.detail}));
     }
     if (reused > 0) std::fprintf(stderr, "  %d of them from the database\n", reused);
+    // A space replayed whole from the database was re-measured when it was measured.
+    if (reused < static_cast<int>(space.points.size()))
+      TESSEL_TRY(remeasure_the_top(target, prepared, db, &reference_seconds, &cost));
     const int best_point =
         static_cast<int>(std::min_element(cost.begin(), cost.end()) - cost.begin());
     const double best = cost[best_point];
