@@ -79,6 +79,16 @@ Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const Tenso
   auto rows = merge_group(x, kept);
   auto cols = merge_group(x, reduced);
   View xv;
+  if (rows && cols && rows->second == 1 && cols->second != 1 && rows->first > 1) {
+    // The kept elements are the contiguous ones (a sum over a leading axis: LayerNorm's weight
+    // and bias gradients, a broadcast add's backward): reduce_cols walks the reduced axis with
+    // contiguous reads, where reduce_rows over this view would gather each element with the
+    // reduced axis's stride (18 such sums were 7% of a gpt_tiny training step).
+    View columns{x, {cols->first, rows->first}, {cols->second, 1}};
+    View yv{y, {y.numel()}, {1}};
+    TESSEL_TRY(launch_kernel("reduce_cols", {{"OP", std::to_string(kind)}}, {columns, yv}));
+    return y;
+  }
   if (rows && cols) {
     xv = View{x, {rows->first, cols->first}, {rows->second, cols->second}};
   } else {
