@@ -11,8 +11,8 @@
 //   gcc -O3 -march=native -fno-math-errno -o /tmp/layout tools/experiments/lazy_adamw_layout.c -lm
 //   /tmp/layout 60      # uniform ids;   /tmp/layout 60 1   # Zipf(1) ids
 //
-// Result on the development machine (AMD EPYC, AVX-512, 2 vCPUs, load 3.6-5.4, Dec 2026):
-// against separate P, M, S, [M|S] rows 0.94-0.98x, [P|M|S] rows 0.93-0.98x, chunked 1.00-1.05x
+// Result on the development machine (AMD EPYC, AVX-512, 2 vCPUs, load 1.8-5.4, Dec 2026):
+// against separate P, M, S, [M|S] rows 0.94-0.99x, [P|M|S] rows 0.93-0.99x, chunked 1.00-1.05x
 // (one run of Zipf ids gave 1.17x / 1.11x, the others 0.97-1.02x): no layout reaches the 1.4x
 // that would pay for changing LazyAdamW's state, so adamw_segments keeps separate [V, C] tensors.
 // Interleaving within a row puts three sub-streams in one 4 KB page, which the stride
