@@ -149,7 +149,9 @@ Status confirm_best(const TuneTarget& target, const PreparedTarget& prepared,
     const double median_ratio = tune::median_of(ratios);
     const bool confirmed =
         tune::confirmed_faster(ratios, limits.confirm_rounds, limits.confirm_margin);
+    // Both from the same rounds, so the summary's ratio is the confirmation's.
     if (!default_times.empty()) out->default_seconds = tune::median_of(default_times);
+    if (!best_times.empty()) out->best_seconds = tune::median_of(best_times);
     why = fmt::format("best/defaults time ratio {:.3f} (median of {} rounds, worst {:.3f})",
                       ratios.empty() ? 1.0 : median_ratio, ratios.size(),
                       ratios.empty() ? 0.0 : ratios.back());

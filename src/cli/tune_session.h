@@ -47,7 +47,7 @@ struct TuneOutcome {
   std::string default_params;
   // The confirmation: each round's (best / defaults) time ratio, and what went into the
   // database as the choice (best_params, or default_params when the best was not confirmed);
-  // default_seconds is then the confirmation's median.
+  // default_seconds and best_seconds are then the confirmation's medians (measured in turns).
   std::vector<double> confirm_ratios;
   std::string chosen_params;
 };

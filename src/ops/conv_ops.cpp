@@ -414,11 +414,11 @@ Expected<View> column_taps(const Tensor& weight, const ConvShape& s, bool transp
 Expected<Tensor> columns(const Tensor& x, const Window& w, const ConvShape& s) {
   const int64_t q = s.n * s.l();
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, empty_like_device({s.groups * s.k, q}, x.dtype(), x));
-  std::vector<KernelArg> args{x,
-                              View{cols, {s.n, s.groups * s.k, s.oh, s.ow}, {s.l(), q, s.ow, 1}}};
+  std::vector<KernelArg> args{x, View{cols, {s.groups * s.k, s.n * s.oh, s.ow}, {q, s.ow, 1}},
+                              s.oh};
   for (KernelArg& a : window_args(w, true))
     args.push_back(a);
-  TESSEL_TRY(launch_kernel("im2col", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
+  TESSEL_TRY(launch_kernel("im2col_rows", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
   return cols;
 }
 
@@ -449,11 +449,10 @@ Expected<Tensor> input_grad_columns(const Tensor& g, const Tensor& weight, const
   TESSEL_TRY(launch_implicit(taps, tap_view(dy, grid, s.n, s.o, s.groups, false), out, no_bias,
                              false, false, kPointwise, grid, 0, 0));
   TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
-  std::vector<KernelArg> args{View{dcols, {s.n, s.groups * s.k, s.oh, s.ow}, {s.l(), q, s.ow, 1}},
-                              dx};
-  for (KernelArg& a : window_args(w, true))
-    args.push_back(a);
-  TESSEL_TRY(launch_kernel("col2im", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
+  // Unit strides only (input_grad_implicit's test), which col2im_rows assumes.
+  TESSEL_TRY(launch_kernel("col2im_rows", {},
+                           {View{dcols, {s.groups * s.k, s.n, s.oh, s.ow}, {q, s.l(), s.ow, 1}}, dx,
+                            w.kh, w.kw, w.ph, w.pw, w.dh, w.dw}));
   return dx;
 }
 
@@ -635,11 +634,23 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
     TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, t.grid, 1, 1, t.top, t.left));
   }
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
-  const View taps = weight_taps(wc, s.groups, true);
   // A strided 1x1 without padding reaches output phase (0, 0) alone: that one plane runs, with
   // the weight tiles shared among blocks, into a zeroed dX (the other phases' planes would
   // store zeros element by element, and make every block pack its own weight tiles).
   const bool one_phase = !unit_strides(w) && w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0;
+  View taps = weight_taps(wc, s.groups, true);
+  if (!unit_strides(w) && !one_phase) {
+    // Where every block packs its own weight tiles (the taps are tested per output phase), they
+    // are copied to [G, R, C / G, O / G] first, rows of K = O / G contiguous, which
+    // conv_implicit reads in place (gemm_direct_a) and packs none of. Packing them per block,
+    // gathered O / G rows apart, was a third of a stride-2 3x3 input gradient's time (perf:
+    // resnet50.layer4.0.conv2); the copy is one pass over the weights.
+    const int64_t og = s.o / s.groups, cr = s.c / s.groups * w.kh * w.kw, r = w.kh * w.kw;
+    TESSEL_ASSIGN_OR_RETURN(Tensor copy, empty_like_device({s.groups, cr, og}, wc.dtype(), wc));
+    TESSEL_TRY(launch_kernel("conv_weight_transpose", {{"T", dtype_name(wc.dtype())}},
+                             {View{wc, {s.groups, og, cr}, {og * cr, cr, 1}}, copy}));
+    taps = View{copy, {s.groups, r, s.c / s.groups, og}, {cr * og, og, r * og, 1}};
+  }
   Phases phases{w.sh, w.sw, unit_strides(w)};
   Tensor dx;
   if (one_phase) {

@@ -268,6 +268,14 @@ std::vector<Case> all_cases() {
                {real({2, 16, 4, 4}), real({32, 16, 3, 3}), real({32})},
                Attrs().set("padding", {1, 1}).set("compute", static_cast<int64_t>(bf16)),
                200});
+  c.push_back({"conv2d",  // more images than im2col_rows / col2im_rows take per block (8), and a
+                          // dilated window with unequal paddings, over the columns
+               {real({9, 16, 5, 4}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("padding", {2, 1}).set("dilation", {2, 1})});
+  c.push_back({"conv2d",  // two groups of 16 at stride 2: the input gradient's transposed
+                          // weight copy (conv_weight_transpose) with groups, odd sizes
+               {real({2, 32, 7, 6}), real({32, 16, 3, 3}), real({32})},
+               Attrs().set("stride", {2, 2}).set("padding", {1, 1}).set("groups", 2)});
   // An RGB 7x7 / stride 2 stem with C kw >= 16: unfolded into a 7x1 convolution over 21
   // channels (forward and weight gradient; the input gradient stays on im2col).
   c.push_back({"conv2d",
