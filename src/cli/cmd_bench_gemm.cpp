@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -39,6 +40,7 @@
 #include "ops/device_kernel.h"
 #include "ops/kernel_cache.h"
 #include "runtime/device.h"
+#include "support/thread_pool.h"
 #include "tile/codegen/cpu/templates/reference_gemm.h"
 #include "tile/parse/parser.h"
 #include "tile/run/cpu_jit.h"
@@ -139,6 +141,9 @@ double now_seconds() {
 // again after a short spin then ran the timed call on one thread: 225 instead of 470 GFLOP/s at
 // 2048x384x384). Back-to-back calls, as in a training step, find the threads awake.
 constexpr double kWakeUpBelowSeconds = 0.05;
+// tessel's pool threads spin ~0.2 ms after a job and then yield their CPU for up to 1 ms
+// (support/thread_pool.cpp) before they sleep; the next implementation is timed after that.
+constexpr double kPoolSettleSeconds = 0.0015;
 constexpr double kWakeUpSeconds = 0.01;
 
 void settle(double seconds) {
@@ -201,6 +206,16 @@ Status run_bench(const Options& options) {
   if (!(options.seconds > 0)) return invalid_argument("--seconds must be positive");
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, host_cpu_info().topology.usable_cores);
+  // tessel-cpu runs on the process-wide pool, which is sized once, from TESSEL_THREADS, when it is
+  // first used: --threads sets that before anything launches, so every implementation runs on the
+  // same number of threads. Without --threads the pool takes its own default (physical cores).
+  if (options.threads > 0) ::setenv("TESSEL_THREADS", std::to_string(threads).c_str(), 1);
+  const int tessel_threads = ThreadPool::global().num_threads();
+  if (options.threads > 0 && tessel_threads != threads)
+    return failed_precondition(
+        "--threads {}: tessel's thread pool already runs {} threads (TESSEL_THREADS or a thread "
+        "that could not start)",
+        threads, tessel_threads);
   int tile_m = 0, tile_n = 0, tile_k = 0;
   if (!options.tiles.empty()) {
     char tail = 0;
@@ -278,9 +293,9 @@ Status run_bench(const Options& options) {
 
   if (!options.json) {
     std::printf(
-        "tessel bench gemm: C = A * B, row-major, %d threads; GFLOP/s, median after one "
-        "warm-up, implementations taking turns in each repetition\n",
-        threads);
+        "tessel bench gemm: C = A * B, row-major, %d threads (tessel-cpu %d); GFLOP/s, median "
+        "after one warm-up, implementations taking turns in each repetition\n",
+        threads, tessel_threads);
     std::printf("  tessel-cpu: kernels/gemm.tile compiled for the CPU (%s, %s tiles)\n",
                 isa.name.c_str(), options.tiles.empty() ? "default" : options.tiles.c_str());
     if (opencl)
@@ -360,7 +375,7 @@ Status run_bench(const Options& options) {
       contenders.emplace_back(
           "tessel-cpu",
           [=, &w](float* c) { return tuned_cpu->launch(gemm_args(w, dtype, a, b, c)); },
-          /*settle=*/0.001);  // the thread pool's workers spin tens of microseconds
+          kPoolSettleSeconds);
       contenders.back().is_tessel = true;
       if (tuned_here != tuned.end()) {
         contenders.back().tiles = tuned_here->second.params;
@@ -369,7 +384,8 @@ Status run_bench(const Options& options) {
       if (!tuned.empty()) {
         contenders.emplace_back(
             "tessel-cpu-default",
-            [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); }, 0.001);
+            [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); },
+            kPoolSettleSeconds);
         contenders.back().is_tessel = true;
       }
       std::unique_ptr<DeviceMemory> a_cl, b_cl, c_cl, c_clblast;
@@ -437,7 +453,7 @@ Status run_bench(const Options& options) {
               call.bk = tile_k;
               return reference_loop->run(call);
             },
-            0.001);
+            kPoolSettleSeconds);
         contenders.back().is_tessel = true;
       }
       // Warm-up (pages, thread start-up), which also sizes the repetitions.
@@ -503,7 +519,7 @@ Status run_bench(const Options& options) {
                                 {"n", w.n},
                                 {"k", w.k},
                                 {"gflops", std::round(c.gflops * 10) / 10},
-                                {"threads", threads},
+                                {"threads", c.impl == "tessel-cpu" ? tessel_threads : threads},
                                 {"reps", reps},
                                 {"agrees", bool(agrees[x])}};
           if (c.is_tessel && peer_of(c) > 0) row["ratio"] = std::round(ratio(c) * 1000) / 1000;

@@ -1,10 +1,12 @@
 // `tessel bench precision` as a user runs it (the built command, in a child process): a bad
 // precision is an error naming it, and the JSON rows are consistent with themselves (ratios are
-// step times over fp32's, throughput is the batch over the step time). Nothing is timed here.
+// step times over fp32's, throughput is the batch over the step time). Also `tessel bench gemm
+// --threads`, which must size tessel's own thread pool too. Nothing is timed here.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -63,6 +65,26 @@ TEST(BenchPrecision, JsonRowsAreConsistent) {
         double(row["forward_ms"]) + double(row["backward_ms"]) + double(row["optimizer_ms"]),
         step_ms, 1e-6 * step_ms);
   }
+}
+
+// --threads N runs tessel-cpu on N threads as well as the peers, even where TESSEL_THREADS says
+// otherwise (before, only the peers got N), and every implementation's result agrees.
+TEST(BenchGemm, ThreadsSizesTesselsPoolToo) {
+  ::setenv("TESSEL_THREADS", "2", 1);
+  Result r = run_tessel(
+      "bench gemm --no-opencl --sizes 33x20x17 --dtypes f32 --threads 1 --seconds 0.01 --json");
+  ::unsetenv("TESSEL_THREADS");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int tessel_rows = 0;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const nlohmann::json row = nlohmann::json::parse(line);
+    EXPECT_EQ(row["threads"], 1) << line;
+    EXPECT_TRUE(bool(row["agrees"])) << line;
+    if (row["impl"] == "tessel-cpu") ++tessel_rows;
+  }
+  EXPECT_EQ(tessel_rows, 1) << r.output;
 }
 
 }  // namespace

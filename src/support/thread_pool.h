@@ -17,8 +17,9 @@
 //    its own thread instead of waiting (callers never block on each other).
 //  - fn must not throw (errors in tessel are values; a kernel has nothing to throw).
 //
-// Overhead is a few hundred nanoseconds when the workers are awake (they spin briefly after each
-// job before sleeping), a futex wake-up (microseconds) when they are asleep.
+// Overhead is a few hundred nanoseconds when the workers are awake (after each job they spin
+// briefly, then yield their CPU in a loop for up to a millisecond, then sleep), a futex wake-up
+// when they are asleep (microseconds; milliseconds on a virtual machine that halted the CPU).
 #pragma once
 
 #include <atomic>

@@ -186,6 +186,23 @@ TEST(GemmKernel, SixteenBitInputsAccumulateInF32) {
   }
 }
 
+// Rows of A exactly 4 KiB apart (K = 1024 f32, 2048 bf16) are packed instead of read in place
+// (their broadcasts would share one L1 set: tile_gemm.h, can_read_a_in_place); the neighbours
+// K = 1040 and 2050 are read in place. Both paths, default tiles (one K step of several and a
+// ragged last one), beta and a transposed B, which does not change A's path.
+TEST(GemmKernel, RowsOfAFourKiBApartAndTheirNeighbours) {
+  for (const char* t : {"f32", "bf16"}) {
+    const ScalarType st = std::string(t) == "bf16" ? ScalarType::kBF16 : ScalarType::kF32;
+    const int64_t aliasing_k = st == ScalarType::kBF16 ? 2048 : 1024;
+    for_each_backend({{"T", t}}, [&](const testing::Launcher& launch) {
+      for (int64_t k : {aliasing_k, aliasing_k + 16, aliasing_k + 2}) {
+        run_case(launch, GemmCase{29, 40, k}, st);
+        run_case(launch, GemmCase{13, 33, k, false, true, 0.5, 2.0}, st);
+      }
+    });
+  }
+}
+
 // With K = 0 the K loop runs no step, and the epilogue must still run over every row of every
 // block: C = relu(beta * C + bias) (rows and columns not multiples of any tile, several blocks).
 // CPU only: PoCL gives other values here (not investigated yet; the op library never launches a

@@ -503,9 +503,9 @@ class CpuRenderer : public CRenderer {
     std::string skip;
     if (direct) {
       std::string flag = fmt::format("_t{}_direct", name);
-      emit(fmt::format("const bool {} = tessel_cpu::can_read_a_in_place<{}, {}>({}, {});", flag,
-                       storage_type(c->src.buffer->dtype), pack_type(dst.dtype), v.stride[second],
-                       cols));
+      emit(fmt::format("const bool {} = tessel_cpu::can_read_a_in_place<{}, {}>({}, {}, {});", flag,
+                       storage_type(c->src.buffer->dtype), pack_type(dst.dtype), v.stride[first],
+                       v.stride[second], cols));
       if (!claim) {
         emit(fmt::format("const {}* _t{}_src = {};", pack_type(dst.dtype), name, v.base));
         emit(fmt::format("const int64_t _t{}_lda = {};", name, v.stride[first]));

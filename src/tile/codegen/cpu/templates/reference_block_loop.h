@@ -135,7 +135,7 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
     };
     auto a_in_place = [&](int64_t kt) {
       return args.read_a_in_place && !args.padded_tiles &&
-             can_read_a_in_place<TSrc, TPack>(args.a_col_stride, depth_at(kt));
+             can_read_a_in_place<TSrc, TPack>(args.a_row_stride, args.a_col_stride, depth_at(kt));
     };
     if (args.share_tiles) {
       for (int64_t kt = 0; kt < grid.k; ++kt) {  // claim pass

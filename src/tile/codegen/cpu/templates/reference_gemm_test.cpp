@@ -236,6 +236,21 @@ TEST_P(ReferenceGemmTest, ShapesAcrossDefaultTiles) {
   check({197, 263, 521, GemmInput::kF32, true, false, false}, {call});
 }
 
+// Rows of A 4 KiB apart are packed rather than read in place (tile_gemm.h, can_read_a_in_place):
+// that path and the in-place one next to it, plain and transposed B, 1 and 2 threads. A's
+// leading dimension is k + 3 (make_operand), so k = 1021 puts f32 rows 4 KiB apart.
+TEST_P(ReferenceGemmTest, RowsOfAFourKiBApartAndTheirNeighbours) {
+  for (GemmInput input : {GemmInput::kF32, GemmInput::kBf16}) {
+    const int64_t aliasing_k = (input == GemmInput::kBf16 ? 2048 : 1024) - 3;
+    for (int64_t k : {aliasing_k, aliasing_k + 16, aliasing_k + 2})
+      for (int t = 0; t < 2; ++t) {
+        ReferenceGemmCall one, two;
+        two.threads = 2;
+        check({29, 40, k, input, false, false, t != 0}, {one, two});
+      }
+  }
+}
+
 TEST_P(ReferenceGemmTest, ZeroKClearsC) {
   std::vector<float> c(6, 7.0f);
   ReferenceGemmCall call;

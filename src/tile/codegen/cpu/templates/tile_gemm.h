@@ -55,8 +55,9 @@
 //   drop the clear(acc) before the loop (one pass less over acc per block, which shows at small K).
 // - Faster where the types allow: gemm_direct_a(&A(m0, k0), lda, Bs, acc, ldacc, BM, BN, BK,
 //   accumulate) reads A's tile in place instead of packing it, when can_read_a_in_place<TSrc,
-//   TPack>(cs_a, cols) holds (A already of the packed type, K contiguous, whole K pairs for bf16).
-//   A's pack is the transposing one; skipping it gained 2.5% at 2048^3 and 18% at 2048x384x1536.
+//   TPack>(lda, cs_a, cols) holds (A already of the packed type, K contiguous, whole K pairs for
+//   bf16). A's pack is the transposing one; skipping it gained 2.5% at 2048^3 and 18% at
+//   2048x384x1536.
 // - Optional, and faster at ragged edges: the packed layout depends only on the BK given (panels
 //   of MR rows / NR columns, K-major inside a panel), not on BM or BN. So a block at the edge may
 //   call gemm_packed with BM = rows and BN = cols of its tile to skip padding micro-tiles, and the
@@ -281,7 +282,7 @@ inline void gemm_tiles(MakeA make_a, const TPack* b_packed, float* acc, int64_t 
   constexpr int kNR = MicroTile<TPack>::kNR;
   const int64_t panel_k = int64_t(ksteps) * kKPack<TPack>;
   // A's micro-panel (MR x BK) stays in L1 while B's panels stream past it from L2; measured a
-  // few per cent faster than the B-panel-outer order on Zen 5 (the B tile fits L2, A's is reused).
+  // few per cent faster than the B-panel-outer order on Zen 4 (the B tile fits L2, A's is reused).
   for (int i0 = 0; i0 < BM; i0 += kMR) {
     const int rows = min_int(kMR, BM - i0);
     const auto a = make_a(i0, rows);
@@ -321,12 +322,18 @@ inline void gemm_packed(const TPack* a_packed, const TPack* b_packed, float* acc
 
 // Whether A's tile can be read in place by gemm_direct_a instead of packed: its elements are
 // already of the packed type (f32 for the f32 kernel, bf16 for the bf16 one), K is contiguous
-// (col_stride 1), and for bf16 the tile's depth is even (the kernel reads whole K pairs, and an
-// odd depth would read one element past the tile).
+// (col_stride 1), for bf16 the tile's depth is even (the kernel reads whole K pairs, and an odd
+// depth would read one element past the tile), and its rows are not a multiple of 4 KiB apart.
+// The micro-kernel broadcasts from MR rows at once; 4 KiB apart they all fall into one set of
+// the L1 data cache (64 sets of 64 bytes on Zen 4 and Intel's cores alike), more rows than its 8
+// (12 on Intel) ways, and evict each other at every K step: single thread, 1024^3 f32 ran at
+// 65 GFLOP/s per CPU second read in place against 93 packed (1040^3: 95 and 93).
 template <typename TSrc, typename TPack>
-inline bool can_read_a_in_place(int64_t col_stride, int depth) {
+inline bool can_read_a_in_place(int64_t row_stride, int64_t col_stride, int depth) {
   if constexpr (!std::is_same_v<TSrc, TPack>) return false;
-  return col_stride == 1 && depth % kKPack<TPack> == 0;
+  constexpr int64_t kL1SetPeriod = 4096;  // bytes after which addresses map to the same L1 set
+  const bool rows_alias = (row_stride * int64_t(sizeof(TSrc))) % kL1SetPeriod == 0;
+  return col_stride == 1 && depth % kKPack<TPack> == 0 && !rows_alias;
 }
 
 // gemm_packed with A read in place: rows of A at a, a + lda, ... (BM of them, BK elements each,

@@ -3,7 +3,8 @@
 // in zmm accumulators), NV = NR / 16 vectors per row, P = K steps per packed element group.
 //
 // f32: 12 x 32, 24 accumulators. Per K step: 2 loads of B, 12 broadcasts of A, 24 FMAs, i.e. 12
-//   cycles on the two 512-bit FMA pipes of Zen 4/5 and Ice Lake+ servers, with loads to spare.
+//   cycles on two 512-bit FMA pipes (Zen 5, Ice Lake+ servers) and 24 on Zen 4, which splits a
+//   512-bit FMA over its two 256-bit pipes; loads to spare either way.
 //   (14 x 32, 6 x 64 and 8 x 48 run at the same speed in cache here; 12 x 32 keeps A's panel
 //   inside one 16-lane transpose when packing row-major A and divides the usual block sizes.)
 // bf16 (avx512bf16): the same shape over K pairs: vdpbf16ps adds a[i][2k]*b[2k][j] +
@@ -58,7 +59,8 @@ inline __mmask32 lanes32(int n) {
 
 // The packed panels are read once per micro-tile from L2 (or, for the first micro-tile of a
 // block, from L3 or memory); prefetching kKernelPrefetch K steps ahead (8 KiB of B) hides that
-// latency. Measured on Zen 5: 190 -> 225 GFLOP/s per core at 2048^3 from memory, no cost in L1.
+// latency. Measured here: 190 -> 225 GFLOP/s at 2048^3 from memory, no cost in L1 (recorded as
+// per core; this Zen 4 core peaks at ~110, so it must have been both cores).
 inline constexpr int kKernelPrefetch = 64;
 template <typename AOperand>
 __attribute__((always_inline)) inline void prefetch_operands(const AOperand& a, const void* b,

@@ -3,7 +3,7 @@
 //
 // Why. With the plain contract every block packs its own A and B tiles, so A is packed
 // cdiv(N, BN) times and B cdiv(M, BM) times (8 and 11 times at 2048^3 with the default tiles),
-// from rows that are each a short run in a page of their own: on Zen 5 that was 30% of the run
+// from rows that are each a short run in a page of their own: on this Zen 4 that was 30% of the run
 // time. But an A tile depends only on (by, k) and a B tile only on (k, bx): a copy into `shared`
 // whose source depends on one grid axis is the same for every block along the other axis. So:
 //
