@@ -140,6 +140,27 @@ std::string DeviceFigures::describe() const {
       source);
 }
 
+int tie_rank(SparseOp op, Choice c) {
+  switch (c) {
+    case Choice::kDense:
+      return op == SparseOp::kAddDense ? 0 : 4;
+    case Choice::kCsr:
+      return 1;
+    case Choice::kCoo:
+      return 2;
+    case Choice::kBsr:
+      return 3;
+  }
+  return 5;
+}
+
+CloseCall decide_close_call(SparseOp op, Choice first, Choice second, double speedup,
+                            double second_faster_share, double tie, double majority) {
+  if (speedup > tie && second_faster_share >= majority) return {second, false};
+  if (speedup * tie < 1 && 1 - second_faster_share >= majority) return {first, false};
+  return {tie_rank(op, second) < tie_rank(op, first) ? second : first, true};
+}
+
 Expected<std::optional<Choice>> forced_choice(const PlanOptions& options) {
   if (options.force) return options.force;
   const char* env = std::getenv("TESSEL_SPARSE_FORMAT");
