@@ -1,6 +1,6 @@
 // The sparse planner's cost model (see planner.h). Every estimate is a sum of named terms, so
 // explain() can say why a candidate won. The efficiencies (fractions of the FP32 peak that each
-// kernel's inner loop reaches) were measured on a Zen 5 (AVX-512) as perf sample counts of the
+// kernel's inner loop reaches) were measured on a Zen 4 (Genoa) as perf sample counts of the
 // kernels run in one process (CPU time, which a shared machine disturbs less than wall time):
 // at 4096 x 4096 x 256 and 5% density, spmm_csr took 0.68x and spmm_coo 0.44x the CPU time of the
 // dense gemm doing 20x the multiply-adds at ~70% of peak, so 0.05 and 0.08; bsr on 16 x 16

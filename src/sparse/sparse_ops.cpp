@@ -443,7 +443,7 @@ ops::KernelParams spmm_params(Device* device, int64_t n) {
   ops::KernelParams params{{"T", "f32"}};
   if (device->kind() != DeviceKind::kCpu) return params;
   // Narrower tiles for narrow operands; whole tiles where they fit (384 = 3 x 128). Tiles of B
-  // that fit L2 (BN = 32 or 64 at K = 4096, rows fastest) measured slower than 256 on Zen 5:
+  // that fit L2 (BN = 32 or 64 at K = 4096, rows fastest) measured slower than 256 on this Zen 4:
   // the per-block work shrinks while the rows of B still come from L3 at this density.
   const int64_t bn = n <= 64                                                    ? 64
                      : (n <= 128 || (n % 256 != 0 && n % 128 == 0 && n < 1024)) ? 128
