@@ -3,7 +3,6 @@
 // step times over fp32's, throughput is the batch over the step time). Also `tessel bench gemm
 // --threads`, which must size tessel's own thread pool too. Nothing is timed here.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,26 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "cli/run_tessel_for_test.h"
+
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
-
-Result run_tessel(const std::string& arguments) {
-  Result r;
-  const std::string command = std::string("'") + TESSEL_CLI_PATH + "' " + arguments + " 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    r.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = tessel::cli::testing::CliRun;
+using tessel::cli::testing::run_tessel;
 
 TEST(BenchPrecision, AnUnknownPrecisionIsNamed) {
   Result r = run_tessel("bench precision --workloads mlp --precisions fp32,fp8");

@@ -4,33 +4,20 @@
 // use the AOT defaults (no JIT compile), so the file runs in well under a second. Nothing is
 // asserted about speed.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/run_tessel_for_test.h"
+
 namespace {
 
-struct Result {
-  int exit_code = -1;
-  std::string output;
-};
+using Result = tessel::cli::testing::CliRun;
 
 Result run_trial(const nlohmann::json& request) {
-  Result r;
-  const std::string command =
-      std::string("'") + TESSEL_CLI_PATH + "' tune --trial '" + request.dump() + "' 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (!pipe) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0)
-    r.output.append(buffer, n);
-  const int status = ::pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return tessel::cli::testing::run_tessel("tune --trial '" + request.dump() + "'");
 }
 
 // The last line of the child's output, which is its answer.
