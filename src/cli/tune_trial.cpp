@@ -122,9 +122,11 @@ double sampled_gemm_error(const std::vector<std::vector<float>>& t,
 // neighbours on a shared machine (the same gemm specialisation on PoCL measured 0.6 to 2.1 ms in
 // trials a minute apart, median of each). So launches are timed in batches, back to back and
 // synchronised once, long enough that the wake-ups are a few percent (as a training step issues
-// them), and a trial's time per launch is its fastest batch: a neighbour only ever adds time, so
-// the minimum over many batches is the measure that trials taken at different moments of a shared
-// machine's load can be compared by. (The same point then measured 579-598 us in five trials.)
+// them), and a trial's time per launch is its fastest batch (a neighbour only ever adds time).
+// That alone does not make trials minutes apart comparable: a neighbour that holds a core for the
+// whole 0.15 s trial still slows every batch (one point: 597-1560 us over three trials under a
+// compile). The tuner therefore runs trials paired with the defaults (versus_defaults, below) and
+// compares their ratios (tune_session.h, paired_cost).
 constexpr double kBatchSeconds = 0.003;  // a batch's length, at least
 constexpr int kMaxBatch = 64;
 
