@@ -6,6 +6,7 @@
 #include <set>
 
 #include "support/hash.h"
+#include "tile/codegen/render.h"
 #include "tile/parse/parser.h"
 #include "tune/choices.h"
 #include "tune/fingerprint.h"
@@ -24,7 +25,8 @@ const TuningTables& tables() {
   static const TuningTables t = [] {
     TuningTables out;
     for (const auto& [file, text] : embedded_kernel_files()) {
-      const std::string hash = hash_hex(hash_text(text));
+      // The file's text and the code generator's: either changes what a specialisation costs.
+      const std::string hash = hash_hex(hash_text(text + "\n" + tile::codegen_hash()));
       Expected<std::vector<tile::Kernel>> kernels = tile::parse_tile(text, "kernels/" + file);
       Expected<std::vector<tile::TuneSpace>> spaces =
           tile::parse_tune_spaces(text, "kernels/" + file);

@@ -33,7 +33,8 @@ std::string tune_target_name(DeviceKind kind);
 
 // Every `tune` block of the embedded kernel files.
 const std::vector<tile::TuneSpace>& kernel_tune_spaces();
-// The hash of the file that defines `kernel` (a tuning database key), "" when there is none.
+// The hash of the file that defines `kernel` and of the code generator (tile::codegen_hash()): a
+// tuning database key, "" when there is no such kernel.
 std::string kernel_source_hash(const std::string& kernel);
 // The parsed kernel of that name from the embedded files.
 Expected<const tile::Kernel*> embedded_kernel(const std::string& name);

@@ -10,6 +10,8 @@
 #include <random>
 
 #include "ops/ops.h"
+#include "support/hash.h"
+#include "tile/codegen/render.h"
 #include "tune/choices.h"
 
 namespace tessel::ops {
@@ -109,6 +111,22 @@ TEST_F(TunedLaunchTest, RecordsTheTunableLaunchesOfAStep) {
   EXPECT_EQ(launches[0].sizes.at("M"), 5);
   EXPECT_EQ(launches[0].sizes.at("N"), 64);
   EXPECT_EQ(launches[0].device, "cpu");
+}
+
+// A kernel's key hash covers its file and the code generator, so choices tuned under another
+// renderer (or another version of the file) are not found.
+TEST(TunedLaunchKey, TheSourceHashCoversTheFileAndTheCodeGenerator) {
+  const std::string codegen = tile::codegen_hash();
+  ASSERT_EQ(codegen.size(), 16u);
+  EXPECT_EQ(codegen.find_first_not_of("0123456789abcdef"), std::string::npos) << codegen;
+  std::string file_text;
+  for (const auto& [file, text] : embedded_kernel_files())
+    if (file == "reduce.tile") file_text = text;
+  ASSERT_FALSE(file_text.empty());
+  const std::string key = kernel_source_hash("reduce_rows");
+  EXPECT_EQ(key, hash_hex(hash_text(file_text + "\n" + codegen)));
+  EXPECT_NE(key, hash_hex(hash_text(file_text)));
+  EXPECT_EQ(kernel_source_hash("no_such_kernel"), "");
 }
 
 }  // namespace
