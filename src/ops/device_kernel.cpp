@@ -72,7 +72,7 @@ tile::Target device_target(DeviceKind kind, const DeviceLimits& limits,
   const int most = std::max(1, limits.max_threads_per_block);
   switch (kind) {
     case DeviceKind::kCpu:
-      t = tile::Target::cpu(limits.fast_memory_bytes > 0 ? limits.fast_memory_bytes : 1 << 20);
+      t = tile::Target::cpu(tile::cpu_tile_budget(limits.fast_memory_bytes));
       break;
     case DeviceKind::kOpenCL:
       t = tile::Target::opencl(limits.fast_memory_bytes > 0 ? limits.fast_memory_bytes : 32 << 10,

@@ -1,6 +1,8 @@
 // Target descriptions (see target.h).
 #include "tile/target.h"
 
+#include <algorithm>
+
 #include "hw/cpu_info.h"
 
 namespace tessel::tile {
@@ -38,11 +40,12 @@ Target Target::cuda(int64_t shared_bytes, int threads) {
   return t;
 }
 
+int64_t cpu_tile_budget(int64_t l2_bytes) {
+  return std::max<int64_t>(l2_bytes, 1 << 20);
+}
+
 Expected<Target> target_from_name(const std::string& name) {
-  if (name == "cpu") {
-    int64_t l2 = host_cpu_info().caches.l2_bytes;
-    return Target::cpu(l2 > 0 ? l2 : 1 << 20);
-  }
+  if (name == "cpu") return Target::cpu(cpu_tile_budget(host_cpu_info().caches.l2_bytes));
   if (name == "opencl") return Target::opencl();
   if (name == "cuda") return Target::cuda();
   return invalid_argument("unknown target '{}' (expected cpu, opencl or cuda)", name);

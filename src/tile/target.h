@@ -35,7 +35,16 @@ struct Target {
   static Target cuda(int64_t shared_bytes = 48 << 10, int threads = 256);
 };
 
-// "cpu" (this machine's L2 cache per core), "opencl", "cuda" (typical devices' numbers).
+// The fast-memory budget a CPU block's tiles are checked against, for a core with `l2_bytes` of
+// L2: the L2, but never less than 1 MiB. On a CPU the tiles live in ordinary memory (allocated per
+// pool thread), so a block larger than the L2 runs, only slower; the budget is there to catch
+// tiles no CPU should use. The kernels' CPU defaults (gemm: 640 KiB of tiles) were sized for the
+// 1 MiB L2 of a Zen 4; a Zen 3 core has 512 KiB, and with the L2 as a hard limit the build's
+// ahead-of-time gemm and every JIT gemm failed to compile there.
+int64_t cpu_tile_budget(int64_t l2_bytes);
+
+// "cpu" (this machine's L2 cache per core, see cpu_tile_budget), "opencl", "cuda" (typical
+// devices' numbers).
 Expected<Target> target_from_name(const std::string& name);
 
 }  // namespace tessel::tile
