@@ -19,6 +19,7 @@
 
 #include "cli/bench_conv_peer.h"
 #include "cli/commands.h"
+#include "tune/choices.h"
 #include "ops/op.h"
 #include "ops/ops.h"
 #include "support/log.h"
@@ -221,6 +222,8 @@ Status run_bench(const Options& o) {
         "runs, taking turns)\n",
         threads, o.stat.c_str(), cpu_clock ? "CPU" : "wall", o.reps);
     std::printf("# peer: %s\n", dnnl ? dnnl->describe().c_str() : why.c_str());
+    // Tuned kernel specialisations and algorithm choices change tessel's rows.
+    std::printf("# tuning database: %s\n", tune::TuneChoices::global().describe().c_str());
     std::printf("%-32s %-26s %-10s %9s %9s %7s\n", "layer", "shape (n c h w -> o k/s)", "pass",
                 "tessel", "onednn", "ratio");
   } else if (!dnnl) {

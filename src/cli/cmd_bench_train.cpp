@@ -37,6 +37,7 @@
 #include "autograd/autocast.h"
 #include "cli/bench_job.h"
 #include "cli/commands.h"
+#include "tune/choices.h"
 #include "ops/kernel_cache.h"
 #include "ops/target_config.h"
 #include "support/subprocess.h"
@@ -231,6 +232,8 @@ int run(const Options& o) {
       std::printf("# PyTorch %s (eager, CPU, %d threads%s) from %s\n", peer.version.c_str(),
                   threads, o.precision == "bf16" ? ", torch.autocast bfloat16" : "",
                   peer.python.c_str());
+    // The workers read the same database (tuned kernels and algorithm choices).
+    std::printf("# tuning database: %s\n", tune::TuneChoices::global().describe().c_str());
     std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %-15s\n", "workload", "impl", "steps",
                 "step ms", "CPU ms", "throughput", "unit", "peak MB", "tessel/pytorch");
     std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %7s %7s\n", "", "", "", "(median)",

@@ -5,21 +5,31 @@
 //   tessel tune gemm --shape 2048x384x1152 --dtype bf16 --budget 32   (sizes in the kernel's
 //                                                                     order: gemm M, K, N)
 //   tessel tune --model examples/gpt_shakespeare.toml   every tunable launch of one training step
+//                                                       and every algorithm choice it makes
+//   tessel tune --workload resnet50 --budget 0          one bench-train workload step's algorithm
+//                                                       choices only (--budget 0: no kernels)
+//   tessel tune conv2d.forward --shape 32x64x56x56x64x3x3x1x1x1x1x1x1x1   one algorithm choice
+//                                                       (N C H W O KH KW SH SW PH PW DH DW G)
 //   tessel tune --show | --export FILE | --import FILE
 //   tessel tune --compare-exhaustive [--device opencl:0] [--json]
 //
 // The database is --db, else $TESSEL_TUNE_DB, else ~/.cache/tessel/tune.db (tune/tune_db.h).
 #include <cstdio>
+#include <functional>
 #include <memory>
 
 #include <nlohmann/json.hpp>
 
+#include "autograd/autocast.h"
 #include "cli/commands.h"
+#include "cli/tune_algorithm.h"
 #include "cli/tune_compare.h"
 #include "cli/tune_session.h"
 #include "cli/tune_trial.h"
+#include "ops/algorithm_choice.h"
 #include "ops/tuned_launch.h"
 #include "train/trainer.h"
+#include "train/workloads.h"
 #include "tune/choices.h"
 
 namespace tessel::cli {
@@ -39,6 +49,7 @@ struct Options {
   bool show = false;
   std::string export_file, import_file;
   std::string model;
+  std::string workload;
   bool compare = false;
   bool quick = false;
   bool reuse = false;
@@ -121,8 +132,28 @@ Status show(tune::TuneDb& db, bool json) {
   return ok_status();
 }
 
-// The tunable launches of one training step of `config_path`, in launch order.
-Expected<std::vector<TuneTarget>> model_targets(const std::string& config_path) {
+// What one training step launches: its tunable kernel launches and its algorithm choices, in
+// launch order, recorded with the database off (so as the defaults and rules make them).
+struct RecordedStep {
+  std::vector<TuneTarget> targets;
+  std::vector<ops::AlgorithmLaunch> algorithms;
+};
+
+Expected<RecordedStep> record_step(const std::function<Status()>& step) {
+  tune::TuneChoices::global().use_database("");
+  ops::record_tunable_launches(true);
+  Status ran = step();
+  ops::record_tunable_launches(false);
+  TESSEL_TRY(ran);
+  RecordedStep out;
+  for (const ops::TunableLaunch& l : ops::recorded_tunable_launches())
+    out.targets.push_back(TuneTarget{l.key.kernel, l.device, l.fixed, l.sizes});
+  out.algorithms = ops::recorded_algorithm_launches();
+  return out;
+}
+
+// One training step of `config_path`.
+Expected<RecordedStep> model_step(const std::string& config_path) {
   TESSEL_ASSIGN_OR_RETURN(train::TrainConfig config, train::load_train_config(config_path));
   config.checkpoint_path.clear();
   config.metrics_path.clear();
@@ -132,15 +163,75 @@ Expected<std::vector<TuneTarget>> model_targets(const std::string& config_path) 
   options.evaluate_at_end = false;
   TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<train::Trainer> trainer,
                           train::Trainer::create(std::move(config), options));
-  tune::TuneChoices::global().use_database("");  // record the launches as the defaults make them
-  ops::record_tunable_launches(true);
-  Expected<train::RunSummary> ran = trainer->run(1);
-  ops::record_tunable_launches(false);
-  if (!ran.ok()) return ran.status().with_context("running one step of {}", config_path);
-  std::vector<TuneTarget> targets;
-  for (const ops::TunableLaunch& l : ops::recorded_tunable_launches())
-    targets.push_back(TuneTarget{l.key.kernel, l.device, l.fixed, l.sizes});
-  return targets;
+  Expected<RecordedStep> step = record_step([&] { return trainer->run(1).status(); });
+  if (!step.ok()) return step.status().with_context("running one step of {}", config_path);
+  return step;
+}
+
+// One step of a `tessel bench train` workload (shared/WORKLOADS.md), in `dtype` (autocast).
+Expected<RecordedStep> workload_step(const std::string& name, const std::string& device_id,
+                                     const std::string& dtype) {
+  TESSEL_ASSIGN_OR_RETURN(Device * device, get_device(device_id));
+  TESSEL_ASSIGN_OR_RETURN(DType compute, parse_dtype(dtype));
+  TESSEL_ASSIGN_OR_RETURN(std::unique_ptr<train::WorkloadRun> run,
+                          train::WorkloadRun::create(name, device, 1));
+  autograd::Autocast autocast(compute);
+  Expected<RecordedStep> step = record_step([&] {
+    TESSEL_TRY(run->step());
+    return device->synchronize();
+  });
+  if (!step.ok()) return step.status().with_context("running one step of workload {}", name);
+  return step;
+}
+
+// A launch at an algorithm choice point named on the command line: 14 sizes for conv2d's.
+Expected<ops::AlgorithmLaunch> named_algorithm_launch(const ops::AlgorithmPoint& point,
+                                                      const std::string& shape,
+                                                      const std::string& device_id,
+                                                      const std::string& dtype) {
+  TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> sizes, tune::parse_shape(shape));
+  const size_t want = point.shape_names.size() + point.fixed_names.size();
+  if (sizes.size() != want)
+    return invalid_argument("tune {}: --shape needs {} sizes, got {} in '{}'", point.name, want,
+                            sizes.size(), shape);
+  ops::AlgorithmLaunch launch;
+  launch.point = &point;
+  TESSEL_ASSIGN_OR_RETURN(launch.device, get_device(device_id));
+  TESSEL_ASSIGN_OR_RETURN(launch.dtype, parse_dtype(dtype));
+  launch.sizes = sizes;
+  // The rule: what the op picks with no database, recorded from one unforced run.
+  TESSEL_ASSIGN_OR_RETURN(std::function<Status()> unforced,
+                          point.make_runner("", launch.device, launch.dtype, sizes));
+  TESSEL_ASSIGN_OR_RETURN(RecordedStep step, record_step(unforced));
+  for (const ops::AlgorithmLaunch& seen : step.algorithms)
+    if (seen.point == &point && seen.sizes == sizes) launch.rule = seen.rule;
+  if (launch.rule.empty())
+    return invalid_argument("tune {}: a run of {} on {} made no choice at this point", point.name,
+                            shape, device_id);
+  return launch;
+}
+
+void print_algorithm_outcome(const AlgorithmOutcome& o, bool json) {
+  if (!json) return;  // tune_algorithm printed its line
+  nlohmann::json row = {{"point", o.launch.point->name},
+                        {"sizes", algorithm_sizes_text(o.launch)},
+                        {"device", o.launch.device->id()},
+                        {"dtype", o.key.dtype},
+                        {"rule", o.rule},
+                        {"chosen", o.chosen},
+                        {"rounds", o.rounds}};
+  for (const AlgorithmTiming& t : o.timings) {
+    nlohmann::json a = {{"algorithm", t.algorithm}};
+    if (t.error.empty()) {
+      a["median_seconds"] = t.median_seconds;
+      a["ratio_to_rule"] = t.median_ratio;
+      a["faster_share"] = t.faster_share;
+    } else {
+      a["error"] = t.error;
+    }
+    row["algorithms"].push_back(a);
+  }
+  std::printf("%s\n", row.dump().c_str());
 }
 
 Status run(const Options& o) {
@@ -165,11 +256,31 @@ Status run(const Options& o) {
     if (!o.json) std::printf("worst ratio: %.3f\n", worst);
   }
   std::vector<TuneTarget> targets;
+  std::vector<ops::AlgorithmLaunch> algorithms;
+  auto add_step = [&](const RecordedStep& step, const std::string& what) {
+    if (o.budget > 0) targets.insert(targets.end(), step.targets.begin(), step.targets.end());
+    algorithms.insert(algorithms.end(), step.algorithms.begin(), step.algorithms.end());
+    std::fprintf(stderr, "%s: %zu tunable launches and %zu algorithm choices in one step%s\n",
+                 what.c_str(), step.targets.size(), step.algorithms.size(),
+                 o.budget > 0 ? "" : " (--budget 0: the algorithm choices only)");
+  };
   if (!o.model.empty()) {
-    TESSEL_ASSIGN_OR_RETURN(targets, model_targets(o.model));
-    std::fprintf(stderr, "%s: %zu tunable launches in one step\n", o.model.c_str(), targets.size());
+    TESSEL_ASSIGN_OR_RETURN(RecordedStep step, model_step(o.model));
+    add_step(step, o.model);
   }
-  if (!o.kernel.empty()) {
+  if (!o.workload.empty()) {
+    TESSEL_ASSIGN_OR_RETURN(RecordedStep step, workload_step(o.workload, o.device, o.dtype));
+    add_step(step, "workload " + o.workload);
+  }
+  Expected<const ops::AlgorithmPoint*> point = ops::find_algorithm_point(o.kernel);
+  if (!o.kernel.empty() && point.ok()) {
+    if (o.shapes.empty()) return invalid_argument("tune {}: give at least one --shape", o.kernel);
+    for (const std::string& s : o.shapes) {
+      TESSEL_ASSIGN_OR_RETURN(ops::AlgorithmLaunch launch,
+                              named_algorithm_launch(**point, s, o.device, o.dtype));
+      algorithms.push_back(launch);
+    }
+  } else if (!o.kernel.empty()) {
     if (o.shapes.empty()) return invalid_argument("tune {}: give at least one --shape", o.kernel);
     std::map<std::string, std::string> fixed{{"T", o.dtype}};
     for (const std::string& f : o.fixed)
@@ -188,9 +299,16 @@ Status run(const Options& o) {
     TESSEL_ASSIGN_OR_RETURN(TuneOutcome outcome, tune_target(t, limits, db.get(), stderr));
     print_outcome(outcome, o.json);
   }
-  if (targets.empty() && !o.show && !o.compare && o.import_file.empty() && o.export_file.empty())
+  // Algorithms last, timed with the kernels' tuned specialisations in force.
+  tune::TuneChoices::global().use_database(path);
+  for (const ops::AlgorithmLaunch& a : algorithms) {
+    TESSEL_ASSIGN_OR_RETURN(AlgorithmOutcome outcome, tune_algorithm(a, db.get(), stderr));
+    print_algorithm_outcome(outcome, o.json);
+  }
+  if (targets.empty() && algorithms.empty() && !o.show && !o.compare && o.import_file.empty() && o.export_file.empty())
     return invalid_argument(
-        "tune: name a kernel (and --shape), or --model, --show, --export, "
+        "tune: name a kernel or algorithm choice point (and --shape), or --model, --workload, "
+        "--show, --export, "
         "--import or --compare-exhaustive");
   return ok_status();
 }
@@ -201,14 +319,18 @@ void add_tune_command(CLI::App& app) {
   auto options = std::make_shared<Options>();
   CLI::App* tune = app.add_subcommand(
       "tune", "find the fastest specialisation of a kernel by measuring it (tuning database)");
-  tune->add_option("kernel", options->kernel, "kernel name (kernels/*.tile), e.g. gemm");
+  tune->add_option("kernel", options->kernel,
+                   "kernel name (kernels/*.tile), e.g. gemm, or algorithm choice point, e.g. "
+                   "conv2d.forward");
   tune->add_option("--shape", options->shapes,
                    "sizes in the kernel's order (gemm: MxKxN) or M=2048,K=384,N=1152; repeatable");
   tune->add_option("--device", options->device, "cpu, opencl:0, cuda:0 (default cpu)");
   tune->add_option("--dtype", options->dtype, "the kernel's T: f32, bf16, f16 (default f32)");
   tune->add_option("--fixed", options->fixed,
                    "other parameters, as the op library passes them: BIAS=1");
-  tune->add_option("--budget", options->budget, "trials per shape (default 32)");
+  tune->add_option("--budget", options->budget,
+                   "trials per shape (default 32); with --model or --workload, 0 tunes the "
+                   "algorithm choices only");
   tune->add_option("--seconds", options->seconds, "wall-time budget per shape (default none)");
   tune->add_option("--seed", options->seed, "the search's seed (default 1)");
   tune->add_flag("--json", options->json, "one JSON object per result");
@@ -219,6 +341,9 @@ void add_tune_command(CLI::App& app) {
   tune->add_option("--import", options->import_file, "add the trials of FILE (from --export)");
   tune->add_option("--model", options->model,
                    "tune every tunable launch one training step of this config makes");
+  tune->add_option("--workload", options->workload,
+                   "tune what one step of a bench-train workload launches (mlp, cnn, resnet18, "
+                   "resnet50, gpt_tiny, gpt_mini; --dtype bf16: under autocast)");
   tune->add_flag("--compare-exhaustive", options->compare,
                  "search vs random vs grid on spaces measured exhaustively");
   tune->add_flag("--quick", options->quick, "with --compare-exhaustive: two small cases only");

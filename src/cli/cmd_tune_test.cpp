@@ -10,7 +10,12 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "cli/run_tessel_for_test.h"
+#include "tune/tune_db.h"
 
 namespace {
 
@@ -59,6 +64,60 @@ TEST(TuneTrial, ASpecialisationThatDoesNotCompileIsAnAnswerNamingWhere) {
   ASSERT_TRUE(j.is_object()) << r.output;
   EXPECT_EQ(j["status"], "compile_error");
   EXPECT_NE(std::string(j["detail"]).find("kernels/gemm.tile:"), std::string::npos) << r.output;
+}
+
+// An algorithm choice point named on the command line: every algorithm that applies is timed,
+// each is recorded, and exactly one (the rule or a faster one) is the shape's choice.
+TEST(TuneAlgorithm, ANamedPointTimesEveryAlgorithmAndRecordsOneChoice) {
+  const std::string db = (std::filesystem::temp_directory_path() /
+                          ("tessel_tune_algorithm_" + std::to_string(getpid()) + ".db"))
+                             .string();
+  std::filesystem::remove(db);
+  // A 3x3 layer 16 channels deep: implicit (the rule), im2col and unfolded all apply.
+  Result r = tessel::cli::testing::run_tessel(
+      "tune conv2d.forward --shape 1x16x8x8x16x3x3x1x1x1x1x1x1x1 --json --db '" + db + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  nlohmann::json j = answer(r);
+  ASSERT_TRUE(j.is_object()) << r.output;
+  EXPECT_EQ(j["point"], "conv2d.forward");
+  EXPECT_EQ(j["rule"], "implicit");
+  ASSERT_EQ(j["algorithms"].size(), 3u) << r.output;
+  for (const nlohmann::json& a : j["algorithms"])
+    EXPECT_GT(double(a["median_seconds"]), 0.0) << r.output;
+  EXPECT_GE(int(j["rounds"]), 7);
+  auto opened = tessel::tune::TuneDb::open(db);
+  ASSERT_TRUE(opened.ok());
+  auto rows = (*opened)->all();
+  ASSERT_TRUE(rows.ok());
+  int chosen = 0;
+  for (const tessel::tune::Trial& t : *rows) {
+    EXPECT_EQ(t.key.kernel, "conv2d.forward");
+    EXPECT_EQ(t.key.shape, (std::vector<int64_t>{1, 16, 8, 8, 16}));
+    EXPECT_EQ(t.key.fixed, "DH=1 DW=1 G=1 KH=3 KW=3 PH=1 PW=1 SH=1 SW=1");
+    if (t.detail.rfind(tessel::tune::kChosenPrefix, 0) == 0) {
+      ++chosen;
+      EXPECT_EQ(t.params, "ALGO=" + std::string(j["chosen"]));
+    }
+  }
+  EXPECT_EQ(rows->size(), 3u);
+  EXPECT_EQ(chosen, 1);
+  opened->reset();
+  std::filesystem::remove(db);
+  std::filesystem::remove(db + "-wal");
+  std::filesystem::remove(db + "-shm");
+}
+
+TEST(TuneAlgorithm, ASizeListOfTheWrongLengthIsAnErrorSayingWhatItNeeds) {
+  const std::string db = (std::filesystem::temp_directory_path() /
+                          ("tessel_tune_sizes_" + std::to_string(getpid()) + ".db"))
+                             .string();
+  Result r =
+      tessel::cli::testing::run_tessel("tune conv2d.forward --shape 1x16x8x8 --db '" + db + "'");
+  std::filesystem::remove(db);
+  std::filesystem::remove(db + "-wal");
+  std::filesystem::remove(db + "-shm");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("needs 14 sizes"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -7,7 +7,8 @@
 // the bias in its epilogue; their gradient recomputes the columns from the saved input rather than
 // keeping them (they are kh kw times the input's size), the weight and bias gradients come from one
 // kernel that sums over the batch, and the input gradient is a gemm folded back onto the input by
-// col2im.
+// col2im. Which of these a CPU pass runs is an algorithm choice (ops/conv_algorithms.h): the rule
+// in pass_algorithm's callers, unless the tuning database measured another for the layer.
 // Precision (ops/gemm_precision.h): x and weight are f32, f16 or bf16; in a 16-bit compute dtype
 // x, weight and the output gradient are cast to it around the gemms (the relaid inputs or the
 // columns are then 16-bit too, half the bytes), which accumulate in f32; results and gradients
@@ -16,6 +17,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "ops/conv_algorithms.h"
 #include "ops/gemm_precision.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -121,17 +123,23 @@ bool unit_strides(const Window& w) {
   return w.sh == 1 && w.sw == 1;
 }
 
-// Whether a conv2d pass runs as an implicit gemm (the CPU) or as im2col + gemm (other devices,
-// and the CPU under TESSEL_CONV=im2col, for comparisons). `depth` is the K of each tap's gemm
-// (C / G forward and for the weight gradient, O / G for the input gradient): below 16, as in an
-// RGB stem (3) or a depthwise layer (1), a tap's gemm is too shallow to keep the micro-kernel
-// busy, and im2col's columns, kh kw taps deep, are the better operand.
-bool implicit_gemm(const Tensor& like, int64_t depth) {
-  static const bool im2col = [] {
+// TESSEL_CONV=im2col: every conv2d pass runs as im2col + gemm (for comparisons), whatever the rule
+// or the tuning database say.
+bool im2col_forced() {
+  static const bool forced = [] {
     const char* v = std::getenv("TESSEL_CONV");
     return v != nullptr && std::string_view(v) == "im2col";
   }();
-  return like.device()->kind() == DeviceKind::kCpu && !im2col && depth >= 16;
+  return forced;
+}
+
+// The rule for whether a conv2d pass runs as an implicit gemm (the CPU) or as im2col + gemm
+// (other devices). `depth` is the K of each tap's gemm (C / G forward and for the weight
+// gradient, O / G for the input gradient): below 16, as in an RGB stem (3) or a depthwise layer
+// (1), a tap's gemm is too shallow to keep the micro-kernel busy, and im2col's columns, kh kw taps
+// deep, are the better operand. A tuned choice may overrule it per layer (pass_algorithm).
+bool implicit_gemm(const Tensor& like, int64_t depth) {
+  return like.device()->kind() == DeviceKind::kCpu && !im2col_forced() && depth >= 16;
 }
 
 // The columns of x: [N, G, K, L] (as [N, G K, OH, OW] for the kernel).
@@ -582,7 +590,7 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
 
 // Whether a layer runs unfolded on this device.
 bool runs_unfolded(const Tensor& like, const Window& w, const ConvShape& s) {
-  return s.groups == 1 && w.kw > 1 && w.dw == 1 && s.c < 16 && implicit_gemm(like, s.c * w.kw);
+  return conv_can_unfold(s.groups, w.kw, w.dw) && s.c < 16 && implicit_gemm(like, s.c * w.kw);
 }
 
 // The unfolded layer: its kh x 1 window, shape, grid and relaid input.
@@ -666,6 +674,18 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
   return dx;
 }
 
+// The algorithm of one conv2d pass at `point` (ops/conv_algorithms.h): the op's `rule` unless a
+// forced choice or the tuning database says otherwise; im2col under TESSEL_CONV=im2col and off
+// the CPU, where nothing else runs.
+Expected<std::string> pass_algorithm(const AlgorithmPoint& point, const Tensor& like,
+                                     const Window& w, const ConvShape& s, int64_t h, int64_t wd,
+                                     const std::string& rule) {
+  if (im2col_forced() || like.device()->kind() != DeviceKind::kCpu) return std::string("im2col");
+  const std::vector<int64_t> sizes{s.n,  s.c,  h,    wd,   s.o,  w.kh, w.kw,
+                                   w.sh, w.sw, w.ph, w.pw, w.dh, w.dw, s.groups};
+  return choose_algorithm(point, like.device(), like.dtype(), sizes, rule);
+}
+
 Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
                               const TensorMeta& out) {
   TESSEL_ASSIGN_OR_RETURN(DType compute, conv_compute(in[0], in[1], a));
@@ -676,9 +696,14 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
   const ConvShape s = conv_shape(x, weight, groups_of(a), w);
   const int64_t og = s.o / s.groups;
   View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
-  if (runs_unfolded(x, w, s)) return conv_forward_unfolded(x, weight, bias, w, s, compute, out);
-  if (implicit_gemm(x, s.c / s.groups))
-    return conv_forward_implicit(x, weight, bias, w, s, compute, out);
+  const std::string rule = runs_unfolded(x, w, s)               ? "unfolded"
+                           : implicit_gemm(x, s.c / s.groups) ? "implicit"
+                                                              : "im2col";
+  TESSEL_ASSIGN_OR_RETURN(
+      std::string algorithm,
+      pass_algorithm(conv_forward_point(), x, w, s, x.size(2), x.size(3), rule));
+  if (algorithm == "unfolded") return conv_forward_unfolded(x, weight, bias, w, s, compute, out);
+  if (algorithm == "implicit") return conv_forward_implicit(x, weight, bias, w, s, compute, out);
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
@@ -701,7 +726,18 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   TESSEL_ASSIGN_OR_RETURN(Tensor g, contiguous_on_device(g_compute));
   const View g_view = grouped(g, s);
   std::vector<Tensor> grads(3);
-  if (implicit_gemm(x, s.c / s.groups) && b.needs_grad[1]) {
+  std::string weight_algorithm, input_algorithm;
+  if (b.needs_grad[1]) {
+    TESSEL_ASSIGN_OR_RETURN(weight_algorithm,
+                            pass_algorithm(conv_weight_grad_point(), x, w, s, x.size(2), x.size(3),
+                                           implicit_gemm(x, s.c / s.groups) ? "implicit" : "im2col"));
+  }
+  if (b.needs_grad[0]) {
+    TESSEL_ASSIGN_OR_RETURN(input_algorithm,
+                            pass_algorithm(conv_input_grad_point(), x, w, s, x.size(2), x.size(3),
+                                           implicit_gemm(x, og) ? "implicit" : "im2col"));
+  }
+  if (weight_algorithm == "implicit") {
     TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_grad_implicit(x, g, w, s, compute));
     TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
     TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
@@ -738,7 +774,7 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     TESSEL_TRY(launch_kernel("conv_bias_grad", {}, {g3, db}));
     TESSEL_ASSIGN_OR_RETURN(grads[2], cast(db, b.input_meta[2].dtype));
   }
-  if (implicit_gemm(x, og) && b.needs_grad[0]) {
+  if (input_algorithm == "implicit") {
     TESSEL_ASSIGN_OR_RETURN(Tensor dx, input_grad_implicit(g, weight, w, s, x.shape(), compute));
     TESSEL_ASSIGN_OR_RETURN(grads[0], cast(dx, b.input_meta[0].dtype));
   } else if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input

@@ -7,6 +7,7 @@
 
 #include "support/hash.h"
 #include "tile/codegen/render.h"
+#include "ops/algorithm_choice.h"
 #include "tile/parse/parser.h"
 #include "tune/choices.h"
 #include "tune/fingerprint.h"
@@ -44,7 +45,9 @@ const TuningTables& tables() {
   return t;
 }
 
-const std::string& fingerprint_of(Device* device) {
+}  // namespace
+
+const std::string& cached_device_fingerprint(Device* device) {
   static std::mutex mutex;
   static std::map<Device*, std::string> fingerprints;
   std::lock_guard<std::mutex> lock(mutex);
@@ -53,6 +56,8 @@ const std::string& fingerprint_of(Device* device) {
     it = fingerprints.emplace(device, tune::device_fingerprint(device)).first;
   return it->second;
 }
+
+namespace {
 
 struct Recorder {
   std::atomic<bool> on{false};
@@ -118,7 +123,7 @@ Expected<TunableLaunch> tunable_launch(Device* device, const tile::Kernel& kerne
     if (!tuned.count(name)) launch.fixed[name] = value;
   launch.key.kernel = kernel.name;
   launch.key.source_hash = kernel_source_hash(kernel.name);
-  launch.key.device = fingerprint_of(device);
+  launch.key.device = cached_device_fingerprint(device);
   auto t = params.find("T");
   launch.key.dtype = t == params.end() ? "f32" : t->second;
   launch.key.fixed = tune::params_string(rest);
@@ -165,7 +170,12 @@ void record_tunable_launches(bool on) {
   if (on) {
     r.launches.clear();
     r.seen.clear();
+    clear_recorded_algorithm_launches();
   }
+}
+
+bool recording_tunable_launches() {
+  return recorder().on.load(std::memory_order_relaxed);
 }
 
 std::vector<TunableLaunch> recorded_tunable_launches() {

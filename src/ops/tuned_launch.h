@@ -56,8 +56,13 @@ bool tuning_in_use();
 Status apply_tuned_params(Device* device, const tile::Kernel& kernel,
                           const std::vector<KernelArg>& args, KernelParams& params);
 
-// While on, every launch of a tunable kernel is remembered (distinct keys, in launch order).
+// While on, every launch of a tunable kernel is remembered (distinct keys, in launch order), and
+// so is every algorithm choice (ops/algorithm_choice.h).
 void record_tunable_launches(bool on);
+bool recording_tunable_launches();
 std::vector<TunableLaunch> recorded_tunable_launches();
+
+// tune::device_fingerprint(device), computed once per device.
+const std::string& cached_device_fingerprint(Device* device);
 
 }  // namespace tessel::ops

@@ -51,6 +51,12 @@ void TuneChoices::use_database(const std::string& path) {
   active_ = !path.empty() && std::filesystem::exists(path, ec);
 }
 
+std::string TuneChoices::describe() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (active()) return path_;
+  return path_.empty() ? "none" : "none (no file at " + path_ + ")";
+}
+
 Expected<std::string> TuneChoices::choose(const TuneKey& key) {
   std::string full = family_key(key) + "|" + shape_string(key.shape);
   std::lock_guard<std::mutex> lock(mutex_);

@@ -32,6 +32,8 @@ class TuneChoices {
   void use_database(const std::string& path);
   // Whether there is a database to read: when not, choose() is never worth calling.
   bool active() const { return active_.load(std::memory_order_relaxed); }
+  // For benchmark headers: the file read, or "none (no file at PATH)" / "none".
+  std::string describe();
   // The chosen params text for `key` (with its shape), "" for the kernel's defaults.
   Expected<std::string> choose(const TuneKey& key);
 
