@@ -5,9 +5,7 @@
 #include "ops/algorithm_choice.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <functional>
 #include <random>
 #include <set>
@@ -15,6 +13,7 @@
 #include "ops/conv_algorithms.h"
 #include "ops/op.h"
 #include "ops/ops.h"
+#include "ops/testing/temp_tune_db.h"
 #include "ops/tuned_launch.h"
 #include "tune/choices.h"
 
@@ -185,20 +184,8 @@ TEST(AlgorithmChoice, AForcedAlgorithmIsTheOneThatRuns) {
             (std::set<std::string>{"conv_implicit"}));
 }
 
-class AlgorithmChoiceDb : public ::testing::Test {
+class AlgorithmChoiceDb : public testing::TempTuneDbTest {
  protected:
-  void SetUp() override {
-    file_ = (std::filesystem::temp_directory_path() /
-             ("tessel_algorithm_choice_" + std::to_string(getpid()) + ".db"))
-                .string();
-    std::filesystem::remove(file_);
-  }
-  void TearDown() override {
-    tune::TuneChoices::global().use_database("");
-    std::filesystem::remove(file_);
-    std::filesystem::remove(file_ + "-wal");
-    std::filesystem::remove(file_ + "-shm");
-  }
   void choose(const std::vector<int64_t>& sizes, const std::string& algorithm) {
     auto db = tune::TuneDb::open(file_);
     ASSERT_TRUE(db.ok());
@@ -208,7 +195,6 @@ class AlgorithmChoiceDb : public ::testing::Test {
     ASSERT_TRUE((*db)->record(t).ok());
     ASSERT_TRUE((*db)->choose(t).ok());
   }
-  std::string file_;
 };
 
 TEST_F(AlgorithmChoiceDb, TheDatabaseChoiceIsTakenForItsShapeAndTheNearestAndOnlyWhereItApplies) {

@@ -4,35 +4,19 @@
 #include "ops/tuned_launch.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
-#include <filesystem>
 #include <random>
 
 #include "ops/ops.h"
 #include "support/hash.h"
 #include "tile/codegen/render.h"
+#include "ops/testing/temp_tune_db.h"
 #include "tune/choices.h"
 
 namespace tessel::ops {
 namespace {
 
-class TunedLaunchTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    file_ = (std::filesystem::temp_directory_path() /
-             ("tessel_tuned_launch_" + std::to_string(getpid()) + ".db"))
-                .string();
-    std::filesystem::remove(file_);
-  }
-  void TearDown() override {
-    tune::TuneChoices::global().use_database("");
-    std::filesystem::remove(file_);
-    std::filesystem::remove(file_ + "-wal");
-    std::filesystem::remove(file_ + "-shm");
-  }
-  std::string file_;
-};
+class TunedLaunchTest : public testing::TempTuneDbTest {};
 
 Tensor random_matrix(int64_t m, int64_t n, uint64_t seed) {
   std::mt19937_64 rng(seed);
