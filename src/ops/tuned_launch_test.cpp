@@ -8,9 +8,9 @@
 #include <random>
 
 #include "ops/ops.h"
+#include "ops/testing/temp_tune_db.h"
 #include "support/hash.h"
 #include "tile/codegen/render.h"
-#include "ops/testing/temp_tune_db.h"
 #include "tune/choices.h"
 
 namespace tessel::ops {
