@@ -40,3 +40,22 @@ function(tessel_layer name)
                          PROPERTIES ENVIRONMENT "TESSEL_SOURCE_DIR=${PROJECT_SOURCE_DIR}")
   endif()
 endfunction()
+
+# tessel_generated_source(NAME OUTPUT file.cpp SCRIPT script.cmake COMMENT text FILES inputs...)
+# A source of libtessel written at build time by a CMake script from FILES (given to the script as
+# FILES, '|'-separated, with OUT and ROOT = src/), rewritten when an input or the script changes.
+# libtessel is defined at the top, so the custom target NAME owns the step.
+function(tessel_generated_source name)
+  cmake_parse_arguments(G "" "OUTPUT;SCRIPT;COMMENT" "FILES" ${ARGN})
+  string(REPLACE ";" "|" files_text "${G_FILES}")
+  add_custom_command(
+    OUTPUT ${G_OUTPUT}
+    COMMAND ${CMAKE_COMMAND} -DOUT=${G_OUTPUT} -DROOT=${PROJECT_SOURCE_DIR}/src
+            "-DFILES=${files_text}" -P ${G_SCRIPT}
+    DEPENDS ${G_FILES} ${G_SCRIPT}
+    COMMENT "${G_COMMENT}"
+    VERBATIM)
+  target_sources(tessel PRIVATE ${G_OUTPUT})
+  add_custom_target(${name} DEPENDS ${G_OUTPUT})
+  add_dependencies(tessel ${name})
+endfunction()
