@@ -343,10 +343,18 @@ StoreTarget store_target(const Tensor& y, const TapGrid& g, int64_t groups) {
 Status launch_implicit(const View& taps, const View& input, const StoreTarget& out,
                        const View& bias, bool has_bias, bool transposed, const Window& w,
                        const TapGrid& g, int64_t ty0, int64_t tx0, Phases phases = {}) {
+  // One phase stored at unit strides (the forward, a unit-stride input gradient): each grid
+  // row's outputs are a contiguous run of the output, stored as one (ROWS = 1). Over images of
+  // fewer than 256 grid positions the element-wise store stays: a 7 x 7 layer's runs are short
+  // and unaligned, and its input gradient was slower with them (resnet50.layer4.1.conv1).
+  const int64_t oy = transposed ? w.sh : 1, ox = transposed ? w.sw : 1;
+  const bool rows =
+      !out.dense && phases.y == 1 && phases.x == 1 && oy == 1 && ox == 1 && g.plane() >= 256;
   KernelParams params{{"BIAS", has_bias ? "1" : "0"},
                       {"TRANSPOSED", transposed ? "1" : "0"},
                       {"UNIT_STRIDE", transposed && phases.every_tap ? "1" : "0"},
-                      {"DENSE", out.dense ? "1" : "0"}};
+                      {"DENSE", out.dense ? "1" : "0"},
+                      {"ROWS", rows ? "1" : "0"}};
   std::vector<KernelArg> args{taps,
                               input,
                               out.view,
@@ -362,8 +370,8 @@ Status launch_implicit(const View& taps, const View& input, const StoreTarget& o
                               tx0,
                               phases.y,
                               phases.x,
-                              transposed ? w.sh : int64_t{1},
-                              transposed ? w.sw : int64_t{1},
+                              oy,
+                              ox,
                               g.ww,
                               g.plane(),
                               out.yh,

@@ -863,8 +863,8 @@ TEST(BackendOps, TypedFunctionsMatchClosedForms) {
 }
 
 // Convolutions too large for the finite differences above (a strided 1x1's forward reaches the
-// CPU's conv_subsample path only over 196 or more output positions), checked against plain
-// loops: the forward against conv2d's reference, the gradients against the convolution's adjoint
+// CPU's conv_subsample path only over 196 or more output positions, conv_implicit's row stores
+// only over images of 256 or more grid positions), checked against plain loops: the forward against conv2d's reference, the gradients against the convolution's adjoint
 // written out (dx and dW sum dy times the weight and the input over the same index map, db sums
 // dy). Each case: x [N, C, H, W], O output channels, a kh x kw window, strides, paddings,
 // groups, whether the bias is zero.
@@ -953,6 +953,12 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       // still subsampled.
       {{3, 16, 15, 13}, 16, 1, 1, 2, 2, 0, 0, 1, false},
       {{2, 32, 17, 19}, 32, 1, 1, 4, 4, 0, 0, 2, true},
+      // conv_implicit's stores of whole output rows (grids of 256 or more positions per image,
+      // forward and unit-stride input gradient): grid rows wider than the output, rows and
+      // images across 256-position blocks, a last partial row, odd sizes, a 1x3 window.
+      {{2, 16, 16, 17}, 16, 3, 3, 1, 1, 1, 1, 1, false},
+      {{3, 16, 15, 17}, 24, 3, 3, 1, 1, 1, 1, 1, true},
+      {{1, 32, 15, 31}, 16, 1, 3, 1, 1, 0, 1, 2, false},
   };
   for (const LoopConv& c : cases)
     testing::for_each_device("conv2d", {DType::kF32, DType::kF32, DType::kF32},
