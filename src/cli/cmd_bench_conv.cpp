@@ -2,7 +2,8 @@
 // ResNet-18 (CIFAR stem, 32 x 32, batch 32) as the bench train workloads run them, forward and
 // both backward passes, tessel's conv2d op (ops/conv_ops.cpp) next to oneDNN's convolution
 // primitives (bench_conv_peer.h) in the same run. The two take turns in every repetition, each
-// call timed alone after the other's threads have stopped spinning; GFLOP/s from the median.
+// call timed alone after the other's threads have stopped spinning and right after an untimed
+// call of its own (warm caches on both sides); GFLOP/s from the median (or the minimum).
 // Every shape appears once (the first layer that has it names it).
 //
 //   tessel bench conv [--nets resnet50,resnet18] [--passes fwd,bwd_data,bwd_weight]
@@ -239,16 +240,21 @@ Status run_bench(const Options& o) {
       if (dnnl) {
         TESSEL_ASSIGN_OR_RETURN(peer, dnnl->prepare(s, pass));
       }
-      // One untimed call each (kernel compiles, page faults), then turns.
+      // One untimed call each (kernel compiles, page faults), then turns. In every turn each
+      // side makes an untimed call of the same pass right before its timed one: otherwise a
+      // timed call found the caches holding the other side's tensors (and, after a peer's
+      // call, its threads' working sets), and the first side of a turn paid for refilling them.
       TESSEL_TRY(tessel->run().with_context("{} {}", layer.name, conv_pass_name(pass)));
       if (peer) TESSEL_TRY(peer->run());
       std::vector<double> t_tessel, t_peer;
       for (int r = 0; r < o.reps; ++r) {
+        TESSEL_TRY(tessel->run());
         double start = now_seconds(cpu_clock);
         TESSEL_TRY(tessel->run());
         t_tessel.push_back(now_seconds(cpu_clock) - start);
         if (!peer) continue;
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        TESSEL_TRY(peer->run());
         start = now_seconds(cpu_clock);
         TESSEL_TRY(peer->run());
         t_peer.push_back(now_seconds(cpu_clock) - start);

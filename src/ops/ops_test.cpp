@@ -862,6 +862,109 @@ TEST(BackendOps, TypedFunctionsMatchClosedForms) {
   });
 }
 
+// Convolutions too large for the finite differences above (a strided 1x1's forward reaches the
+// CPU's conv_subsample path only over 196 or more output positions, conv_implicit's row stores
+// only over images of 256 or more grid positions), checked against plain loops: the forward against conv2d's reference, the gradients against the convolution's adjoint
+// written out (dx and dW sum dy times the weight and the input over the same index map, db sums
+// dy). Each case: x [N, C, H, W], O output channels, a kh x kw window, strides, paddings,
+// groups, whether the bias is zero.
+struct LoopConv {
+  Shape x;
+  int64_t o, kh, kw, sh, sw, ph, pw, groups;
+  bool zero_bias;
+};
+
+void check_conv_against_loops(const LoopConv& c, Device* device) {
+  const int64_t n = c.x[0], ch = c.x[1], h = c.x[2], wd = c.x[3], cg = ch / c.groups,
+                og = c.o / c.groups;
+  const int64_t oh = (h + 2 * c.ph - c.kh) / c.sh + 1, ow = (wd + 2 * c.pw - c.kw) / c.sw + 1;
+  SCOPED_TRACE(fmt::format("x {} o {} window {}x{} stride {}x{} padding {}x{} groups {} bias {}",
+                           shape_string(c.x), c.o, c.kh, c.kw, c.sh, c.sw, c.ph, c.pw, c.groups,
+                           c.zero_bias ? "zero" : "random"));
+  std::mt19937 rng(static_cast<uint32_t>(n * 131 + ch * 17 + h * 7 + c.sh));
+  auto uniform = [&](int64_t count) {
+    std::vector<float> v(static_cast<size_t>(count));
+    for (float& f : v)
+      f = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng);
+    return v;
+  };
+  const std::vector<float> xv = uniform(n * ch * h * wd), wv = uniform(c.o * cg * c.kh * c.kw),
+                           dyv = uniform(n * c.o * oh * ow);
+  const std::vector<float> bv = c.zero_bias ? std::vector<float>(c.o, 0.0f) : uniform(c.o);
+  const Attrs attrs = conv_attrs({c.sh, c.sw}, {c.ph, c.pw}, {1, 1}, c.groups);
+  Tensor x = Tensor::from_vector(xv, c.x, device).value();
+  Tensor w = Tensor::from_vector(wv, {c.o, cg, c.kh, c.kw}, device).value();
+  Tensor b = Tensor::from_vector(bv, {c.o}, device).value();
+  Tensor dy = Tensor::from_vector(dyv, {n, c.o, oh, ow}, device).value();
+  const OpDef& op = *find_op("conv2d").value();
+
+  Expected<Tensor> y = run(op, {x, w, b}, attrs);
+  ASSERT_TRUE(y.ok()) << y.status().to_string();
+  auto as_ref = [](const std::vector<float>& v, Shape shape) {
+    return RefTensor{std::move(shape), std::vector<double>(v.begin(), v.end())};
+  };
+  const RefTensor want = op.reference(
+      {as_ref(xv, c.x), as_ref(wv, {c.o, cg, c.kh, c.kw}), as_ref(bv, {c.o})}, attrs);
+  expect_close(y->to_vector<float>().value(), want.values, 1e-4, 1e-4, "forward");
+
+  std::vector<double> dx(xv.size()), dw(wv.size()), db(bv.size());
+  for (int64_t bi = 0; bi < n; ++bi)
+    for (int64_t f = 0; f < c.o; ++f)
+      for (int64_t yy = 0; yy < oh; ++yy)
+        for (int64_t xx = 0; xx < ow; ++xx) {
+          const double g = dyv[((bi * c.o + f) * oh + yy) * ow + xx];
+          db[f] += g;
+          for (int64_t cl = 0; cl < cg; ++cl)
+            for (int64_t i = 0; i < c.kh; ++i)
+              for (int64_t j = 0; j < c.kw; ++j) {
+                const int64_t iy = yy * c.sh - c.ph + i, ix = xx * c.sw - c.pw + j;
+                if (iy < 0 || iy >= h || ix < 0 || ix >= wd) continue;
+                const int64_t xi = ((bi * ch + f / og * cg + cl) * h + iy) * wd + ix;
+                const int64_t wi = ((f * cg + cl) * c.kh + i) * c.kw + j;
+                dx[xi] += g * wv[wi];
+                dw[wi] += g * xv[xi];
+              }
+        }
+  BackwardArgs args{{x, w, b},
+                    Tensor(),
+                    {{x.shape(), x.dtype()}, {w.shape(), w.dtype()}, {b.shape(), b.dtype()}},
+                    attrs,
+                    dy,
+                    {true, true, true},
+                    {}};
+  auto grads = op.backward(args);
+  ASSERT_TRUE(grads.ok()) << grads.status().to_string();
+  expect_close((*grads)[0].to_vector<float>().value(), dx, 1e-4, 1e-4, "input gradient");
+  expect_close((*grads)[1].to_vector<float>().value(), dw, 1e-3, 1e-4, "weight gradient");
+  expect_close((*grads)[2].to_vector<float>().value(), db, 1e-3, 1e-4, "bias gradient");
+}
+
+TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
+  const std::vector<LoopConv> cases = {
+      // 1x1 / stride 2, 3, 4 without padding over 196 or more output positions (conv_subsample
+      // on the CPU, forward and weight gradient): odd sizes, rectangular strides, batch 1 and 2,
+      // groups, zero and random bias.
+      {{1, 16, 33, 35}, 16, 1, 1, 2, 2, 0, 0, 1, false},
+      {{2, 16, 28, 28}, 24, 1, 1, 2, 2, 0, 0, 1, true},
+      {{1, 16, 47, 50}, 16, 1, 1, 3, 3, 0, 0, 1, false},
+      {{2, 32, 64, 67}, 32, 1, 1, 4, 4, 0, 0, 2, false},
+      {{1, 16, 33, 52}, 16, 1, 1, 2, 3, 0, 0, 1, true},
+      // and over fewer (8 x 7, 5 x 5): the forward on the implicit grid, the weight gradient
+      // still subsampled.
+      {{3, 16, 15, 13}, 16, 1, 1, 2, 2, 0, 0, 1, false},
+      {{2, 32, 17, 19}, 32, 1, 1, 4, 4, 0, 0, 2, true},
+      // conv_implicit's stores of whole output rows (grids of 256 or more positions per image,
+      // forward and unit-stride input gradient): grid rows wider than the output, rows and
+      // images across 256-position blocks, a last partial row, odd sizes, a 1x3 window.
+      {{2, 16, 16, 17}, 16, 3, 3, 1, 1, 1, 1, 1, false},
+      {{3, 16, 15, 17}, 24, 3, 3, 1, 1, 1, 1, 1, true},
+      {{1, 32, 15, 31}, 16, 1, 3, 1, 1, 0, 1, 2, false},
+  };
+  for (const LoopConv& c : cases)
+    testing::for_each_device("conv2d", {DType::kF32, DType::kF32, DType::kF32},
+                             [&](Device* device) { check_conv_against_loops(c, device); });
+}
+
 // A mistake in the input is the same error on every device: the op checks its input where it
 // lies (reading it back from a device the host cannot address), not only on the CPU.
 TEST(BackendOps, BadInputIsTheSameErrorOnEveryDevice) {
