@@ -1,7 +1,8 @@
 // `tessel bench precision` as a user runs it (the built command, in a child process): a bad
 // precision is an error naming it, and the JSON rows are consistent with themselves (ratios are
 // step times over fp32's, throughput is the batch over the step time). Also `tessel bench gemm
-// --threads`, which must size tessel's own thread pool too. Nothing is timed here.
+// --threads`, which must size tessel's own thread pool too, and its `--stat`. Nothing is timed
+// here.
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -70,6 +71,31 @@ TEST(BenchGemm, ThreadsSizesTesselsPoolToo) {
     if (row["impl"] == "tessel-cpu") ++tessel_rows;
   }
   EXPECT_EQ(tessel_rows, 1) << r.output;
+}
+
+// --stat min makes each figure the fastest turn: `gflops` is then `gflops_min_time`, which no
+// turn's median can beat; both are in every row. An unknown statistic is named.
+TEST(BenchGemm, StatMinIsAcceptedAndReported) {
+  Result r = run_tessel(
+      "bench gemm --no-opencl --sizes 33x20x17 --dtypes f32 --threads 1 --seconds 0.01 --stat min "
+      "--json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  int rows = 0;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const nlohmann::json row = nlohmann::json::parse(line);
+    ++rows;
+    EXPECT_EQ(row["stat"], "min") << line;
+    EXPECT_EQ(double(row["gflops"]), double(row["gflops_min_time"])) << line;
+    EXPECT_GE(double(row["gflops_min_time"]), double(row["gflops_median"])) << line;
+    EXPECT_GT(double(row["gflops_median"]), 0.0) << line;
+  }
+  EXPECT_GE(rows, 1) << r.output;
+  Result bad = run_tessel("bench gemm --no-opencl --sizes 8 --dtypes f32 --stat mean");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--stat: 'mean' is not one of median, min"), std::string::npos)
+      << bad.output;
 }
 
 }  // namespace

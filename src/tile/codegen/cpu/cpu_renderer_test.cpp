@@ -2,8 +2,14 @@
 // generated source and by running it: trailing dimensions of literal extent get constant strides
 // in the contiguous version of a loop (with the any-strides version still right), `&&` / `||`
 // become `&` / `|` unless the right side could trap, and a loop stopped at a tensor's edge runs in
-// whole vectors with the edge as a mask.
+// whole vectors with the edge as a mask. A clear(acc) before a K loop whose only use of acc is
+// its gemm is folded into the loop's first step (kept for a loop of no step), and kept where the
+// loop reads acc otherwise.
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <sstream>
 
 #include "tile/codegen/cpu/cpu_renderer.h"
 #include "tile/parse/parser.h"
@@ -156,6 +162,147 @@ kernel twice(X: f32[N], Y: f32[N]) {
   EXPECT_LT(get, check) << src;
   EXPECT_LT(check, first_block) << src;
   EXPECT_NE(src.find("return 0;", first_block), std::string::npos) << src;
+}
+
+// T = A @ B block by block, each block's whole accumulator stored into T, which is padded to
+// whole blocks: so the elements of an edge block's acc past the tensors' edges are stored too, and
+// must be the zeros of clear(acc).
+constexpr const char* kPaddedGemm = R"(
+kernel padded_gemm<BM = 24, BN = 32, BK = 16>(A: f32[M, K], B: f32[K, N], T: f32[MP, NP]) {
+  grid (cdiv(N, BN), cdiv(M, BM)) as (bx, by) {
+    As = shared<f32>[BM, BK]
+    Bs = shared<f32>[BK, BN]
+    acc = fragment<f32>[BM, BN]
+    clear(acc)
+    for k in pipelined(cdiv(K, BK), stages=2) {
+      copy(A[by * BM, k * BK], As)
+      copy(B[k * BK, bx * BN], Bs)
+      gemm(As, Bs, acc)
+    }
+    parallel (i, j) in acc {
+      T[by * BM + i, bx * BN + j] = acc[i, j]
+    }
+  }
+}
+)";
+
+// Every line of `src` that memsets `tile` (the rendered clear).
+std::vector<std::string> memset_lines(const std::string& src, const std::string& tile) {
+  std::vector<std::string> out;
+  std::istringstream lines(src);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("std::memset(static_cast<void*>(" + tile + ")") != std::string::npos)
+      out.push_back(line);
+  return out;
+}
+
+// A deterministic value in [-1, 1] for element i of a test input.
+float input_value(int64_t i, int salt) {
+  return float((i * 7 + salt * 13) % 17) / 8.0f - 1.0f;
+}
+
+TEST(CpuRenderer, ClearBeforeAGemmLoopIsItsFirstStep) {
+  std::string src = rendered(kPaddedGemm);
+  // The memset runs only when the loop runs no step; the first step writes acc, and at an edge
+  // block clears the rest of it.
+  std::vector<std::string> clears = memset_lines(src, "acc");
+  ASSERT_EQ(clears.size(), 1u) << src;
+  EXPECT_NE(clears[0].find("if (!("), std::string::npos) << clears[0];
+  EXPECT_NE(clears[0].find(" > 0)) std::memset"), std::string::npos) << clears[0];
+  EXPECT_NE(src.find("tessel_cpu::gemm_packed<float>(As, Bs, acc, 32, _tAs_rows, _tBs_cols, "
+                     "_tAs_cols, k != 0);"),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("if (k == 0) tessel_cpu::clear_outside(acc, 32, 24, 32, _tAs_rows, "
+                     "_tBs_cols);"),
+            std::string::npos)
+      << src;
+
+  // Results against a plain loop, T padded to whole blocks and filled with NaN first: a whole
+  // shape first (it leaves the threads' accumulators dirty), then edges in every dimension, K
+  // shorter than a block, one K step, and K = 0 (T all zeros).
+  Expected<testing::Launcher> k =
+      testing::cpu_launcher(parse_kernel(kPaddedGemm, "test.tile").value());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  const int64_t shapes[][3] = {{48, 64, 48}, {50, 70, 37}, {5, 9, 3}, {30, 40, 16}, {29, 33, 0}};
+  for (const auto& shape : shapes) {
+    const int64_t m = shape[0], n = shape[1], kk = shape[2];
+    SCOPED_TRACE(fmt::format("m={} n={} k={}", m, n, kk));
+    const int64_t mp = (m + 23) / 24 * 24, np = (n + 31) / 32 * 32;
+    std::vector<float> a(std::max<int64_t>(m * kk, 1)), b(std::max<int64_t>(kk * n, 1));
+    for (size_t i = 0; i < a.size(); ++i)
+      a[i] = input_value(int64_t(i), 1);
+    for (size_t i = 0; i < b.size(); ++i)
+      b[i] = input_value(int64_t(i), 2);
+    std::vector<float> t(mp * np, std::numeric_limits<float>::quiet_NaN());
+    ASSERT_TRUE((*k)({TensorArg{a.data(), ScalarType::kF32, {m, kk}, {}},
+                      TensorArg{b.data(), ScalarType::kF32, {kk, n}, {}},
+                      TensorArg{t.data(), ScalarType::kF32, {mp, np}, {}}})
+                    .ok());
+    for (int64_t i = 0; i < mp; ++i)
+      for (int64_t j = 0; j < np; ++j) {
+        double want = 0;
+        if (i < m && j < n)
+          for (int64_t p = 0; p < kk; ++p)
+            want += double(a[i * kk + p]) * double(b[p * n + j]);
+        ASSERT_NEAR(t[i * np + j], want, 1e-4) << "T[" << i << ", " << j << "]";
+      }
+  }
+}
+
+// The same loop, but it halves acc after each step: acc is read in the loop besides the gemm, so
+// the clear before it stays, and no step writes acc without adding.
+TEST(CpuRenderer, ClearStaysWhereTheLoopReadsAcc) {
+  constexpr const char* kHalving = R"(
+kernel halving_gemm<BM = 24, BN = 32, BK = 16>(A: f32[M, K], B: f32[K, N], C: f32[M, N]) {
+  grid (cdiv(N, BN), cdiv(M, BM)) as (bx, by) {
+    As = shared<f32>[BM, BK]
+    Bs = shared<f32>[BK, BN]
+    acc = fragment<f32>[BM, BN]
+    clear(acc)
+    for k in range(cdiv(K, BK)) {
+      copy(A[by * BM, k * BK], As)
+      copy(B[k * BK, bx * BN], Bs)
+      gemm(As, Bs, acc)
+      parallel (i, j) in acc {
+        acc[i, j] = 0.5 * acc[i, j]
+      }
+    }
+    parallel (i, j) in acc {
+      C[by * BM + i, bx * BN + j] = acc[i, j]
+    }
+  }
+}
+)";
+  std::string src = rendered(kHalving);
+  std::vector<std::string> clears = memset_lines(src, "acc");
+  ASSERT_EQ(clears.size(), 1u) << src;
+  EXPECT_EQ(clears[0].find("if ("), std::string::npos) << clears[0];
+  EXPECT_EQ(src.find("k != 0"), std::string::npos) << src;
+  EXPECT_EQ(src.find("clear_outside"), std::string::npos) << src;
+
+  Expected<testing::Launcher> k = testing::cpu_launcher(parse_kernel(kHalving, "test.tile").value());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  const int64_t m = 30, n = 40, kk = 37;  // three K steps, the last one short
+  std::vector<float> a(m * kk), b(kk * n), c(m * n, -7.0f);
+  for (size_t i = 0; i < a.size(); ++i)
+    a[i] = input_value(int64_t(i), 3);
+  for (size_t i = 0; i < b.size(); ++i)
+    b[i] = input_value(int64_t(i), 4);
+  ASSERT_TRUE((*k)({TensorArg{a.data(), ScalarType::kF32, {m, kk}, {}},
+                    TensorArg{b.data(), ScalarType::kF32, {kk, n}, {}},
+                    TensorArg{c.data(), ScalarType::kF32, {m, n}, {}}})
+                  .ok());
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double want = 0;
+      for (int64_t k0 = 0; k0 < kk; k0 += 16) {
+        for (int64_t p = k0; p < std::min<int64_t>(k0 + 16, kk); ++p)
+          want += double(a[i * kk + p]) * double(b[p * n + j]);
+        want *= 0.5;
+      }
+      ASSERT_NEAR(c[i * n + j], want, 1e-4) << "C[" << i << ", " << j << "]";
+    }
 }
 
 }  // namespace

@@ -53,6 +53,9 @@
 // - gemm_packed reads and writes only acc[0..BM) x [0..BN), so acc may be exactly BM x BN.
 // - accumulate = false computes acc = A * B without reading acc: the first K step may pass it and
 //   drop the clear(acc) before the loop (one pass less over acc per block, which shows at small K).
+//   The generated code does (cpu_renderer: `accumulate = k != 0`), keeps the clear for a loop of
+//   no step (K = 0), and at an edge block, where the gemm writes only rows x cols of acc, clears
+//   the rest with clear_outside(acc, ldacc, BM, BN, rows, cols) at the first step.
 // - Faster where the types allow: gemm_direct_a(&A(m0, k0), lda, Bs, acc, ldacc, BM, BN, BK,
 //   accumulate) reads A's tile in place instead of packing it, when can_read_a_in_place<TSrc,
 //   TPack>(lda, cs_a, cols) holds (A already of the packed type, K contiguous, whole K pairs for
@@ -318,6 +321,17 @@ inline void gemm_packed(const TPack* a_packed, const TPack* b_packed, float* acc
     gemm_tiles<true>(make_a, b_packed, acc, ldacc, BM, BN, ksteps);
   else
     gemm_tiles<false>(make_a, b_packed, acc, ldacc, BM, BN, ksteps);
+}
+
+// Sets acc[0..BM) x [0..BN) to zero outside its first rows x cols: what a clear(acc) before the
+// K loop left there, for a first K step that wrote only rows x cols (accumulate = false at an
+// edge block). An epilogue may read the whole tile (flash attention's and conv's do).
+inline void clear_outside(float* acc, int64_t ldacc, int BM, int BN, int rows, int cols) {
+  if (cols < BN)
+    for (int i = 0; i < rows; ++i)
+      std::memset(acc + i * ldacc + cols, 0, sizeof(float) * size_t(BN - cols));
+  for (int i = rows; i < BM; ++i)
+    std::memset(acc + i * ldacc, 0, sizeof(float) * size_t(BN));
 }
 
 // Whether A's tile can be read in place by gemm_direct_a instead of packed: its elements are
