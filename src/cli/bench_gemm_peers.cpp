@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 namespace tessel::cli {
 namespace {
@@ -50,7 +51,7 @@ class OneDnn : public GemmPeer {
     return fmt::format("oneDNN {}.{}.{}", v->major, v->minor, v->patch);
   }
   bool supports(GemmInput input) const override {
-    return input == GemmInput::kF32 || (input == GemmInput::kBf16 && gemm_bf16_ != nullptr);
+    return input == GemmInput::kF32 || (input == GemmInput::kBf16 && bf16_runs());
   }
   // libgomp's workers spin GOMP_SPINCOUNT (300000) rounds before they sleep: a few ms.
   double settle_seconds() const override { return 0.02; }
@@ -66,9 +67,26 @@ class OneDnn : public GemmPeer {
   }
 
  private:
+  // Whether dnnl_gemm_bf16bf16f32 runs here: the symbol is there on every CPU, but oneDNN 2.6
+  // answers dnnl_unimplemented (3) on one without AVX-512 (a Zen 3), so a 16^3 call asks once.
+  bool bf16_runs() const {
+    if (!bf16_probed_) {
+      bf16_probed_ = true;
+      if (gemm_bf16_ != nullptr) {
+        std::vector<uint16_t> a(16 * 16, 0x3f80), b(16 * 16, 0x3f80);  // bf16 1.0
+        std::vector<float> c(16 * 16);
+        bf16_ok_ = gemm_bf16_('N', 'N', 16, 16, 16, 1.0f, a.data(), 16, b.data(), 16, 0.0f,
+                              c.data(), 16) == 0;
+      }
+    }
+    return bf16_ok_;
+  }
+
   void* handle_;
   Sgemm sgemm_;
   GemmBf16 gemm_bf16_;
+  mutable bool bf16_probed_ = false;
+  mutable bool bf16_ok_ = false;
 };
 
 class OpenBlas : public GemmPeer {
