@@ -20,12 +20,12 @@
 
 #include "cli/bench_conv_peer.h"
 #include "cli/commands.h"
-#include "tune/choices.h"
 #include "ops/op.h"
 #include "ops/ops.h"
 #include "support/log.h"
 #include "support/random.h"
 #include "support/thread_pool.h"
+#include "tune/choices.h"
 
 namespace tessel::cli {
 namespace {

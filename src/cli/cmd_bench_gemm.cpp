@@ -13,7 +13,8 @@
 // call, then a wait until the library's threads stop spinning (OpenBLAS's spin for 0.1 s and would
 // otherwise hold a core during the next implementation's call). Each figure is the median of the
 // timed calls, or with `--stat min` the fastest one (on a shared machine a neighbour only ever
-// slows a call down, so the fastest turn is the least disturbed; JSON carries both). Every result is checked against the first peer's (tessel-cpu's when no peer loads).
+// slows a call down, so the fastest turn is the least disturbed; JSON carries both). Every result
+// is checked against the first peer's (tessel-cpu's when no peer loads).
 // `--reference-loop` adds the CPU gemm templates run by the hand-written block loop
 // (templates/reference_gemm.h), for tuning the templates apart from the compiler.
 #include <algorithm>
@@ -70,7 +71,7 @@ struct Options {
   std::string isa;
   double seconds = 0.3;
   std::string stat = "median";  // which turn stands for an implementation: median or min (time)
-  std::string tiles;  // BMxBNxBK for tessel-cpu; empty: the kernel's defaults
+  std::string tiles;            // BMxBNxBK for tessel-cpu; empty: the kernel's defaults
   bool reference_loop = false;
   bool no_opencl = false;
   int64_t opencl_max = 1024;               // PoCL on a few cores takes seconds per call above this

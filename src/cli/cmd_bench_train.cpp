@@ -37,12 +37,12 @@
 #include "autograd/autocast.h"
 #include "cli/bench_job.h"
 #include "cli/commands.h"
-#include "tune/choices.h"
 #include "ops/kernel_cache.h"
 #include "ops/target_config.h"
 #include "support/subprocess.h"
 #include "support/thread_pool.h"
 #include "train/workloads.h"
+#include "tune/choices.h"
 
 #ifndef TESSEL_SOURCE_DIR
 #define TESSEL_SOURCE_DIR "."

@@ -305,7 +305,8 @@ Status run(const Options& o) {
     TESSEL_ASSIGN_OR_RETURN(AlgorithmOutcome outcome, tune_algorithm(a, db.get(), stderr));
     print_algorithm_outcome(outcome, o.json);
   }
-  if (targets.empty() && algorithms.empty() && !o.show && !o.compare && o.import_file.empty() && o.export_file.empty())
+  if (targets.empty() && algorithms.empty() && !o.show && !o.compare && o.import_file.empty() &&
+      o.export_file.empty())
     return invalid_argument(
         "tune: name a kernel or algorithm choice point (and --shape), or --model, --workload, "
         "--show, --export, "

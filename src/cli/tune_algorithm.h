@@ -18,10 +18,10 @@ namespace tessel::cli {
 
 struct AlgorithmTiming {
   std::string algorithm;
-  double median_seconds = 0;   // per run, over the rounds
-  double median_ratio = 1;     // to the rule's run in the same round
-  double faster_share = 0;     // of the rounds where it beat the rule
-  std::string error;           // when it could not run (then not timed)
+  double median_seconds = 0;  // per run, over the rounds
+  double median_ratio = 1;    // to the rule's run in the same round
+  double faster_share = 0;    // of the rounds where it beat the rule
+  std::string error;          // when it could not run (then not timed)
 };
 
 struct AlgorithmOutcome {

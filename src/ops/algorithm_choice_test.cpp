@@ -63,8 +63,8 @@ struct Reference {
 Reference reference(const std::vector<int64_t>& s, const std::vector<double>& x,
                     const std::vector<double>& w, const std::vector<double>& b,
                     const std::vector<double>& g, int64_t oh, int64_t ow) {
-  const int64_t n = s[0], c = s[1], h = s[2], wd = s[3], o = s[4], kh = s[5], kw = s[6],
-                sh = s[7], sw = s[8], ph = s[9], pw = s[10], dh = s[11], dw = s[12], gr = s[13];
+  const int64_t n = s[0], c = s[1], h = s[2], wd = s[3], o = s[4], kh = s[5], kw = s[6], sh = s[7],
+                sw = s[8], ph = s[9], pw = s[10], dh = s[11], dw = s[12], gr = s[13];
   const int64_t cg = c / gr, og = o / gr;
   Reference r;
   r.y.assign(static_cast<size_t>(n * o * oh * ow), 0.0);
@@ -120,9 +120,8 @@ TEST(AlgorithmChoice, EveryAlgorithmOfEveryPointMatchesThePlainReference) {
     const Attrs attrs = conv_attrs({s[7], s[8]}, {s[9], s[10]}, {s[11], s[12]}, s[13]);
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       const Tensor xc = *cast(x, dtype), wc = *cast(w, dtype);
-      Expected<TensorMeta> out = infer(**op, {{xc.shape(), dtype}, {wc.shape(), dtype},
-                                             {b.shape(), DType::kF32}},
-                                       attrs);
+      Expected<TensorMeta> out =
+          infer(**op, {{xc.shape(), dtype}, {wc.shape(), dtype}, {b.shape(), DType::kF32}}, attrs);
       ASSERT_TRUE(out.ok()) << out.status().message();
       const Tensor g = seeded(out->shape, 4);
       // The reference takes the operands as the algorithms see them (rounded to bf16).
@@ -134,8 +133,8 @@ TEST(AlgorithmChoice, EveryAlgorithmOfEveryPointMatchesThePlainReference) {
       for (const AlgorithmPoint* point : conv_algorithm_points()) {
         for (const std::string& algorithm : point->algorithms) {
           if (!point->applies(algorithm, cpu_device(), s)) continue;
-          const std::string what = std::string(c.what) + " " + dtype_name(dtype) + " " +
-                                   point->name + " " + algorithm;
+          const std::string what =
+              std::string(c.what) + " " + dtype_name(dtype) + " " + point->name + " " + algorithm;
           ForceAlgorithm force(point->name, algorithm);
           if (point == &conv_forward_point()) {
             Expected<Tensor> y = (*op)->forward({xc, wc, b}, attrs, *out);
@@ -144,8 +143,8 @@ TEST(AlgorithmChoice, EveryAlgorithmOfEveryPointMatchesThePlainReference) {
             continue;
           }
           const bool input_grad = point == &conv_input_grad_point();
-          BackwardArgs args{{xc, wc, b}, Tensor(), metas, attrs, g,
-                            {input_grad, !input_grad, false}, {}};
+          BackwardArgs args{
+              {xc, wc, b}, Tensor(), metas, attrs, g, {input_grad, !input_grad, false}, {}};
           Expected<std::vector<Tensor>> grads = (*op)->backward(args);
           ASSERT_TRUE(grads.ok()) << what << ": " << grads.status().message();
           expect_close(values((*grads)[input_grad ? 0 : 1]), input_grad ? want.dx : want.dw, tol,
@@ -180,7 +179,9 @@ TEST(AlgorithmChoice, AForcedAlgorithmIsTheOneThatRuns) {
   // A forced algorithm that does not apply (unfolded needs one group) leaves the rule.
   const Tensor w2 = seeded({32, 16, 3, 3}, 5);
   ForceAlgorithm force("conv2d.forward", "unfolded");
-  EXPECT_EQ(launched_kernels([&] { ASSERT_TRUE(conv2d(x, w2, b, {1, 1}, {1, 1}, {1, 1}, 2).ok()); }),
+  EXPECT_EQ(launched_kernels([&] {
+              ASSERT_TRUE(conv2d(x, w2, b, {1, 1}, {1, 1}, {1, 1}, 2).ok());
+            }),
             (std::set<std::string>{"conv_implicit"}));
 }
 
@@ -222,7 +223,9 @@ TEST_F(AlgorithmChoiceDb, TheDatabaseChoiceIsTakenForItsShapeAndTheNearestAndOnl
             rule);
   // And the op takes it: conv2d on the tuned shape launches im2col's gemm.
   const Tensor x = seeded({2, 32, 9, 9}, 1), w = seeded({32, 32, 3, 3}, 2), b = seeded({32}, 3);
-  EXPECT_EQ(launched_kernels([&] { ASSERT_TRUE(conv2d(x, w, b, {1, 1}, {1, 1}, {1, 1}, 1).ok()); }),
+  EXPECT_EQ(launched_kernels([&] {
+              ASSERT_TRUE(conv2d(x, w, b, {1, 1}, {1, 1}, {1, 1}, 1).ok());
+            }),
             (std::set<std::string>{"conv_gemm"}));
 }
 
@@ -241,8 +244,7 @@ TEST(AlgorithmChoice, RecordingNamesEachPointAndItsRule) {
 TEST(AlgorithmChoice, AnUnknownPointIsAnErrorNamingTheKnownOnes) {
   Expected<const AlgorithmPoint*> p = find_algorithm_point("conv2d.sideways");
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("conv2d.forward"), std::string::npos)
-      << p.status().message();
+  EXPECT_NE(p.status().message().find("conv2d.forward"), std::string::npos) << p.status().message();
   EXPECT_EQ(*find_algorithm_point("conv2d.weight_grad"), &conv_weight_grad_point());
 }
 

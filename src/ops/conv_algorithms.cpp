@@ -22,8 +22,8 @@ Expected<ConvSizes> conv_sizes(const std::vector<int64_t>& s) {
         "conv2d algorithm sizes: need 14 (N C H W O KH KW SH SW PH PW DH DW G), got {}", s.size());
   for (int64_t v : s)
     if (v < 0) return invalid_argument("conv2d algorithm sizes: negative size {}", v);
-  return ConvSizes{s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7], s[8], s[9], s[10], s[11],
-                   s[12], s[13]};
+  return ConvSizes{s[0], s[1], s[2], s[3],  s[4],  s[5],  s[6],
+                   s[7], s[8], s[9], s[10], s[11], s[12], s[13]};
 }
 
 // Seeded values in [-1, 1) of `shape` on `device` in `dtype`.
@@ -54,10 +54,11 @@ Expected<std::function<Status()>> conv_runner(const std::string& point,
   TESSEL_ASSIGN_OR_RETURN(Tensor bias, seeded({s.o}, 3, device, DType::kF32));
   const Attrs attrs = conv_attrs({s.sh, s.sw}, {s.ph, s.pw}, {s.dh, s.dw}, s.g);
   TESSEL_ASSIGN_OR_RETURN(const OpDef* op, find_op("conv2d"));
-  TESSEL_ASSIGN_OR_RETURN(TensorMeta out,
-                          infer(*op, {{x.shape(), x.dtype()}, {weight.shape(), weight.dtype()},
-                                      {bias.shape(), bias.dtype()}},
-                                attrs));
+  TESSEL_ASSIGN_OR_RETURN(TensorMeta out, infer(*op,
+                                                {{x.shape(), x.dtype()},
+                                                 {weight.shape(), weight.dtype()},
+                                                 {bias.shape(), bias.dtype()}},
+                                                attrs));
   if (point == conv_forward_point().name) {
     return std::function<Status()>([=]() -> Status {
       std::optional<ForceAlgorithm> force;
@@ -67,14 +68,13 @@ Expected<std::function<Status()>> conv_runner(const std::string& point,
   }
   TESSEL_ASSIGN_OR_RETURN(Tensor grad, seeded(out.shape, 4, device, DType::kF32));
   const bool input_grad = point == conv_input_grad_point().name;
-  std::vector<TensorMeta> metas{{x.shape(), x.dtype()},
-                                {weight.shape(), weight.dtype()},
-                                {bias.shape(), bias.dtype()}};
+  std::vector<TensorMeta> metas{
+      {x.shape(), x.dtype()}, {weight.shape(), weight.dtype()}, {bias.shape(), bias.dtype()}};
   return std::function<Status()>([=]() -> Status {
     std::optional<ForceAlgorithm> force;
     if (!algorithm.empty()) force.emplace(point, algorithm);
-    BackwardArgs args{{x, weight, bias}, Tensor(), metas, attrs, grad,
-                      {input_grad, !input_grad, false}, {}};
+    BackwardArgs args{
+        {x, weight, bias}, Tensor(), metas, attrs, grad, {input_grad, !input_grad, false}, {}};
     return op->backward(args).status();
   });
 }

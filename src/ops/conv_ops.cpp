@@ -363,28 +363,9 @@ Status launch_implicit(const View& taps, const View& input, const StoreTarget& o
                       {"UNIT_STRIDE", transposed && phases.every_tap ? "1" : "0"},
                       {"DENSE", out.dense ? "1" : "0"},
                       {"ROWS", rows ? "1" : "0"}};
-  std::vector<KernelArg> args{taps,
-                              input,
-                              out.view,
-                              bias,
-                              w.kw,
-                              w.dh,
-                              w.dw,
-                              w.sh,
-                              w.sw,
-                              w.ph,
-                              w.pw,
-                              ty0,
-                              tx0,
-                              phases.y,
-                              phases.x,
-                              oy,
-                              ox,
-                              g.ww,
-                              g.plane(),
-                              out.yh,
-                              out.yw,
-                              out.ostride};
+  std::vector<KernelArg> args{taps, input, out.view,  bias,   w.kw,   w.dh,       w.dw,     w.sh,
+                              w.sw, w.ph,  w.pw,      ty0,    tx0,    phases.y,   phases.x, oy,
+                              ox,   g.ww,  g.plane(), out.yh, out.yw, out.ostride};
   return launch_kernel("conv_implicit", params, args);
 }
 
@@ -522,8 +503,7 @@ Expected<Tensor> conv_forward_subsampled(const Tensor& x, const Tensor& weight, 
 Expected<Tensor> conv_forward_implicit(const Tensor& x, const Tensor& weight, const View& bias,
                                        const Window& w, const ConvShape& s, DType compute,
                                        const TensorMeta& out) {
-  if (subsamples_forward(w, s))
-    return conv_forward_subsampled(x, weight, bias, w, s, compute, out);
+  if (subsamples_forward(w, s)) return conv_forward_subsampled(x, weight, bias, w, s, compute, out);
   if (columns_pay(w, s)) return conv_forward_columns(x, weight, bias, w, s, out);
   const TapGrid g = forward_grid(w, s);
   Tensor input = x;
@@ -617,8 +597,8 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
     TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
     const int64_t positions = s.l();
     View a{dy, {s.n, s.groups, og, positions}, {s.o * positions, og * positions, positions, 1}};
-    return weight_grad_gemms(a, tap_view(xs, grid, s.n, s.c, s.groups, true), positions,
-                             kPointwise, s.groups, og, cg, x);
+    return weight_grad_gemms(a, tap_view(xs, grid, s.n, s.c, s.groups, true), positions, kPointwise,
+                             s.groups, og, cg, x);
   }
   if (columns_pay(w, s)) {
     // Over small images, as the forward: one gemm dW [O, C / G kh kw] = dY cols^T over every
@@ -762,12 +742,11 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
   const ConvShape s = conv_shape(x, weight, groups_of(a), w);
   const int64_t og = s.o / s.groups;
   View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
-  const std::string rule = runs_unfolded(x, w, s)               ? "unfolded"
+  const std::string rule = runs_unfolded(x, w, s)             ? "unfolded"
                            : implicit_gemm(x, s.c / s.groups) ? "implicit"
                                                               : "im2col";
-  TESSEL_ASSIGN_OR_RETURN(
-      std::string algorithm,
-      pass_algorithm(conv_forward_point(), x, w, s, x.size(2), x.size(3), rule));
+  TESSEL_ASSIGN_OR_RETURN(std::string algorithm, pass_algorithm(conv_forward_point(), x, w, s,
+                                                                x.size(2), x.size(3), rule));
   if (algorithm == "unfolded") return conv_forward_unfolded(x, weight, bias, w, s, compute, out);
   if (algorithm == "implicit") return conv_forward_implicit(x, weight, bias, w, s, compute, out);
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
@@ -794,9 +773,9 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   std::vector<Tensor> grads(3);
   std::string weight_algorithm, input_algorithm;
   if (b.needs_grad[1]) {
-    TESSEL_ASSIGN_OR_RETURN(weight_algorithm,
-                            pass_algorithm(conv_weight_grad_point(), x, w, s, x.size(2), x.size(3),
-                                           implicit_gemm(x, s.c / s.groups) ? "implicit" : "im2col"));
+    TESSEL_ASSIGN_OR_RETURN(
+        weight_algorithm, pass_algorithm(conv_weight_grad_point(), x, w, s, x.size(2), x.size(3),
+                                         implicit_gemm(x, s.c / s.groups) ? "implicit" : "im2col"));
   }
   if (b.needs_grad[0]) {
     TESSEL_ASSIGN_OR_RETURN(input_algorithm,
