@@ -74,19 +74,26 @@ std::string algorithm_of_params(const std::string& params) {
   return it == parsed.end() ? "" : it->second;
 }
 
+std::string algorithm_source_hash(const std::string& point,
+                                  const std::vector<std::string>& algorithms,
+                                  const std::vector<std::string>& kernels) {
+  std::string basis = point;
+  for (const std::string& a : algorithms) {
+    basis += ',';
+    basis += a;
+  }
+  for (const std::string& k : kernels) {
+    basis += '|';
+    basis += kernel_source_hash(k);
+  }
+  return hash_hex(hash_text(basis));
+}
+
 tune::TuneKey algorithm_key(const AlgorithmPoint& point, Device* device, DType dtype,
                             const std::vector<int64_t>& sizes) {
   tune::TuneKey key;
   key.kernel = point.name;
-  // The algorithms are op code over conv kernels: their cost moves with the kernels' files and
-  // the code generator, which kernel_source_hash covers, and with the point's list.
-  std::string basis = point.name;
-  for (const std::string& a : point.algorithms) {
-    basis += ',';
-    basis += a;
-  }
-  key.source_hash = hash_hex(hash_text(basis + "|" + kernel_source_hash("conv_implicit") + "|" +
-                                       kernel_source_hash("gemm")));
+  key.source_hash = point.source_hash;
   key.device = cached_device_fingerprint(device);
   key.dtype = dtype_name(dtype);
   const size_t n_shape = std::min(point.shape_names.size(), sizes.size());

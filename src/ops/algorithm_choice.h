@@ -32,6 +32,9 @@ struct AlgorithmPoint {
   // shapes are looked up over them), the rest its fixed part ("KH=3 KW=3 ...").
   std::vector<std::string> shape_names;
   std::vector<std::string> fixed_names;
+  // The database key's source hash (algorithm_source_hash), computed once when the point is made:
+  // launches build their key from it without hashing anything.
+  std::string source_hash;
   // Whether `algorithm` can compute a launch of these sizes on `device` (correctly; speed is the
   // rule's and the tuner's business).
   std::function<bool(const std::string& algorithm, Device* device,
@@ -53,6 +56,12 @@ Expected<const AlgorithmPoint*> find_algorithm_point(const std::string& name);
 // a database; an error only when the database cannot be read.
 Expected<std::string> choose_algorithm(const AlgorithmPoint& point, Device* device, DType dtype,
                                        const std::vector<int64_t>& sizes, const std::string& rule);
+
+// A hash of the point's name and algorithms and of the kernels they launch (kernel_source_hash:
+// their files and the code generator), so that choices measured under other kernels are not found.
+std::string algorithm_source_hash(const std::string& point,
+                                  const std::vector<std::string>& algorithms,
+                                  const std::vector<std::string>& kernels);
 
 // The database key of a launch at `point` (the shape and fixed part split as the point says).
 tune::TuneKey algorithm_key(const AlgorithmPoint& point, Device* device, DType dtype,

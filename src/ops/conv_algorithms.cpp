@@ -91,6 +91,8 @@ AlgorithmPoint conv_point(std::string name, std::vector<std::string> algorithms)
   p.algorithms = std::move(algorithms);
   p.shape_names = {"N", "C", "H", "W", "O"};
   p.fixed_names = {"KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "G"};
+  // The algorithms are op code over conv.tile's kernels and gemm.tile's.
+  p.source_hash = algorithm_source_hash(p.name, p.algorithms, {"conv_implicit", "gemm"});
   p.applies = [](const std::string& algorithm, Device* device, const std::vector<int64_t>&) {
     return implicit_or_im2col(algorithm, device);
   };
