@@ -1,0 +1,196 @@
+// Replaying a captured step with its fused groups (see replay.h).
+#include "graph/replay.h"
+
+#include <optional>
+
+#include "ops/kernel_util.h"
+#include "ops/launch_hook.h"
+
+namespace tessel::graph {
+namespace {
+
+// An element-wise launch held back until its group's last launch.
+struct Held {
+  std::string kernel;
+  ops::KernelParams params;
+  std::vector<Tensor> tensors;
+  std::vector<ops::KernelArg> scalars;
+};
+
+bool same_view(const Tensor& a, const Tensor& b) {
+  return a.storage() == b.storage() && a.offset_bytes() == b.offset_bytes() &&
+         a.shape() == b.shape() && a.strides() == b.strides() && a.dtype() == b.dtype();
+}
+
+class Replayer : public ops::LaunchHook {
+ public:
+  Replayer(const Graph& g, const FusionPlan& plan, FusedSteps::Stats& stats)
+      : g_(g), plan_(plan), stats_(stats), held_(g.nodes.size()) {}
+
+  Status elementwise(const std::string& kernel, const ops::KernelParams& params,
+                     const std::vector<Tensor>& tensors, const std::vector<ops::KernelArg>& scalars,
+                     const std::function<Status()>& launch) override {
+    if (!following_ || !matches(launch_signature(kernel, params, tensors, scalars.size()), true)) {
+      TESSEL_TRY(leave());
+      return launch();
+    }
+    const int node = next_++;
+    const int group = plan_.group_of[size_t(node)];
+    if (group < 0) return launch();
+    held_[size_t(node)] = Held{kernel, params, tensors, scalars};
+    if (node != plan_.groups[size_t(group)].nodes.back()) return ok_status();
+    return run_group(plan_.groups[size_t(group)]);
+  }
+
+  Status kernel(const std::string& kernel, const ops::KernelParams& params,
+                const std::vector<ops::KernelArg>& args,
+                const std::function<Status()>& launch) override {
+    if (following_) {
+      // The captured signature of a non-element-wise node: rebuilt the way graph.cpp builds it.
+      const Node& n = g_.nodes[size_t(std::min<size_t>(next_, g_.nodes.size() - 1))];
+      bool same = next_ < g_.nodes.size() && !n.elementwise && n.kernel == kernel &&
+                  n.params == params && n.operands.size() == tensor_count(args);
+      if (same) {
+        size_t k = 0;
+        for (const ops::KernelArg& a : args) {
+          const Tensor* t = std::get_if<Tensor>(&a);
+          const ops::View* v = std::get_if<ops::View>(&a);
+          if (!t && !v) continue;
+          const Operand& o = n.operands[k++];
+          const Shape& shape = v ? v->shape : t->shape();
+          const Strides& strides = v ? v->strides : t->strides();
+          same = same && shape == o.shape && strides == o.strides;
+        }
+      }
+      if (same) {
+        ++next_;
+      } else {
+        TESSEL_TRY(leave());
+      }
+    }
+    return launch();
+  }
+
+  // After the step: whether it followed the graph to its end. Runs anything still held.
+  Expected<bool> finish() {
+    const bool followed = following_ && next_ == g_.nodes.size();
+    TESSEL_TRY(leave());
+    return followed;
+  }
+
+ private:
+  static size_t tensor_count(const std::vector<ops::KernelArg>& args) {
+    size_t n = 0;
+    for (const ops::KernelArg& a : args)
+      n += std::holds_alternative<Tensor>(a) || std::holds_alternative<ops::View>(a);
+    return n;
+  }
+
+  bool matches(const std::string& signature, bool elementwise) const {
+    return next_ < g_.nodes.size() && g_.nodes[next_].elementwise == elementwise &&
+           g_.nodes[next_].signature == signature;
+  }
+
+  // The step left the captured sequence: what was held back runs now, in order, and the rest
+  // of the step runs eagerly. (At the end of a step that followed it, nothing is held.)
+  Status leave() {
+    if (following_ && next_ < g_.nodes.size()) ++stats_.diverged;
+    following_ = false;
+    for (std::optional<Held>& h : held_) {
+      if (!h) continue;
+      Held held = std::move(*h);
+      h.reset();
+      TESSEL_TRY(ops::launch_elementwise(held.kernel, held.params, held.tensors, held.scalars));
+    }
+    return ok_status();
+  }
+
+  Status run_group(const FusedGroup& group) {
+    // Each intermediate must be the view its consumer reads, as in the capture.
+    for (const auto& [b, k, a] : group.edges) {
+      if (!same_view(held_[size_t(b)]->tensors[size_t(k)], held_[size_t(a)]->tensors.back()))
+        return leave();
+    }
+    std::vector<Tensor> tensors;
+    for (const auto& [node, operand] : group.inputs)
+      tensors.push_back(held_[size_t(node)]->tensors[size_t(operand)]);
+    tensors.push_back(held_[size_t(group.nodes.back())]->tensors.back());
+    std::vector<ops::KernelArg> args;
+    auto views = ops::merged_views(tensors, 3);
+    if (!views) {
+      for (size_t i = 0; i + 1 < tensors.size(); ++i) {
+        TESSEL_ASSIGN_OR_RETURN(tensors[i], ops::contiguous_on_device(tensors[i]));
+      }
+      views = ops::merged_views(tensors, 3);
+      if (!views) return leave();  // an output of more than 3 dimensions that do not merge
+    }
+    args.assign(views->begin(), views->end());
+    for (const auto& [node, scalar] : group.scalars)
+      args.push_back(held_[size_t(node)]->scalars[size_t(scalar)]);
+    for (int node : group.nodes)
+      held_[size_t(node)].reset();
+    ++stats_.fused_launches;
+    stats_.launches_saved += int64_t(group.nodes.size()) - 1;
+    return ops::launch_source(group.source, args);
+  }
+
+  const Graph& g_;
+  const FusionPlan& plan_;
+  FusedSteps::Stats& stats_;
+  size_t next_ = 0;
+  bool following_ = true;
+  std::vector<std::optional<Held>> held_;  // by node
+};
+
+}  // namespace
+
+struct FusedSteps::State {
+  std::optional<Graph> graph;
+  FusionPlan plan;
+  bool recapture = true;
+  Stats stats;
+};
+
+FusedSteps::FusedSteps() : state_(std::make_unique<State>()) {}
+FusedSteps::~FusedSteps() = default;
+FusedSteps::FusedSteps(FusedSteps&&) noexcept = default;
+FusedSteps& FusedSteps::operator=(FusedSteps&&) noexcept = default;
+
+Status FusedSteps::run(const std::function<Status()>& step) {
+  State& s = *state_;
+  if (s.recapture) {
+    TESSEL_ASSIGN_OR_RETURN(Graph g, capture_step(step));
+    s.plan = plan_fusion(g);
+    s.graph = std::move(g);
+    s.recapture = false;
+    ++s.stats.captures;
+    return ok_status();
+  }
+  Replayer replayer(*s.graph, s.plan, s.stats);
+  Status status;
+  {
+    ops::LaunchHookScope scope(&replayer);
+    status = step();
+  }
+  Expected<bool> followed = replayer.finish();
+  TESSEL_TRY(status);
+  TESSEL_TRY(followed.status());
+  if (*followed) {
+    ++s.stats.replays;
+  } else {
+    s.recapture = true;
+  }
+  return ok_status();
+}
+
+const Graph* FusedSteps::graph() const {
+  return state_->graph ? &*state_->graph : nullptr;
+}
+const FusionPlan* FusedSteps::plan() const {
+  return state_->graph ? &state_->plan : nullptr;
+}
+const FusedSteps::Stats& FusedSteps::stats() const {
+  return state_->stats;
+}
+
+}  // namespace tessel::graph
