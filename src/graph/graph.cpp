@@ -1,6 +1,8 @@
 // Capturing a step's launches as a Graph, and printing it (see graph.h).
 #include "graph/graph.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 
@@ -31,8 +33,10 @@ class Recorder : public ops::LaunchHook {
   Status elementwise(const std::string& kernel, const ops::KernelParams& params,
                      const std::vector<Tensor>& tensors, const std::vector<ops::KernelArg>& scalars,
                      const std::function<Status()>& launch) override {
-    TESSEL_TRY(launch());
+    const double seconds = timed(launch);
+    if (seconds < 0) return launch_status_;
     Node n = start(kernel, params, true);
+    n.seconds = seconds;
     n.signature = launch_signature(kernel, params, tensors, scalars.size());
     for (size_t i = 0; i < tensors.size(); ++i) {
       const bool output = i + 1 == tensors.size();
@@ -47,8 +51,10 @@ class Recorder : public ops::LaunchHook {
   Status kernel(const std::string& kernel, const ops::KernelParams& params,
                 const std::vector<ops::KernelArg>& args,
                 const std::function<Status()>& launch) override {
-    TESSEL_TRY(launch());
+    const double seconds = timed(launch);
+    if (seconds < 0) return launch_status_;
     Node n = start(kernel, params, false);
+    n.seconds = seconds;
     n.signature = kernel + params_string(params);
     std::vector<ops::KernelArg> scalars;
     for (const ops::KernelArg& a : args) {
@@ -76,6 +82,14 @@ class Recorder : public ops::LaunchHook {
   }
 
  private:
+  // Runs the launch; its seconds, or -1 with launch_status_ holding its error.
+  double timed(const std::function<Status()>& launch) {
+    const auto t0 = std::chrono::steady_clock::now();
+    launch_status_ = launch();
+    if (!launch_status_.ok()) return -1;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+
   Node start(const std::string& kernel, const ops::KernelParams& params, bool elementwise) {
     Node n;
     n.kernel = kernel;
@@ -119,6 +133,7 @@ class Recorder : public ops::LaunchHook {
   }
 
   Graph graph_;
+  Status launch_status_;
   std::map<const Storage*, int> index_;
   // By value index. Not owned: holding a storage would change what the step does (autograd
   // takes over a gradient only when nothing else holds it).
@@ -198,6 +213,34 @@ std::string to_string(const Graph& g, const std::vector<int>* group_of) {
     line += ")";
     out += line + "\n";
   }
+  return out;
+}
+
+std::string profile_string(const Graph& g) {
+  std::map<std::string, std::pair<int, double>> by_kernel;  // launches, seconds
+  double total = 0, elementwise = 0;
+  int elementwise_launches = 0;
+  for (const Node& n : g.nodes) {
+    auto& [count, seconds] = by_kernel[n.kernel];
+    ++count;
+    seconds += n.seconds;
+    total += n.seconds;
+    if (n.elementwise) {
+      elementwise += n.seconds;
+      ++elementwise_launches;
+    }
+  }
+  std::vector<std::pair<std::string, std::pair<int, double>>> rows(by_kernel.begin(),
+                                                                   by_kernel.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.second > b.second.second; });
+  std::string out =
+      fmt::format("launches: {} in {:.2f} ms; element-wise: {} in {:.2f} ms ({:.1f}%)\n",
+                  g.nodes.size(), total * 1e3, elementwise_launches, elementwise * 1e3,
+                  total > 0 ? 100.0 * elementwise / total : 0.0);
+  for (const auto& [kernel, cs] : rows)
+    out += fmt::format("  {:<28} {:>5} launches {:>9.3f} ms {:>5.1f}%\n", kernel, cs.first,
+                       cs.second * 1e3, total > 0 ? 100.0 * cs.second / total : 0.0);
   return out;
 }
 

@@ -54,6 +54,9 @@ struct Node {
   const Operand& output() const { return operands.back(); }
   // Kernel, parameters, operands' shapes and strides, scalar count: what replay compares.
   std::string signature;
+  // How long the launch took in the capture: the kernel's run time where launches are
+  // synchronous (the CPU), the time to queue it elsewhere.
+  double seconds = 0;
 };
 
 struct Graph {
@@ -74,5 +77,9 @@ std::string launch_signature(const std::string& kernel, const ops::KernelParams&
 // producer are listed first as external. `group_of` (optional, one entry per node, -1 for none)
 // marks the fused group a node belongs to.
 std::string to_string(const Graph& graph, const std::vector<int>* group_of = nullptr);
+
+// Where the captured step's launch time went, by kernel, and the element-wise launches' share:
+// what fusing element-wise chains could save at most.
+std::string profile_string(const Graph& graph);
 
 }  // namespace tessel::graph

@@ -665,7 +665,8 @@ Expected<RunSummary> Trainer::run_steps(int64_t stop_at) {
       const bool first = fused_->graph() == nullptr;
       TESSEL_TRY(fused_->run(compute_step));
       if (first && options_.dump_graph) {
-        std::fprintf(options_.dump_graph, "--- the step's graph (before fusion) ---\n%s",
+        std::fprintf(options_.dump_graph, "--- the step's graph (before fusion) ---\n%s%s",
+                     graph::profile_string(*fused_->graph()).c_str(),
                      graph::to_string(*fused_->graph()).c_str());
         std::fprintf(options_.dump_graph, "--- after fusion: %zu groups ---\n%s",
                      fused_->plan()->groups.size(),
