@@ -160,6 +160,57 @@ TEST(GraphFusion, FusedChainMatchesTheUnfusedOpsOnEveryDevice) {
   }
 }
 
+// linear(x, W, b) + r, then scaled: the gemm's output is read only by the add, so the add and
+// the scale run in the gemm's epilogue (kernels/gemm.tile with the chain after its own epilogue).
+TEST(GraphFusion, AnAddAfterALinearBecomesTheGemmsEpilogueOnEveryDevice) {
+  const int64_t M = 50, K = 33, N = 70;
+  for (Device* device : ops::testing::op_test_devices()) {
+    SCOPED_TRACE(device->id());
+    FusedSteps fused;
+    for (int step = 0; step < 3; ++step) {
+      const uint64_t seed = 100 + 10 * uint64_t(step);
+      const std::vector<float> xv = random_values(size_t(M * K), seed + 1),
+                               wv = random_values(size_t(N * K), seed + 2),
+                               bv = random_values(size_t(N), seed + 3),
+                               rv = random_values(size_t(M * N), seed + 4);
+      Tensor x = tensor(xv, {M, K}, device), w = tensor(wv, {N, K}, device),
+             b = tensor(bv, {N}, device), r = tensor(rv, {M, N}, device);
+      auto f = [&]() -> Expected<Tensor> {
+        TESSEL_ASSIGN_OR_RETURN(Tensor y, ops::linear(x, w, b));
+        TESSEL_ASSIGN_OR_RETURN(Tensor z, ops::add(y, r));
+        return ops::scale(z, 0.25);
+      };
+      Expected<Tensor> eager = f();
+      ASSERT_TRUE(eager.ok()) << eager.status().to_string();
+      Tensor out;
+      Status s = fused.run([&]() -> Status {
+        TESSEL_ASSIGN_OR_RETURN(out, f());
+        return ok_status();
+      });
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      if (step == 0) {
+        ASSERT_EQ(fused.plan()->groups.size(), 1u) << to_string(*fused.graph());
+        EXPECT_GE(fused.plan()->groups[0].producer, 0) << to_string(*fused.graph());
+        EXPECT_EQ(fused.plan()->groups[0].nodes.size(), 3u);
+      }
+      const std::vector<float> got = values(out), want = values(*eager);
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          double dot = bv[size_t(j)];
+          for (int64_t k = 0; k < K; ++k)
+            dot += double(xv[size_t(i * K + k)]) * wv[size_t(j * K + k)];
+          const double ref = 0.25 * (dot + rv[size_t(i * N + j)]);
+          const size_t at = size_t(i * N + j);
+          ASSERT_NEAR(got[at], want[at], 1e-6 * (1 + std::abs(want[at]))) << i << ", " << j;
+          ASSERT_NEAR(got[at], ref, 1e-4 * (1 + std::abs(ref))) << i << ", " << j;
+        }
+      }
+    }
+    EXPECT_EQ(fused.stats().replays, 2);
+    EXPECT_EQ(fused.stats().fused_launches, 2);
+  }
+}
+
 // A step whose shapes change leaves the graph: it runs eagerly (correct), and the next step is
 // captured again.
 TEST(GraphFusion, AChangedShapeRunsEagerlyAndIsCapturedAgain) {
@@ -184,16 +235,17 @@ TEST(GraphFusion, AChangedShapeRunsEagerlyAndIsCapturedAgain) {
   EXPECT_EQ(fused.stats().replays, 2);
 }
 
-// A training step of a small network with x sigmoid(x) spelled out and a plain SGD update made
-// of ops: its backward (mul, sigmoid's gradient, the sum of the two paths) and the update
-// (scale, sub) fuse. Fused steps give eager's losses and weights.
+// A training step of a small network with a residual connection, x sigmoid(x) spelled out and a
+// plain SGD update made of ops: the residual add becomes the gemm's epilogue, the backward (mul,
+// sigmoid's gradient, the sum of the two paths) and the update (scale, sub) fuse. Fused steps
+// give eager's losses and weights.
 struct TinyNet {
   Tensor w, b;
 };
 
 Expected<double> train_step(TinyNet& net, const Tensor& x, const Tensor& y) {
   Variable w(net.w, true), b(net.b, true);
-  TESSEL_ASSIGN_OR_RETURN(Variable h, autograd::linear(Variable(x), w, b));
+  TESSEL_ASSIGN_OR_RETURN(Variable h, autograd::linear(Variable(x), w, b) + Variable(x));
   TESSEL_ASSIGN_OR_RETURN(Variable s, autograd::sigmoid(h));
   TESSEL_ASSIGN_OR_RETURN(Variable a, autograd::mul(h, s));
   TESSEL_ASSIGN_OR_RETURN(Variable loss, autograd::cross_entropy(a, Variable(y)));
@@ -209,7 +261,7 @@ Expected<double> train_step(TinyNet& net, const Tensor& x, const Tensor& y) {
 TEST(GraphFusion, ReplayedTrainingStepsMatchEagerSteps) {
   for (Device* device : ops::testing::op_test_devices()) {
     SCOPED_TRACE(device->id());
-    const int64_t B = 16, IN = 12, OUT = 7;
+    const int64_t B = 16, IN = 7, OUT = 7;  // IN = OUT: the residual
     Tensor x = tensor(random_values(size_t(B * IN), 7), {B, IN}, device);
     std::vector<int64_t> labels(static_cast<size_t>(B));
     for (int64_t i = 0; i < B; ++i)
@@ -232,9 +284,12 @@ TEST(GraphFusion, ReplayedTrainingStepsMatchEagerSteps) {
       EXPECT_NEAR(got, *want, 1e-6) << "step " << step;
     }
     ASSERT_NE(fused.plan(), nullptr);
-    EXPECT_GE(fused.plan()->groups.size(), 3u)
+    EXPECT_GE(fused.plan()->groups.size(), 4u)
         << to_string(*fused.graph(), &fused.plan()->group_of);
-    if (getenv("SHOW")) fmt::print("{}", to_string(*fused.graph(), &fused.plan()->group_of));
+    int epilogues = 0;
+    for (const FusedGroup& group : fused.plan()->groups)
+      epilogues += group.producer >= 0;
+    EXPECT_EQ(epilogues, 1) << to_string(*fused.graph(), &fused.plan()->group_of);
     EXPECT_EQ(fused.stats().replays, 3);
     EXPECT_GT(fused.stats().fused_launches, 0);
     for (auto [a, b] : {std::pair{eager.w, fused_net.w}, std::pair{eager.b, fused_net.b}}) {

@@ -5,6 +5,7 @@
 
 #include "ops/kernel_util.h"
 #include "ops/launch_hook.h"
+#include "support/log.h"
 
 namespace tessel::graph {
 namespace {
@@ -13,9 +14,22 @@ namespace {
 struct Held {
   std::string kernel;
   ops::KernelParams params;
-  std::vector<Tensor> tensors;
+  std::vector<Tensor> tensors;  // element-wise launches
   std::vector<ops::KernelArg> scalars;
+  std::vector<ops::KernelArg> args;  // a gemm held for its epilogue: its arguments as given
+  bool elementwise = true;
 };
+
+// A kernel argument's tensor and the view it is launched as.
+ops::View view_of(const ops::KernelArg& a) {
+  if (const ops::View* v = std::get_if<ops::View>(&a)) return *v;
+  const Tensor& t = std::get<Tensor>(a);
+  return ops::View{t, t.shape(), t.strides()};
+}
+
+bool contiguous(const Tensor& t) {
+  return t.is_contiguous();
+}
 
 bool same_view(const Tensor& a, const Tensor& b) {
   return a.storage() == b.storage() && a.offset_bytes() == b.offset_bytes() &&
@@ -37,7 +51,12 @@ class Replayer : public ops::LaunchHook {
     const int node = next_++;
     const int group = plan_.group_of[size_t(node)];
     if (group < 0) return launch();
-    held_[size_t(node)] = Held{kernel, params, tensors, scalars};
+    Held held;
+    held.kernel = kernel;
+    held.params = params;
+    held.tensors = tensors;
+    held.scalars = scalars;
+    held_[size_t(node)] = std::move(held);
     if (node != plan_.groups[size_t(group)].nodes.back()) return ok_status();
     return run_group(plan_.groups[size_t(group)]);
   }
@@ -63,7 +82,16 @@ class Replayer : public ops::LaunchHook {
         }
       }
       if (same) {
-        ++next_;
+        const int node = int(next_++);
+        if (plan_.group_of[size_t(node)] >= 0) {  // a gemm whose epilogue a group becomes
+          Held held;
+          held.kernel = kernel;
+          held.params = params;
+          held.args = args;
+          held.elementwise = false;
+          held_[size_t(node)] = std::move(held);
+          return ok_status();
+        }
       } else {
         TESSEL_TRY(leave());
       }
@@ -100,12 +128,17 @@ class Replayer : public ops::LaunchHook {
       if (!h) continue;
       Held held = std::move(*h);
       h.reset();
+      if (!held.elementwise) {
+        TESSEL_TRY(ops::launch_kernel(held.kernel, held.params, held.args));
+        continue;
+      }
       TESSEL_TRY(ops::launch_elementwise(held.kernel, held.params, held.tensors, held.scalars));
     }
     return ok_status();
   }
 
   Status run_group(const FusedGroup& group) {
+    if (group.producer >= 0) return run_epilogue(group);
     // Each intermediate must be the view its consumer reads, as in the capture.
     for (const auto& [b, k, a] : group.edges) {
       if (!same_view(held_[size_t(b)]->tensors[size_t(k)], held_[size_t(a)]->tensors.back()))
@@ -125,6 +158,48 @@ class Replayer : public ops::LaunchHook {
       if (!views) return leave();  // an output of more than 3 dimensions that do not merge
     }
     args.assign(views->begin(), views->end());
+    for (const auto& [node, scalar] : group.scalars)
+      args.push_back(held_[size_t(node)]->scalars[size_t(scalar)]);
+    for (int node : group.nodes)
+      held_[size_t(node)].reset();
+    ++stats_.fused_launches;
+    stats_.launches_saved += int64_t(group.nodes.size()) - 1;
+    return ops::launch_source(group.source, args);
+  }
+
+  // A gemm with the group as its epilogue: every element-wise tensor is seen as the [M, N]
+  // layout of the gemm's C (all are contiguous and of C's size, as in the capture).
+  Status run_epilogue(const FusedGroup& group) {
+    const Held& gemm = *held_[size_t(group.producer)];
+    if (gemm.args.size() != 6) return leave();
+    const ops::View c = view_of(gemm.args[2]);
+    const int64_t M = c.shape[0], N = c.shape[1];
+    const double* beta = std::get_if<double>(&gemm.args[5]);
+    if (!beta || *beta != 0.0) return leave();  // C would be read
+    auto as_matrix = [&](const Tensor& t) -> std::optional<ops::View> {
+      if (!contiguous(t) || t.numel() != M * N) return std::nullopt;
+      return ops::View{t, {M, N}, {N, 1}};
+    };
+    for (const auto& [b, k, a] : group.edges) {
+      const Tensor& read = held_[size_t(b)]->tensors[size_t(k)];
+      const Tensor& wrote = a == group.producer ? c.tensor : held_[size_t(a)]->tensors.back();
+      const bool same = a == group.producer ? read.storage() == wrote.storage() &&
+                                                  read.offset_bytes() == wrote.offset_bytes() &&
+                                                  contiguous(read) && read.numel() == M * N
+                                            : same_view(read, wrote);
+      if (!same) return leave();
+    }
+    std::vector<ops::KernelArg> args(gemm.args.begin(), gemm.args.begin() + 4);
+    for (const auto& [node, operand] : group.inputs) {
+      std::optional<ops::View> v = as_matrix(held_[size_t(node)]->tensors[size_t(operand)]);
+      if (!v) return leave();
+      args.push_back(*v);
+    }
+    std::optional<ops::View> out = as_matrix(held_[size_t(group.nodes.back())]->tensors.back());
+    if (!out) return leave();
+    args.push_back(*out);
+    args.push_back(gemm.args[4]);
+    args.push_back(gemm.args[5]);
     for (const auto& [node, scalar] : group.scalars)
       args.push_back(held_[size_t(node)]->scalars[size_t(scalar)]);
     for (int node : group.nodes)
@@ -161,6 +236,15 @@ Status FusedSteps::run(const std::function<Status()>& step) {
   if (s.recapture) {
     TESSEL_ASSIGN_OR_RETURN(Graph g, capture_step(step));
     s.plan = plan_fusion(g);
+    // Each generated kernel is compiled now; one that does not compile is a bug to report, and
+    // its group runs unfused rather than failing the run.
+    for (size_t i = 0; i < s.plan.groups.size() && g.device; ++i) {
+      if (Status st = ops::prepare_source(g.device, s.plan.groups[i].source); !st.ok()) {
+        log_warn("graph fusion: group g{} runs unfused: {}", i, st.to_string());
+        for (int node : s.plan.groups[i].nodes)
+          s.plan.group_of[size_t(node)] = -1;
+      }
+    }
     s.graph = std::move(g);
     s.recapture = false;
     ++s.stats.captures;

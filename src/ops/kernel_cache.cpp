@@ -231,12 +231,16 @@ Status launch_kernel(const std::string& kernel, KernelParams params,
   return launch_kernel_now(kernel, std::move(params), args);
 }
 
-Status launch_source(const std::string& source, const std::vector<KernelArg>& args) {
-  // Parsed once per source text; the map's nodes never move, so the pointers stay valid.
+namespace {
+
+// The kernel of a generated source, compiled for `device` (parsed once per source text and
+// compiled once per device, both cached).
+Expected<std::shared_ptr<const DeviceKernel>> compiled_source(Device* device,
+                                                              const std::string& source) {
+  // The map's nodes never move, so the pointers stay valid.
   static std::mutex parsed_mutex;
   static std::map<std::string, tile::Kernel> parsed;
   const std::string name = "generated:" + hash_hex(hash_text(source));
-  TESSEL_ASSIGN_OR_RETURN(Device * device, device_of(name, args));
   auto parse = [&]() -> Expected<const tile::Kernel*> {
     std::lock_guard<std::mutex> lock(parsed_mutex);
     auto it = parsed.find(source);
@@ -247,8 +251,19 @@ Status launch_source(const std::string& source, const std::vector<KernelArg>& ar
       return internal_error("a generated source holds {} kernels, not one", kernels.size());
     return &parsed.emplace(source, std::move(kernels[0])).first->second;
   };
+  return find_or_compile(device, name, {}, parse);
+}
+
+}  // namespace
+
+Status prepare_source(Device* device, const std::string& source) {
+  return compiled_source(device, source).status();
+}
+
+Status launch_source(const std::string& source, const std::vector<KernelArg>& args) {
+  TESSEL_ASSIGN_OR_RETURN(Device * device, device_of("a generated kernel", args));
   TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceKernel> compiled,
-                          find_or_compile(device, name, {}, parse));
+                          compiled_source(device, source));
   TESSEL_ASSIGN_OR_RETURN(std::vector<tile::LaunchArg> launch_args, launch_args_of(args));
   {
     std::lock_guard<std::mutex> lock(cache().mutex);

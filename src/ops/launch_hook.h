@@ -54,5 +54,7 @@ class LaunchHookScope {
 // `source` holds one kernel, parsed once per process and compiled once per device, both cached
 // by the source's text, like the embedded kernels. No parameter is filled in (`T` included).
 Status launch_source(const std::string& source, const std::vector<KernelArg>& args);
+// Compiles (or finds) such a kernel for `device` without launching it.
+Status prepare_source(Device* device, const std::string& source);
 
 }  // namespace tessel::ops

@@ -3,13 +3,15 @@
 // MLP and for the CNN with batch norm and ReLU, and --dump-graph's printout shows the graph.
 // Neither model has an element-wise chain the pass fuses yet (their element-wise launches sit
 // between gemms, convolutions and norms, or keep their input for backward), so these check that
-// capture and replay change nothing; src/graph/graph_test.cpp runs steps that do fuse.
+// capture and replay change nothing. gpt_tiny's residual adds become the epilogues of the gemms
+// before them (8 groups); its fused steps are checked against eager ones too, at a small batch.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
 
 #include "train/trainer.h"
+#include "train/workloads.h"
 
 namespace tessel::train {
 namespace {
@@ -72,6 +74,31 @@ TEST(FusedTraining, AnMlpTrainsAsEager) {
 
 TEST(FusedTraining, TheCnnWithBatchNormAndReluTrainsAsEager) {
   expect_same_runs("name = \"cnn\"", 3);
+}
+
+TEST(FusedTraining, GptTinysResidualAddsFuseIntoTheirGemmsAndTrainAsEager) {
+  auto eager = WorkloadRun::create("gpt_tiny", cpu_device(), 3, /*batch_rows=*/2).value();
+  auto fused = WorkloadRun::create("gpt_tiny", cpu_device(), 3, /*batch_rows=*/2).value();
+  graph::FusedSteps steps;
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(eager->step().ok());
+    Status s = steps.run([&] { return fused->step(); });
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    const double want = eager->last_loss().value(), got = fused->last_loss().value();
+    EXPECT_NEAR(got, want, 1e-6 * (1 + std::abs(want))) << "step " << i;
+  }
+  ASSERT_NE(steps.plan(), nullptr);
+  int epilogues = 0;
+  for (const graph::FusedGroup& g : steps.plan()->groups)
+    epilogues += g.producer >= 0;
+  EXPECT_EQ(epilogues, 8);  // 4 blocks x (attention, MLP) residual adds
+  EXPECT_EQ(steps.stats().replays, 3);
+  EXPECT_EQ(steps.stats().fused_launches, 3 * int64_t(steps.plan()->groups.size()));
+  const std::vector<float> want = eager->parameters().groups()[0].values.to_vector<float>().value();
+  const std::vector<float> got = fused->parameters().groups()[0].values.to_vector<float>().value();
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    ASSERT_NEAR(got[i], want[i], 1e-6 * (1 + std::abs(want[i]))) << i;
 }
 
 TEST(FusedTraining, DumpGraphPrintsTheGraphBeforeAndAfterFusion) {
