@@ -82,16 +82,20 @@ TEST(GraphCapture, RecordsATinyMlpStepWithItsEdges) {
   EXPECT_EQ(r.operands[0].value, g->nodes[size_t(gemm1)].operands[2].value);
   EXPECT_EQ(g->values[size_t(r.output().value)].producer, relu);
   EXPECT_EQ(g->nodes[size_t(gemm2)].operands[0].value, r.output().value);
-  // relu's backward (a rule's own launch, no op) reads relu's saved input.
+  // relu's backward (a rule's own launch, no op) reads relu's saved output.
   const int relu_grad = find_node(*g, "unary_grad", "1");
   ASSERT_GT(relu_grad, gemm2);
   EXPECT_EQ(g->nodes[size_t(relu_grad)].op, "");
-  EXPECT_EQ(g->nodes[size_t(relu_grad)].operands[0].value, r.operands[0].value);
+  EXPECT_EQ(g->nodes[size_t(relu_grad)].operands[0].value, r.output().value);
   // The weights are from outside the step; the activations are its temporaries.
   EXPECT_FALSE(g->values[size_t(g->nodes[size_t(gemm1)].operands[1].value)].temporary);
   EXPECT_TRUE(g->values[size_t(r.output().value)].temporary);
-  // Nothing fuses here: relu's input is kept for its backward, the rest are gemms.
-  EXPECT_TRUE(plan_fusion(*g).groups.empty());
+  // The first gemm's output is read by relu alone: relu becomes its epilogue. The second's is
+  // the logits, which cross-entropy reads.
+  const FusionPlan plan = plan_fusion(*g);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  EXPECT_EQ(plan.groups[0].producer, gemm1);
+  EXPECT_EQ(plan.groups[0].nodes, (std::vector<int>{gemm1, relu}));
 }
 
 // y = (relu(0.5 x + b) * c - d) / (sigmoid(x) + e): b [N] and d [M, 1] broadcast, c is a
