@@ -34,17 +34,43 @@ bool contiguous(const Operand& o) {
 
 }  // namespace
 
-bool is_gemm_producer(const Graph& g, const Node& n) {
-  // kernels/gemm.tile's `gemm` in f32 with only its epilogue flags set; beta = 0, so C is only
-  // written (its operands: A, B, C, bias; scalars: alpha, beta).
-  if (n.elementwise || n.kernel != "gemm" || n.operands.size() != 4 || n.scalars.size() != 2 ||
-      n.scalars[1] != 0.0)
-    return false;
-  for (const auto& [name, value] : n.params)
-    if (name != "BIAS" && name != "ACT" && !(name == "T" && value == "f32")) return false;
-  for (const Operand& o : n.operands)
-    if (g.values[size_t(o.value)].dtype != DType::kF32) return false;
-  return n.operands[2].shape.size() == 2 && contiguous(n.operands[2]);
+const std::vector<EpilogueProducer>& epilogue_producers() {
+  static const std::vector<EpilogueProducer> table = {
+      // C = act(alpha A B + beta C + bias): only written when beta = 0 (scalars alpha, beta).
+      {"gemm",
+       "gemm.tile",
+       2,
+       "      C[r, c] = ",
+       "[r, c]",
+       "U[M, N]",
+       {"BIAS", "ACT"},
+       [](const Node& n) { return n.scalars.size() == 2 && n.scalars[1] == 0.0; }},
+      // Y = X scale + offset per channel, over [N, C, L].
+      {"batchnorm_apply",
+       "batchnorm.tile",
+       4,
+       "      Y[n, c, l] = ",
+       "[n, c, l]",
+       "T[N, C, L]",
+       {},
+       [](const Node&) { return true; }},
+  };
+  return table;
+}
+
+const EpilogueProducer* epilogue_producer(const Graph& g, const Node& n) {
+  if (n.elementwise) return nullptr;
+  for (const EpilogueProducer& p : epilogue_producers()) {
+    if (n.kernel != p.kernel || !p.accepts(n) || p.output >= int(n.operands.size())) continue;
+    for (const auto& [name, value] : n.params)
+      if (!(name == "T" && value == "f32") &&
+          std::find(p.params.begin(), p.params.end(), name) == p.params.end())
+        return nullptr;
+    for (const Operand& o : n.operands)
+      if (g.values[size_t(o.value)].dtype != DType::kF32) return nullptr;
+    return contiguous(n.operands[size_t(p.output)]) ? &p : nullptr;
+  }
+  return nullptr;
 }
 
 namespace {
@@ -76,10 +102,12 @@ FusionPlan plan_fusion(const Graph& g) {
     for (int k = 0; k < nb.num_inputs(); ++k) {
       const Operand& o = nb.operands[size_t(k)];
       const Value& v = g.values[size_t(o.value)];
-      // A gemm's output C read whole, in its own order, by b alone: b becomes its epilogue.
+      // A producer's output read whole, in its own order, by b alone: b becomes its epilogue.
       const int gemm = users[size_t(o.value)].empty() ? -1 : users[size_t(o.value)][0];
-      if (gemm >= 0 && gemm < b && v.temporary && is_gemm_producer(g, g.nodes[size_t(gemm)])) {
-        const Operand& c = g.nodes[size_t(gemm)].operands[2];
+      const EpilogueProducer* producer =
+          gemm >= 0 && gemm < b ? epilogue_producer(g, g.nodes[size_t(gemm)]) : nullptr;
+      if (producer && v.temporary) {
+        const Operand& c = g.nodes[size_t(gemm)].operands[size_t(producer->output)];
         bool whole = c.value == o.value && c.offset == o.offset && contiguous(o) &&
                      shape_numel(o.shape) == shape_numel(c.shape) &&
                      users[size_t(o.value)] == std::vector<int>{gemm, b} &&
@@ -127,17 +155,19 @@ FusionPlan plan_fusion(const Graph& g) {
     bool safe = true;
     for (int i : nodes) {
       const Node& node = g.nodes[size_t(i)];
-      if (i == group.producer) {  // its A, B and bias are read when the group runs
-        for (int k : {0, 1, 3})
-          read_values.insert(node.operands[size_t(k)].value);
+      if (i == group.producer) {  // its inputs are read when the group runs
+        const int written = epilogue_producer(g, node)->output;
+        for (int k = 0; k < int(node.operands.size()); ++k)
+          if (k != written) read_values.insert(node.operands[size_t(k)].value);
         continue;
       }
-      // In a gemm's epilogue every operand is read as an [M, N] view of the same layout.
-      if (group.producer >= 0)
+      // In an epilogue every operand is read as a view of the producer output's layout.
+      if (group.producer >= 0) {
+        const Node& p = g.nodes[size_t(group.producer)];
+        const Operand& written = p.operands[size_t(epilogue_producer(g, p)->output)];
         for (const Operand& o : node.operands)
-          safe = safe && contiguous(o) &&
-                 shape_numel(o.shape) ==
-                     shape_numel(g.nodes[size_t(group.producer)].operands[2].shape);
+          safe = safe && contiguous(o) && shape_numel(o.shape) == shape_numel(written.shape);
+      }
       for (int k = 0; k < node.num_inputs(); ++k) {
         if (internal.count({i, k})) continue;
         const Operand& o = node.operands[size_t(k)];
@@ -163,8 +193,7 @@ FusionPlan plan_fusion(const Graph& g) {
       }
     }
     if (!safe) continue;
-    group.source =
-        group.producer >= 0 ? generate_gemm_epilogue(g, group) : generate_kernel(g, group);
+    group.source = group.producer >= 0 ? generate_epilogue(g, group) : generate_kernel(g, group);
     if (group.source.empty()) continue;
     for (int i : nodes)
       plan.group_of[size_t(i)] = int(plan.groups.size());
@@ -212,7 +241,8 @@ std::pair<std::string, std::string> group_body(const Graph& g, const FusedGroup&
     }
     for (size_t s = 0; s < nd.scalars.size(); ++s)
       scalars.push_back(fmt::format("s{}", scalar++));
-    local[node] = fmt::format("t{}", node);
+    // Named by position, so groups of the same structure share one kernel (and one compile).
+    local[node] = fmt::format("t{}", local.size());
     body += fmt::format("{}{} = {}\n", indent, local[node],
                         *elementwise_expression(nd.kernel, nd.params, in, scalars));
   }
@@ -251,49 +281,55 @@ std::string generate_kernel(const Graph& g, const FusedGroup& group) {
       group.nodes.size(), hash_hex(hash_text(text)).substr(0, 12), text);
 }
 
-std::string generate_gemm_epilogue(const Graph& g, const FusedGroup& group) {
-  // kernels/gemm.tile's first kernel, whose last statement stores the epilogue's value into C.
-  auto file = ops::embedded_kernel_files().find("gemm.tile");
+std::string generate_epilogue(const Graph& g, const FusedGroup& group) {
+  const Node& producer = g.nodes[size_t(group.producer)];
+  const EpilogueProducer* p = epilogue_producer(g, producer);
+  if (!p) return "";
+  // The producer's kernel in its .tile file, whose last statement stores one output element.
+  auto file = ops::embedded_kernel_files().find(p->file);
   if (file == ops::embedded_kernel_files().end()) return "";
   const std::string& text = file->second;
-  const size_t begin = text.find("kernel gemm<"), end = text.find("\n}\n", begin);
-  const std::string store = "      C[r, c] = ", params_end = "bias: U[N], alpha: f32,";
+  const std::string head = "kernel " + p->kernel + "<";
+  const size_t begin = text.find(head), end = text.find("\n}\n", begin);
   if (begin == std::string::npos || end == std::string::npos) return "";
   std::string kernel = text.substr(begin, end + 3 - begin);
-  const size_t at = kernel.find(store), params_at = kernel.find(params_end);
-  const size_t beta_at = kernel.find("beta: f32)");
-  if (at == std::string::npos || params_at == std::string::npos || beta_at == std::string::npos)
-    return "";
+  const size_t at = kernel.find(p->store);
+  // The parameter list's end: parameters hold brackets, never parentheses.
+  const size_t params_end = kernel.find(')', kernel.find(">("));
+  if (at == std::string::npos || params_end == std::string::npos) return "";
   // The store becomes the local the chain starts from, the chain follows, then O is written.
+  const std::string index = p->index;
   auto [statements, last] = group_body(
-      g, group, [](size_t i) { return fmt::format("f32(E{}[r, c])", i); }, "epilogue", "      ");
+      g, group, [&](size_t i) { return fmt::format("f32(E{}{})", i, index); }, "epilogue",
+      "      ");
   const size_t line_end = kernel.find('\n', at);
+  const std::string value = kernel.substr(at + p->store.size(), line_end - at - p->store.size());
   kernel.replace(
       at, line_end - at,
-      "      epilogue = " + kernel.substr(at + store.size(), line_end - at - store.size()) + "\n" +
-          statements + "      O[r, c] = " + last);
-  std::string scalars;
-  for (size_t i = 0; i < group.scalars.size(); ++i)
-    scalars += fmt::format(", s{}: f32", i);
-  kernel.insert(kernel.find("beta: f32)") + std::string("beta: f32").size(), scalars);
+      "      epilogue = " + value + "\n" + statements + "      O" + index + " = " + last);
+  // New parameters after the producer's own: the chain's inputs, O, the chain's scalars.
   std::string extra;
   for (size_t i = 0; i < group.inputs.size(); ++i)
-    extra += fmt::format("E{}: U[M, N], ", i);
-  extra += "O: U[M, N], ";
-  kernel.insert(params_at + std::string("bias: U[N], ").size(), extra);
-  // The gemm's own specialisation (BIAS, ACT) becomes the defaults: launch_source passes none.
-  for (const auto& [name, value] : g.nodes[size_t(group.producer)].params) {
-    const size_t p = kernel.find(name + " = 0,");
+    extra += fmt::format(", E{}: {}", i, p->tensor_type);
+  extra += fmt::format(", O: {}", p->tensor_type);
+  for (size_t i = 0; i < group.scalars.size(); ++i)
+    extra += fmt::format(", s{}: f32", i);
+  kernel.insert(params_end, extra);
+  // The launch's specialisation (BIAS, ACT) becomes the defaults: launch_source passes none.
+  for (const auto& [name, value] : producer.params) {
     if (name == "T") continue;
-    if (p == std::string::npos) return "";
-    kernel.replace(p, name.size() + 5, name + " = " + value + ",");
+    const size_t at_param = kernel.find(" " + name + " = ");
+    if (at_param == std::string::npos || at_param > kernel.find(">(")) return "";
+    const size_t start = at_param + name.size() + 4;
+    const size_t stop = kernel.find_first_of(",>", start);
+    kernel.replace(start, stop - start, value);
   }
   const std::string hash = hash_hex(hash_text(kernel)).substr(0, 12);
-  kernel.replace(0, std::string("kernel gemm<").size(), "kernel fused_gemm_" + hash + "<");
+  kernel.replace(0, head.size(), "kernel fused_" + p->kernel + "_" + hash + "<");
   return fmt::format(
-      "# Generated by graph/fusion.cpp: kernels/gemm.tile with {} element-wise "
-      "launches as its epilogue.\n{}",
-      group.nodes.size() - 1, kernel);
+      "# Generated by graph/fusion.cpp: kernels/{}'s {} with {} element-wise launches as its "
+      "epilogue.\n{}",
+      p->file, p->kernel, group.nodes.size() - 1, kernel);
 }
 
 }  // namespace tessel::graph

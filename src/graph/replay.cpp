@@ -16,7 +16,7 @@ struct Held {
   ops::KernelParams params;
   std::vector<Tensor> tensors;  // element-wise launches
   std::vector<ops::KernelArg> scalars;
-  std::vector<ops::KernelArg> args;  // a gemm held for its epilogue: its arguments as given
+  std::vector<ops::KernelArg> args;  // a producer held for its epilogue: its arguments
   bool elementwise = true;
 };
 
@@ -83,7 +83,7 @@ class Replayer : public ops::LaunchHook {
       }
       if (same) {
         const int node = int(next_++);
-        if (plan_.group_of[size_t(node)] >= 0) {  // a gemm whose epilogue a group becomes
+        if (plan_.group_of[size_t(node)] >= 0) {  // a producer whose epilogue a group becomes
           Held held;
           held.kernel = kernel;
           held.params = params;
@@ -167,39 +167,52 @@ class Replayer : public ops::LaunchHook {
     return ops::launch_source(group.source, args);
   }
 
-  // A gemm with the group as its epilogue: every element-wise tensor is seen as the [M, N]
-  // layout of the gemm's C (all are contiguous and of C's size, as in the capture).
+  // A producer with the group as its epilogue: every element-wise tensor is seen in the layout
+  // of the producer's output (all are contiguous and of its size, as in the capture).
   Status run_epilogue(const FusedGroup& group) {
-    const Held& gemm = *held_[size_t(group.producer)];
-    if (gemm.args.size() != 6) return leave();
-    const ops::View c = view_of(gemm.args[2]);
-    const int64_t M = c.shape[0], N = c.shape[1];
-    const double* beta = std::get_if<double>(&gemm.args[5]);
-    if (!beta || *beta != 0.0) return leave();  // C would be read
-    auto as_matrix = [&](const Tensor& t) -> std::optional<ops::View> {
-      if (!contiguous(t) || t.numel() != M * N) return std::nullopt;
-      return ops::View{t, {M, N}, {N, 1}};
+    const Held& producer = *held_[size_t(group.producer)];
+    const EpilogueProducer* p = epilogue_producer(g_, g_.nodes[size_t(group.producer)]);
+    Node live;  // what accepts() reads of the launch: its scalars
+    std::vector<ops::View> tensors;
+    for (const ops::KernelArg& a : producer.args) {
+      if (std::holds_alternative<Tensor>(a) || std::holds_alternative<ops::View>(a))
+        tensors.push_back(view_of(a));
+      else if (const double* d = std::get_if<double>(&a))
+        live.scalars.push_back(*d);
+      else
+        live.scalars.push_back(double(std::get<int64_t>(a)));
+    }
+    if (!p || p->output >= int(tensors.size()) || !p->accepts(live)) return leave();
+    const ops::View written = tensors[size_t(p->output)];
+    const int64_t size = shape_numel(written.shape);
+    Strides strides(written.shape.size());
+    int64_t step = 1;
+    for (size_t d = written.shape.size(); d-- > 0;) {
+      strides[d] = step;
+      step *= written.shape[d];
+    }
+    auto in_layout = [&](const Tensor& t) -> std::optional<ops::View> {
+      if (!contiguous(t) || t.numel() != size) return std::nullopt;
+      return ops::View{t, written.shape, strides};
     };
     for (const auto& [b, k, a] : group.edges) {
       const Tensor& read = held_[size_t(b)]->tensors[size_t(k)];
-      const Tensor& wrote = a == group.producer ? c.tensor : held_[size_t(a)]->tensors.back();
-      const bool same = a == group.producer ? read.storage() == wrote.storage() &&
-                                                  read.offset_bytes() == wrote.offset_bytes() &&
-                                                  contiguous(read) && read.numel() == M * N
-                                            : same_view(read, wrote);
+      const bool same = a == group.producer
+                            ? read.storage() == written.tensor.storage() &&
+                                  read.offset_bytes() == written.tensor.offset_bytes() &&
+                                  contiguous(read) && read.numel() == size
+                            : same_view(read, held_[size_t(a)]->tensors.back());
       if (!same) return leave();
     }
-    std::vector<ops::KernelArg> args(gemm.args.begin(), gemm.args.begin() + 4);
+    std::vector<ops::KernelArg> args = producer.args;
     for (const auto& [node, operand] : group.inputs) {
-      std::optional<ops::View> v = as_matrix(held_[size_t(node)]->tensors[size_t(operand)]);
+      std::optional<ops::View> v = in_layout(held_[size_t(node)]->tensors[size_t(operand)]);
       if (!v) return leave();
       args.push_back(*v);
     }
-    std::optional<ops::View> out = as_matrix(held_[size_t(group.nodes.back())]->tensors.back());
+    std::optional<ops::View> out = in_layout(held_[size_t(group.nodes.back())]->tensors.back());
     if (!out) return leave();
     args.push_back(*out);
-    args.push_back(gemm.args[4]);
-    args.push_back(gemm.args[5]);
     for (const auto& [node, scalar] : group.scalars)
       args.push_back(held_[size_t(node)]->scalars[size_t(scalar)]);
     for (int node : group.nodes)

@@ -1,10 +1,9 @@
 // [train] fuse = true: the trainer captures its first step as a graph and replays the rest with
 // fused kernels (graph/replay.h). A fused run gives the eager run's losses and weights, for an
 // MLP and for the CNN with batch norm and ReLU, and --dump-graph's printout shows the graph.
-// Neither model has an element-wise chain the pass fuses yet (their element-wise launches sit
-// between gemms, convolutions and norms, or keep their input for backward), so these check that
-// capture and replay change nothing. gpt_tiny's residual adds become the epilogues of the gemms
-// before them (8 groups); its fused steps are checked against eager ones too, at a small batch.
+// Fused: in the MLP each hidden relu runs in its linear's gemm (2 groups); in the CNN each
+// relu after batch norm runs in batchnorm_apply and the hidden linear's relu in its gemm (3);
+// in gpt_tiny the residual adds run in the projections' gemms (8).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -37,7 +36,7 @@ fuse = {}
   return parse_train_config(Config::parse(text, "fused.toml").value()).value();
 }
 
-void expect_same_runs(const std::string& model, int64_t steps) {
+void expect_same_runs(const std::string& model, int64_t steps, size_t epilogues) {
   // No evaluation: the test split would take longer than the steps.
   const TrainerOptions quiet{.progress = nullptr, .evaluate_at_end = false};
   auto eager = Trainer::create(config(model, false, steps), quiet).value();
@@ -55,6 +54,12 @@ void expect_same_runs(const std::string& model, int64_t steps) {
   EXPECT_EQ(f->stats().captures, 1);
   EXPECT_EQ(f->stats().replays, steps - 1);
   EXPECT_EQ(f->stats().diverged, 0);
+  ASSERT_NE(f->plan(), nullptr);
+  size_t with_producer = 0;
+  for (const graph::FusedGroup& g : f->plan()->groups)
+    with_producer += g.producer >= 0;
+  EXPECT_EQ(with_producer, epilogues) << graph::to_string(*f->graph(), &f->plan()->group_of);
+  EXPECT_EQ(f->stats().fused_launches, (steps - 1) * int64_t(f->plan()->groups.size()));
   // Weights, and batch norm's running statistics.
   auto want = eager->model().state_dict(), got = fused->model().state_dict();
   ASSERT_EQ(want.size(), got.size());
@@ -68,12 +73,12 @@ void expect_same_runs(const std::string& model, int64_t steps) {
   }
 }
 
-TEST(FusedTraining, AnMlpTrainsAsEager) {
-  expect_same_runs("name = \"mlp\"\nhidden = [32, 16]", 5);
+TEST(FusedTraining, AnMlpsReluFusesIntoItsGemmsAndTrainsAsEager) {
+  expect_same_runs("name = \"mlp\"\nhidden = [32, 16]", 5, 2);
 }
 
-TEST(FusedTraining, TheCnnWithBatchNormAndReluTrainsAsEager) {
-  expect_same_runs("name = \"cnn\"", 3);
+TEST(FusedTraining, TheCnnsBatchNormAndReluFuseAndTrainAsEager) {
+  expect_same_runs("name = \"cnn\"", 3, 3);
 }
 
 TEST(FusedTraining, GptTinysResidualAddsFuseIntoTheirGemmsAndTrainAsEager) {
