@@ -215,6 +215,70 @@ TEST(GraphFusion, AnAddAfterALinearBecomesTheGemmsEpilogueOnEveryDevice) {
   }
 }
 
+// relu(batch_norm(x)) + r in training mode: batch norm's output is read by relu alone (relu
+// keeps its output), so relu and the add run in batchnorm_apply's epilogue.
+TEST(GraphFusion, ReluAndAnAddAfterBatchNormBecomeItsEpilogueOnEveryDevice) {
+  const int64_t N = 3, C = 5, H = 7, W = 9, S = H * W;
+  for (Device* device : ops::testing::op_test_devices()) {
+    SCOPED_TRACE(device->id());
+    FusedSteps fused;
+    for (int step = 0; step < 3; ++step) {
+      const uint64_t seed = 200 + 10 * uint64_t(step);
+      const std::vector<float> xv = random_values(size_t(N * C * S), seed + 1),
+                               wv = random_values(size_t(C), seed + 2),
+                               bv = random_values(size_t(C), seed + 3),
+                               rv = random_values(size_t(N * C * S), seed + 4);
+      Tensor x = tensor(xv, {N, C, H, W}, device), w = tensor(wv, {C}, device),
+             b = tensor(bv, {C}, device), r = tensor(rv, {N, C, H, W}, device);
+      Tensor mean = Tensor::zeros({C}, DType::kF32, device).value();
+      Tensor var = Tensor::full({C}, 1.0, DType::kF32, device).value();
+      auto f = [&]() -> Expected<Tensor> {
+        TESSEL_ASSIGN_OR_RETURN(Tensor y, ops::batch_norm(x, w, b, mean, var, true));
+        TESSEL_ASSIGN_OR_RETURN(Tensor z, ops::relu(y));
+        return ops::add(z, r);
+      };
+      Expected<Tensor> eager = f();
+      ASSERT_TRUE(eager.ok()) << eager.status().to_string();
+      Tensor out;
+      Status s = fused.run([&]() -> Status {
+        TESSEL_ASSIGN_OR_RETURN(out, f());
+        return ok_status();
+      });
+      ASSERT_TRUE(s.ok()) << s.to_string();
+      if (step == 0) {
+        ASSERT_EQ(fused.plan()->groups.size(), 1u) << to_string(*fused.graph());
+        const FusedGroup& group = fused.plan()->groups[0];
+        ASSERT_GE(group.producer, 0) << to_string(*fused.graph());
+        EXPECT_EQ(fused.graph()->nodes[size_t(group.producer)].kernel, "batchnorm_apply");
+        EXPECT_EQ(group.nodes.size(), 3u);
+      }
+      const std::vector<float> got = values(out), want = values(*eager);
+      for (int64_t c = 0; c < C; ++c) {
+        double sum = 0, squares = 0;
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < S; ++i)
+            sum += xv[size_t((n * C + c) * S + i)];
+        const double m = sum / double(N * S);
+        for (int64_t n = 0; n < N; ++n)
+          for (int64_t i = 0; i < S; ++i)
+            squares += std::pow(xv[size_t((n * C + c) * S + i)] - m, 2);
+        const double inv_std = 1.0 / std::sqrt(squares / double(N * S) + 1e-5);
+        for (int64_t n = 0; n < N; ++n) {
+          for (int64_t i = 0; i < S; ++i) {
+            const size_t at = size_t((n * C + c) * S + i);
+            const double ref =
+                std::max((xv[at] - m) * inv_std * wv[size_t(c)] + bv[size_t(c)], 0.0) + rv[at];
+            ASSERT_NEAR(got[at], want[at], 1e-6 * (1 + std::abs(want[at]))) << at;
+            ASSERT_NEAR(got[at], ref, 1e-4 * (1 + std::abs(ref))) << at;
+          }
+        }
+      }
+    }
+    EXPECT_EQ(fused.stats().replays, 2);
+    EXPECT_EQ(fused.stats().fused_launches, 2);
+  }
+}
+
 // A step whose shapes change leaves the graph: it runs eagerly (correct), and the next step is
 // captured again.
 TEST(GraphFusion, AChangedShapeRunsEagerlyAndIsCapturedAgain) {
