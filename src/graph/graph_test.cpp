@@ -14,6 +14,9 @@
 #include "ops/ops.h"
 #include "ops/testing/every_device.h"
 #include "support/random.h"
+#include "tile/codegen/render.h"
+#include "tile/parse/parser.h"
+#include "tile/pipeline.h"
 
 namespace tessel::graph {
 namespace {
@@ -276,6 +279,46 @@ TEST(GraphFusion, ReluAndAnAddAfterBatchNormBecomeItsEpilogueOnEveryDevice) {
     }
     EXPECT_EQ(fused.stats().replays, 2);
     EXPECT_EQ(fused.stats().fused_launches, 2);
+  }
+}
+
+// Every kind of generated kernel (an element-wise chain, a gemm epilogue, a batch norm
+// epilogue) lowers and renders for the CPU, OpenCL and CUDA targets. This machine has no CUDA
+// device, so this is what checks the CUDA side here; scripts/gpu_check.sh runs the graph tests
+// on a GPU.
+TEST(GraphFusion, GeneratedKernelsRenderForEveryTarget) {
+  Device* cpu = cpu_device();
+  Tensor x = tensor(random_values(6 * 8, 1), {6, 8}, cpu),
+         w = tensor(random_values(8 * 8, 2), {8, 8}, cpu);
+  Tensor b = tensor(random_values(8, 3), {8}, cpu);
+  Tensor x4 = tensor(random_values(2 * 8 * 3 * 3, 4), {2, 8, 3, 3}, cpu);
+  Tensor mean = Tensor::zeros({8}, DType::kF32, cpu).value();
+  Tensor var = Tensor::full({8}, 1.0, DType::kF32, cpu).value();
+  Tensor out1, out2, out3;
+  Expected<Graph> g = capture_step([&]() -> Status {
+    TESSEL_ASSIGN_OR_RETURN(Tensor t, ops::scale(x, 2.0));
+    TESSEL_ASSIGN_OR_RETURN(out1, ops::sigmoid(t));
+    TESSEL_ASSIGN_OR_RETURN(Tensor y, ops::linear(x, w, b));
+    TESSEL_ASSIGN_OR_RETURN(out2, ops::add(y, x));
+    TESSEL_ASSIGN_OR_RETURN(Tensor n, ops::batch_norm(x4, b, b, mean, var, true));
+    TESSEL_ASSIGN_OR_RETURN(out3, ops::relu(n));
+    return ok_status();
+  });
+  ASSERT_TRUE(g.ok()) << g.status().to_string();
+  const FusionPlan plan = plan_fusion(*g);
+  ASSERT_EQ(plan.groups.size(), 3u) << to_string(*g);
+  for (const FusedGroup& group : plan.groups) {
+    Expected<std::vector<tile::Kernel>> parsed = tile::parse_tile(group.source, "generated.tile");
+    ASSERT_TRUE(parsed.ok()) << parsed.status().to_string() << "\n" << group.source;
+    ASSERT_EQ(parsed->size(), 1u);
+    for (const tile::Target& target :
+         {tile::Target::cpu(), tile::Target::opencl(), tile::Target::cuda()}) {
+      tile::CompileOptions options;
+      options.target = target;
+      Expected<tile::Kernel> lowered = tile::compile_ir((*parsed)[0], options);
+      ASSERT_TRUE(lowered.ok()) << lowered.status().to_string() << "\n" << group.source;
+      EXPECT_FALSE(tile::render(*lowered, target).empty());
+    }
   }
 }
 
