@@ -45,6 +45,15 @@ const std::vector<EpilogueProducer>& epilogue_producers() {
        "U[M, N]",
        {"BIAS", "ACT"},
        [](const Node& n) { return n.scalars.size() == 2 && n.scalars[1] == 0.0; }},
+      // C[z] = alpha A[z] B[z] + beta C[z]: matmul's products and gradients (beta = 0 only).
+      {"batched_gemm",
+       "batched_gemm.tile",
+       2,
+       "      C[z, r, c] = ",
+       "[z, r, c]",
+       "f32[Z, M, N]",
+       {"BM", "BN", "BK"},
+       [](const Node& n) { return n.scalars.size() == 2 && n.scalars[1] == 0.0; }},
       // Y = X scale + offset per channel, over [N, C, L].
       {"batchnorm_apply",
        "batchnorm.tile",
@@ -83,7 +92,7 @@ int find_root(std::vector<int>& parent, int i) {
 
 }  // namespace
 
-FusionPlan plan_fusion(const Graph& g) {
+FusionPlan plan_fusion(const Graph& g, const std::set<int>& no_producers) {
   const int n = int(g.nodes.size());
   // Which nodes touch each value.
   std::vector<std::vector<int>> users(g.values.size());
@@ -104,8 +113,9 @@ FusionPlan plan_fusion(const Graph& g) {
       const Value& v = g.values[size_t(o.value)];
       // A producer's output read whole, in its own order, by b alone: b becomes its epilogue.
       const int gemm = users[size_t(o.value)].empty() ? -1 : users[size_t(o.value)][0];
-      const EpilogueProducer* producer =
-          gemm >= 0 && gemm < b ? epilogue_producer(g, g.nodes[size_t(gemm)]) : nullptr;
+      const EpilogueProducer* producer = gemm >= 0 && gemm < b && !no_producers.count(gemm)
+                                             ? epilogue_producer(g, g.nodes[size_t(gemm)])
+                                             : nullptr;
       if (producer && v.temporary) {
         const Operand& c = g.nodes[size_t(gemm)].operands[size_t(producer->output)];
         bool whole = c.value == o.value && c.offset == o.offset && contiguous(o) &&
@@ -187,10 +197,8 @@ FusionPlan plan_fusion(const Graph& g) {
     for (int i = nodes.front() + 1; safe && i < nodes.back(); ++i) {
       if (in_group.count(i)) continue;
       const Node& other = g.nodes[size_t(i)];
-      for (size_t k = 0; k < other.operands.size(); ++k) {
-        const bool writes = !other.elementwise || k + 1 == other.operands.size();
-        if (writes && read_values.count(other.operands[k].value)) safe = false;
-      }
+      for (size_t k = 0; k < other.operands.size(); ++k)
+        if (other.writes[k] && read_values.count(other.operands[k].value)) safe = false;
     }
     if (!safe) continue;
     group.source = group.producer >= 0 ? generate_epilogue(g, group) : generate_kernel(g, group);

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,15 +45,17 @@ struct FusionPlan {
   std::vector<int> group_of;  // per node: its group, or -1
 };
 
-FusionPlan plan_fusion(const Graph& graph);
+// `no_producers`: nodes not to make epilogue producers (replay.h: ones a step left the graph
+// while they were held back).
+FusionPlan plan_fusion(const Graph& graph, const std::set<int>& no_producers = {});
 
 // The group's kernel (FusedGroup::source, filled in by plan_fusion): each node's expression
 // (fusible.h) as a local, in step order, over [D0, D1, D2] f32 views.
 std::string generate_kernel(const Graph& graph, const FusedGroup& group);
 
 // A kernel an element-wise chain can become the epilogue of: its source's last statement stores
-// one output element, `store` + value, at `index`. The table (fusion.cpp) has gemm (beta = 0)
-// and batchnorm_apply.
+// one output element, `store` + value, at `index`. The table (fusion.cpp) has gemm and
+// batched_gemm (beta = 0) and batchnorm_apply.
 struct EpilogueProducer {
   std::string kernel, file;
   int output;               // the operand it writes

@@ -5,9 +5,13 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <set>
 
 #include "ops/launch_hook.h"
 #include "ops/op_scope.h"
+#include "ops/tuned_launch.h"
+#include "tile/ir/visitor.h"
 
 namespace tessel::graph {
 namespace {
@@ -20,6 +24,48 @@ std::string params_string(const ops::KernelParams& params) {
     out += fmt::format("{}={}", name, value);
   }
   return out.empty() ? "" : "{" + out + "}";
+}
+
+// Per tensor argument of the embedded kernel `name`, in order, whether its body stores, copies,
+// fills, reduces or multiplies into it; empty when the kernel is not known (every operand is
+// then taken as written).
+std::vector<bool> written_tensor_arguments(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, std::vector<bool>> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = cache.find(name); it != cache.end()) return it->second;
+  std::vector<bool> written;
+  if (Expected<const tile::Kernel*> k = ops::embedded_kernel(name); k.ok()) {
+    struct Writes : tile::IRVisitor {
+      std::set<std::string> names;
+      using tile::IRVisitor::visit_node;
+      void visit_node(const tile::Store* n) override {
+        names.insert(n->buffer->name);
+        tile::IRVisitor::visit_node(n);
+      }
+      void visit_node(const tile::Copy* n) override {
+        names.insert(n->dst.buffer->name);
+        tile::IRVisitor::visit_node(n);
+      }
+      void visit_node(const tile::Gemm* n) override {
+        names.insert(n->c.buffer->name);
+        tile::IRVisitor::visit_node(n);
+      }
+      void visit_node(const tile::Fill* n) override {
+        names.insert(n->dst->name);
+        tile::IRVisitor::visit_node(n);
+      }
+      void visit_node(const tile::Reduce* n) override {
+        names.insert(n->dst->name);
+        tile::IRVisitor::visit_node(n);
+      }
+    } writes;
+    writes.visit((*k)->body);
+    for (const tile::KernelArg& a : (*k)->args)
+      if (a.is_tensor()) written.push_back(writes.names.count(a.name) > 0);
+  }
+  cache.emplace(name, written);
+  return written;
 }
 
 void add_tensor_signature(std::string& out, const Tensor& t, const Shape& shape,
@@ -42,6 +88,7 @@ class Recorder : public ops::LaunchHook {
       const bool output = i + 1 == tensors.size();
       n.operands.push_back(operand(tensors[i], tensors[i].shape(), tensors[i].strides(),
                                    output ? int(graph_.nodes.size()) : -1));
+      n.writes.push_back(output);
     }
     add_scalars(n, scalars);
     graph_.nodes.push_back(std::move(n));
@@ -69,6 +116,8 @@ class Recorder : public ops::LaunchHook {
       }
     }
     n.signature += fmt::format("|{}", scalars.size());
+    n.writes = written_tensor_arguments(kernel);
+    if (n.writes.size() != n.operands.size()) n.writes.assign(n.operands.size(), true);
     add_scalars(n, scalars);
     graph_.nodes.push_back(std::move(n));
     return ok_status();

@@ -8,8 +8,8 @@
 //
 // A value is one storage (a device buffer): a node's operand is a view of it (offset, shape,
 // strides in elements). Element-wise launches (ops::launch_elementwise) read their first
-// operands and write their last; what another kernel writes is the kernel's business, so its
-// operands are listed as touched.
+// operands and write their last; what another kernel writes is read from its source (the
+// tensors it stores or copies into).
 #pragma once
 
 #include <functional>
@@ -49,6 +49,9 @@ struct Node {
   std::string op;  // the innermost ops::run it came from; "" from a backward rule or optimizer
   bool elementwise = false;
   std::vector<Operand> operands;  // element-wise: inputs, then the output
+  // Per operand, whether the kernel may write it: the output of an element-wise launch; for
+  // other kernels, the tensors its source stores or copies into (all, when it is not known).
+  std::vector<bool> writes;
   std::vector<double> scalars;
   int num_inputs() const { return elementwise ? int(operands.size()) - 1 : int(operands.size()); }
   const Operand& output() const { return operands.back(); }

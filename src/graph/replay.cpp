@@ -2,6 +2,7 @@
 #include "graph/replay.h"
 
 #include <optional>
+#include <set>
 
 #include "ops/kernel_util.h"
 #include "ops/launch_hook.h"
@@ -99,6 +100,8 @@ class Replayer : public ops::LaunchHook {
     return launch();
   }
 
+  const std::set<int>& blamed() const { return blamed_; }
+
   // After the step: whether it followed the graph to its end. Runs anything still held.
   Expected<bool> finish() {
     const bool followed = following_ && next_ == g_.nodes.size();
@@ -122,7 +125,15 @@ class Replayer : public ops::LaunchHook {
   // The step left the captured sequence: what was held back runs now, in order, and the rest
   // of the step runs eagerly. (At the end of a step that followed it, nothing is held.)
   Status leave() {
-    if (following_ && next_ < g_.nodes.size()) ++stats_.diverged;
+    if (following_ && next_ < g_.nodes.size()) {
+      ++stats_.diverged;
+      // A producer held back when the step left the graph may be why: holding its output
+      // keeps a reference autograd sees (a leaf takes over a gradient only when nothing else
+      // holds it, else it copies, a launch the capture did not have). It is not made a producer
+      // again.
+      for (size_t node = 0; node < held_.size(); ++node)
+        if (held_[node] && !held_[node]->elementwise) blamed_.insert(int(node));
+    }
     following_ = false;
     for (std::optional<Held>& h : held_) {
       if (!h) continue;
@@ -228,6 +239,7 @@ class Replayer : public ops::LaunchHook {
   size_t next_ = 0;
   bool following_ = true;
   std::vector<std::optional<Held>> held_;  // by node
+  std::set<int> blamed_;                   // producers held when the step left the graph
 };
 
 }  // namespace
@@ -236,6 +248,7 @@ struct FusedSteps::State {
   std::optional<Graph> graph;
   FusionPlan plan;
   bool recapture = true;
+  std::set<int> no_producers;  // plan_fusion's: producers a replay left the graph holding
   Stats stats;
 };
 
@@ -248,7 +261,7 @@ Status FusedSteps::run(const std::function<Status()>& step) {
   State& s = *state_;
   if (s.recapture) {
     TESSEL_ASSIGN_OR_RETURN(Graph g, capture_step(step));
-    s.plan = plan_fusion(g);
+    s.plan = plan_fusion(g, s.no_producers);
     // Each generated kernel is compiled now; one that does not compile is a bug to report, and
     // its group runs unfused rather than failing the run.
     for (size_t i = 0; i < s.plan.groups.size() && g.device; ++i) {
@@ -276,6 +289,7 @@ Status FusedSteps::run(const std::function<Status()>& step) {
     ++s.stats.replays;
   } else {
     s.recapture = true;
+    s.no_producers.insert(replayer.blamed().begin(), replayer.blamed().end());
   }
   return ok_status();
 }

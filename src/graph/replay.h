@@ -10,7 +10,9 @@
 // group's last launch the generated kernel runs instead, on the tensors the held launches were
 // given, after checking each intermediate is still the view its consumer reads. A step that
 // leaves the captured sequence (a shape changed, a different path) runs what it held back
-// eagerly at that point, finishes eagerly, and the next step is captured again.
+// eagerly at that point, finishes eagerly, and the next step is captured again; an epilogue
+// producer that was held back at that point is not made a producer again (holding its output
+// can change what autograd does: a leaf copies a gradient something else holds).
 #pragma once
 
 #include <functional>

@@ -1,9 +1,11 @@
 // [train] fuse = true: the trainer captures its first step as a graph and replays the rest with
 // fused kernels (graph/replay.h). A fused run gives the eager run's losses and weights, for an
 // MLP and for the CNN with batch norm and ReLU, and --dump-graph's printout shows the graph.
-// Fused: in the MLP each hidden relu runs in its linear's gemm (2 groups); in the CNN each
-// relu after batch norm runs in batchnorm_apply and the hidden linear's relu in its gemm (3);
-// in gpt_tiny the residual adds run in the projections' gemms (8).
+// Fused: in the MLP each hidden relu runs in its linear's gemm and each relu gradient in the
+// product that makes its output gradient (4 groups); in the CNN each relu after batch norm runs
+// in batchnorm_apply, the hidden linear's relu in its gemm and its gradient in the product
+// before it (4); in gpt_tiny the residual adds run in the projections' gemms, and 4 backward
+// chains in products (12).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -74,14 +76,14 @@ void expect_same_runs(const std::string& model, int64_t steps, size_t epilogues)
 }
 
 TEST(FusedTraining, AnMlpsReluFusesIntoItsGemmsAndTrainsAsEager) {
-  expect_same_runs("name = \"mlp\"\nhidden = [32, 16]", 5, 2);
+  expect_same_runs("name = \"mlp\"\nhidden = [32, 16]", 5, 4);
 }
 
 TEST(FusedTraining, TheCnnsBatchNormAndReluFuseAndTrainAsEager) {
-  expect_same_runs("name = \"cnn\"", 3, 3);
+  expect_same_runs("name = \"cnn\"", 3, 4);
 }
 
-TEST(FusedTraining, GptTinysResidualAddsFuseIntoTheirGemmsAndTrainAsEager) {
+TEST(FusedTraining, GptTinysResidualAddsAndGeluGradientsFuseAndTrainAsEager) {
   auto eager = WorkloadRun::create("gpt_tiny", cpu_device(), 3, /*batch_rows=*/2).value();
   auto fused = WorkloadRun::create("gpt_tiny", cpu_device(), 3, /*batch_rows=*/2).value();
   graph::FusedSteps steps;
@@ -96,7 +98,9 @@ TEST(FusedTraining, GptTinysResidualAddsFuseIntoTheirGemmsAndTrainAsEager) {
   int epilogues = 0;
   for (const graph::FusedGroup& g : steps.plan()->groups)
     epilogues += g.producer >= 0;
-  EXPECT_EQ(epilogues, 8);  // 4 blocks x (attention, MLP) residual adds
+  // 4 blocks x (attention, MLP) residual adds into their gemms; 4 gelu gradients into the
+  // products that make their output gradients.
+  EXPECT_EQ(epilogues, 12);
   EXPECT_EQ(steps.stats().replays, 3);
   EXPECT_EQ(steps.stats().fused_launches, 3 * int64_t(steps.plan()->groups.size()));
   const std::vector<float> want = eager->parameters().groups()[0].values.to_vector<float>().value();
