@@ -119,4 +119,19 @@ std::optional<std::string> elementwise_expression(const std::string& kernel,
   return std::nullopt;
 }
 
+bool is_cheap_elementwise(const std::string& kernel, const ops::KernelParams& params) {
+  if (kernel == "binary") return op_number(params, 0) >= 0 && op_number(params, 0) <= 5;
+  // identity (scale), relu, abs, neg
+  if (kernel == "unary") {
+    const int op = op_number(params, 0);
+    return op == 0 || op == 1 || op == 9 || op == 10;
+  }
+  // relu's, sigmoid's, tanh's and rsqrt's gradients are polynomials in the saved output.
+  if (kernel == "unary_grad") {
+    const int op = op_number(params, 1);
+    return op == 1 || op == 3 || op == 4 || op == 8;
+  }
+  return false;
+}
+
 }  // namespace tessel::graph

@@ -92,7 +92,36 @@ int find_root(std::vector<int>& parent, int i) {
 
 }  // namespace
 
+namespace {
+
+FusionPlan plan_groups(const Graph& g, const std::set<int>& no_producers);
+
+}  // namespace
+
 FusionPlan plan_fusion(const Graph& g, const std::set<int>& no_producers) {
+  // A producer whose group has an expensive expression is planned again without it.
+  std::set<int> excluded = no_producers;
+  for (;;) {
+    FusionPlan plan = plan_groups(g, excluded);
+    bool again = false;
+    for (const FusedGroup& group : plan.groups) {
+      if (group.producer < 0) continue;
+      for (int node : group.nodes) {
+        const Node& n = g.nodes[size_t(node)];
+        if (node != group.producer && !is_cheap_elementwise(n.kernel, n.params)) {
+          excluded.insert(group.producer);
+          again = true;
+          break;
+        }
+      }
+    }
+    if (!again) return plan;
+  }
+}
+
+namespace {
+
+FusionPlan plan_groups(const Graph& g, const std::set<int>& no_producers) {
   const int n = int(g.nodes.size());
   // Which nodes touch each value.
   std::vector<std::vector<int>> users(g.values.size());
@@ -209,8 +238,6 @@ FusionPlan plan_fusion(const Graph& g, const std::set<int>& no_producers) {
   }
   return plan;
 }
-
-namespace {
 
 // The element-wise part of a group: a load per outside input (`load(i)` gives the text that
 // reads input i), each node's expression as a local, in step order; the producer's value (a

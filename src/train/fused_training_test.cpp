@@ -4,8 +4,7 @@
 // Fused: in the MLP each hidden relu runs in its linear's gemm and each relu gradient in the
 // product that makes its output gradient (4 groups); in the CNN each relu after batch norm runs
 // in batchnorm_apply, the hidden linear's relu in its gemm and its gradient in the product
-// before it (4); in gpt_tiny the residual adds run in the projections' gemms, and 4 backward
-// chains in products (12).
+// before it (4); in gpt_tiny the residual adds run in the projections' gemms (8).
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -83,7 +82,7 @@ TEST(FusedTraining, TheCnnsBatchNormAndReluFuseAndTrainAsEager) {
   expect_same_runs("name = \"cnn\"", 3, 4);
 }
 
-TEST(FusedTraining, GptTinysResidualAddsAndGeluGradientsFuseAndTrainAsEager) {
+TEST(FusedTraining, GptTinysResidualAddsFuseIntoTheirGemmsAndTrainAsEager) {
   auto eager = WorkloadRun::create("gpt_tiny", cpu_device(), 3, /*batch_rows=*/2).value();
   auto fused = WorkloadRun::create("gpt_tiny", cpu_device(), 3, /*batch_rows=*/2).value();
   graph::FusedSteps steps;
@@ -98,9 +97,9 @@ TEST(FusedTraining, GptTinysResidualAddsAndGeluGradientsFuseAndTrainAsEager) {
   int epilogues = 0;
   for (const graph::FusedGroup& g : steps.plan()->groups)
     epilogues += g.producer >= 0;
-  // 4 blocks x (attention, MLP) residual adds into their gemms; 4 gelu gradients into the
-  // products that make their output gradients.
-  EXPECT_EQ(epilogues, 12);
+  // 4 blocks x (attention, MLP) residual adds into their gemms. The gelu gradients would fuse
+  // into the products before them but are too costly for an epilogue (fusible.h).
+  EXPECT_EQ(epilogues, 8);
   EXPECT_EQ(steps.stats().replays, 3);
   EXPECT_EQ(steps.stats().fused_launches, 3 * int64_t(steps.plan()->groups.size()));
   const std::vector<float> want = eager->parameters().groups()[0].values.to_vector<float>().value();
