@@ -248,10 +248,13 @@ Status time_group(const std::vector<Contender*>& group, int reps) {
     slowest_us = std::max(slowest_us, us);
     short_call[i] = us < kWarmCallUs;
   }
-  // Short ops get more rounds (up to 41, about 50 ms of CPU time for the slowest contender): a
-  // median of 7 sub-millisecond calls moves by a fifth under load.
+  // Short ops get more rounds (up to 41, about 250 ms of CPU time for the slowest contender): a
+  // median of 7 sub-millisecond calls moves by a fifth under load, and so did the 7 rounds that
+  // 50 ms gave the 1024-row spmm products (their dense contenders take 8-10 ms): on a Zen 3 at
+  // load 0.9-1.4, tessel-auto and tessel-csr, the same code, measured 1646 and 3203 us in one
+  // run of uniform-1024-10%.
   if (slowest_us > 0)
-    reps = std::clamp(static_cast<int>(50000 / slowest_us), reps, std::max(reps, 41));
+    reps = std::clamp(static_cast<int>(250000 / slowest_us), reps, std::max(reps, 41));
   // Each round runs the contenders in a new random order (seeded), so none always runs first
   // (after PyTorch or another op) or right after the same neighbour. Rotating one order did
   // neither: tessel-csr always followed tessel-dense, whose 64 MB matrix had just pushed the

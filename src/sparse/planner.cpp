@@ -154,6 +154,12 @@ int tie_rank(SparseOp op, Choice c) {
   return 5;
 }
 
+double close_call_majority(int rounds) {
+  // z such that 1/2 + z / (2 sqrt(20)) = kCloseCallMajority.
+  const double z = (kCloseCallMajority - 0.5) * 2 * std::sqrt(20.0);
+  return std::min(kCloseCallMajority, 0.5 + z / (2 * std::sqrt(std::max(1, rounds))));
+}
+
 CloseCall decide_close_call(SparseOp op, Choice first, Choice second, double speedup,
                             double second_faster_share, double tie, double majority) {
   if (speedup > tie && second_faster_share >= majority) return {second, false};

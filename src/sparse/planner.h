@@ -122,6 +122,13 @@ int tie_rank(SparseOp op, Choice c);
 // so a 5% line alone still split its plans 8 to 4.
 constexpr double kCloseCallMajority = 0.75;
 
+// The share needed after `rounds` rounds: kCloseCallMajority up to 20 rounds, then the share
+// that is as unlikely for two equally fast sides (a sign test: 1/2 + z / (2 sqrt(rounds)), with
+// the z that makes it 3 of 4 at 20 rounds), so a lean timed for longer can be decided: 68% of
+// 40 rounds, 65% of 60. A real lead of 8-10% under per-round noise of about 10% wins 70-80% of
+// the rounds, which at 20 rounds is often short of 3 in 4 and so a tie.
+double close_call_majority(int rounds);
+
 struct CloseCall {
   Choice choice;
   bool tie = false;  // decided by tie_rank, not by the timing

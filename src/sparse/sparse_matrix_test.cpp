@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "autograd/functional.h"
@@ -277,6 +278,34 @@ TEST(SparsePlanner, CloseCallGoesToTheFasterOrOnATieToTheMoreGeneralFormat) {
   EXPECT_LT(tie_rank(add, Choice::kDense), tie_rank(add, Choice::kCsr));
 }
 
+// The majority a lead needs is 3 of 4 rounds up to 20 rounds, then falls as a sign test's would
+// at the same confidence (1/2 + z / (2 sqrt(n))): a lean that holds over more rounds is decided.
+TEST(SparsePlanner, CloseCallMajorityFallsWithMoreRoundsAsASignTest) {
+  EXPECT_DOUBLE_EQ(close_call_majority(5), kCloseCallMajority);
+  EXPECT_DOUBLE_EQ(close_call_majority(20), kCloseCallMajority);
+  EXPECT_NEAR(close_call_majority(40), 0.5 + 0.25 * std::sqrt(20.0 / 40), 1e-12);  // 0.677
+  EXPECT_NEAR(close_call_majority(60), 0.5 + 0.25 * std::sqrt(20.0 / 60), 1e-12);  // 0.644
+  EXPECT_GT(close_call_majority(40), close_call_majority(60));
+  // bsr 8% ahead of csr in 70% of the rounds: a tie at 20 rounds, bsr's at 40.
+  const SparseOp mm = SparseOp::kSpmm;
+  const CloseCall at20 = decide_close_call(mm, Choice::kCsr, Choice::kBsr, 1.08, 0.70,
+                                           kCloseCallTie, close_call_majority(20));
+  EXPECT_TRUE(at20.tie);
+  EXPECT_EQ(at20.choice, Choice::kCsr);
+  const CloseCall at40 = decide_close_call(mm, Choice::kCsr, Choice::kBsr, 1.08, 0.70,
+                                           kCloseCallTie, close_call_majority(40));
+  EXPECT_FALSE(at40.tie);
+  EXPECT_EQ(at40.choice, Choice::kBsr);
+  // The same for the first side, and an even split stays a tie however long it is timed.
+  EXPECT_EQ(decide_close_call(mm, Choice::kBsr, Choice::kCsr, 1.0 / 1.08, 0.30, kCloseCallTie,
+                              close_call_majority(40))
+                .choice,
+            Choice::kBsr);
+  EXPECT_TRUE(decide_close_call(mm, Choice::kCsr, Choice::kBsr, 1.05, 0.55, kCloseCallTie,
+                                close_call_majority(60))
+                  .tie);
+}
+
 // The measurement step: the two best candidates are both timed (taking turns, again when close)
 // and decided by decide_close_call on the median of the per-round ratios; the plan is kept per
 // pattern, so asking again returns it unchanged. Candidates that run the same code are not timed
@@ -304,7 +333,8 @@ TEST(SparsePlanner, MeasuresTheTwoBestAndDecidesByTheCloseCallRule) {
     EXPECT_GE(p.timed_rounds, 5 + 15) << p.explain();
   }
   EXPECT_EQ(p.choice, decide_close_call(SparseOp::kSpmm, first.choice, second.choice,
-                                        *p.measured_speedup, p.second_faster_share)
+                                        *p.measured_speedup, p.second_faster_share, kCloseCallTie,
+                                        close_call_majority(p.timed_rounds))
                           .choice)
       << p.explain();
   expect_contains(p.reason, "measured: the two best estimates were within");
