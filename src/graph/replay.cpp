@@ -45,7 +45,7 @@ class Replayer : public ops::LaunchHook {
   Status elementwise(const std::string& kernel, const ops::KernelParams& params,
                      const std::vector<Tensor>& tensors, const std::vector<ops::KernelArg>& scalars,
                      const std::function<Status()>& launch) override {
-    if (!following_ || !matches(launch_signature(kernel, params, tensors, scalars.size()), true)) {
+    if (!following_ || !matches(kernel, params, tensors, scalars.size())) {
       TESSEL_TRY(leave());
       return launch();
     }
@@ -117,9 +117,22 @@ class Replayer : public ops::LaunchHook {
     return n;
   }
 
-  bool matches(const std::string& signature, bool elementwise) const {
-    return next_ < g_.nodes.size() && g_.nodes[next_].elementwise == elementwise &&
-           g_.nodes[next_].signature == signature;
+  // Whether an element-wise launch is the captured node at this position: the fields its
+  // signature is made of, compared where they lie, without formatting a string per launch.
+  bool matches(const std::string& kernel, const ops::KernelParams& params,
+               const std::vector<Tensor>& tensors, size_t scalars) const {
+    if (next_ >= g_.nodes.size()) return false;
+    const Node& n = g_.nodes[next_];
+    if (!n.elementwise || n.kernel != kernel || n.params != params ||
+        n.operands.size() != tensors.size() || n.scalars.size() != scalars)
+      return false;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Operand& o = n.operands[i];
+      if (tensors[i].shape() != o.shape || tensors[i].strides() != o.strides ||
+          tensors[i].dtype() != g_.values[size_t(o.value)].dtype)
+        return false;
+    }
+    return true;
   }
 
   // The step left the captured sequence: what was held back runs now, in order, and the rest
