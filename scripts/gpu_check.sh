@@ -115,7 +115,7 @@ summary() {
   local log="$logs/$1.log"
   case "$1" in
     gpu) head -n 1 "$log" ;;
-    op_tests | parity_tests | fake_driver_tests | ptxas_tests) grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log" | tr '\n' ' ' ;;
+    op_tests | parity_tests | graph_tests | fake_driver_tests | ptxas_tests) grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$log" | tr '\n' ' ' ;;
     *) echo "log $log" ;;
   esac
 }
@@ -152,7 +152,7 @@ jobs=$(nproc)
 run configure 60 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DTESSEL_WERROR=OFF
 run build 240 cmake --build "$build" -j "$jobs" --target tessel_cli tessel_ops_tests \
-  tessel_nn_tests tessel_runtime_tests
+  tessel_nn_tests tessel_runtime_tests tessel_graph_tests
 
 # ---- 4. tests on cuda:0 -------------------------------------------------------------------------
 # TESSEL_TEST_DEVICES keeps the device loops of the op tests to the GPU (the CPU is checked in CI).
@@ -160,6 +160,8 @@ export TESSEL_TEST_DEVICES=cuda:0
 run runtime_tests 60 "$build/src/runtime/tessel_runtime_tests" --gtest_filter='Cuda*:Device*'
 run op_tests 150 "$build/src/ops/tessel_ops_tests" --gtest_brief=1
 run parity_tests 90 "$build/src/nn/tessel_nn_tests" --gtest_filter='*Parity*' --gtest_brief=1
+# Generated (fused) kernels against the unfused ops on the GPU (graph/, docs/DESIGN.md).
+run graph_tests 120 "$build/src/graph/tessel_graph_tests" --gtest_brief=1
 
 # ---- 5. speed against the peers on the same GPU ------------------------------------------------
 run gemm_vs_cublas 90 "$bin" bench cuda-gemm --device cuda:0 --reps 10 --json

@@ -37,6 +37,7 @@
 #include "autograd/autocast.h"
 #include "cli/bench_job.h"
 #include "cli/commands.h"
+#include "graph/replay.h"
 #include "ops/kernel_cache.h"
 #include "ops/target_config.h"
 #include "support/subprocess.h"
@@ -65,6 +66,8 @@ struct Options {
   std::string worker;  // hidden: run one tessel workload and print its JSON
   std::string config;  // a TOML file whose [target] table picks tessel's device; empty: the CPU
   std::string precision = "fp32";  // or "bf16": mixed precision on both sides
+  bool fuse = false;        // also time tessel with graph capture and fusion (graph/replay.h)
+  bool dump_graph = false;  // worker: print the captured graph before and after fusion
 };
 
 // The device tessel's side runs on: the [target] table of --config, else the CPU.
@@ -109,15 +112,30 @@ int run_worker(const Options& o) {
       train::WorkloadRun::create(o.worker, *device, o.seed);
   if (!run.ok()) return fail(run.status());
   autograd::Autocast autocast(o.precision == "bf16" ? DType::kBF16 : DType::kF32);
-  for (int i = 0; i < o.warmup; ++i)
-    if (Status s = (*run)->step(); !s.ok()) return fail(s);
+  // --fuse: the second warm-up step is captured (the first compiles kernels and touches memory
+  // for the first time, which would skew the capture's profile), later ones replay the graph.
+  graph::FusedSteps fused;
+  int steps_run = 0;
+  auto step = [&]() -> Status {
+    if (!o.fuse || steps_run++ == 0) return (*run)->step();
+    return fused.run([&] { return (*run)->step(); });
+  };
+  for (int i = 0; i < std::max(o.warmup, o.fuse ? 3 : 0); ++i)
+    if (Status s = step(); !s.ok()) return fail(s);
+  if (o.fuse && o.dump_graph && fused.graph()) {
+    std::fprintf(stderr, "%s", graph::profile_string(*fused.graph()).c_str());
+    std::fprintf(stderr, "%s\n--- after fusion ---\n%s", graph::to_string(*fused.graph()).c_str(),
+                 graph::to_string(*fused.graph(), &fused.plan()->group_of).c_str());
+    for (size_t g = 0; g < fused.plan()->groups.size(); ++g)
+      std::fprintf(stderr, "g%zu:\n%s", g, fused.plan()->groups[g].source.c_str());
+  }
   std::vector<double> seconds;
   const double cpu_start = process_cpu_seconds();
   const Clock::time_point start = Clock::now();
   while (!enough_steps(o.steps, seconds.size(),
                        std::chrono::duration<double>(Clock::now() - start).count())) {
     const Clock::time_point t0 = Clock::now();
-    if (Status s = (*run)->step(); !s.ok()) return fail(s);
+    if (Status s = step(); !s.ok()) return fail(s);
     if (Status s = (*device)->synchronize(); !s.ok()) return fail(s);  // launches are queued
     seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
@@ -130,11 +148,12 @@ int run_worker(const Options& o) {
   const double median = sorted.empty() ? 0.0 : sorted[sorted.size() / 2];
   const train::WorkloadSpec& spec = (*run)->spec();
   nlohmann::json row = {{"workload", spec.name},
-                        {"impl", "tessel"},
+                        {"impl", o.fuse ? "tessel+fuse" : "tessel"},
                         {"version", "0.1.0"},
                         {"threads", ThreadPool::global().num_threads()},
                         {"device", (*device)->id()},
                         {"precision", o.precision},
+                        {"fuse", o.fuse},
                         {"steps", seconds.size()},
                         {"warmup", o.warmup},
                         {"step_ms", median * 1e3},
@@ -143,6 +162,9 @@ int run_worker(const Options& o) {
                         {"unit", spec.unit},
                         {"peak_rss_mb", peak_rss_mb()},
                         {"parameters", (*run)->parameter_count()},
+                        {"fused_groups", o.fuse && fused.plan() ? fused.plan()->groups.size() : 0},
+                        {"fused_replays", fused.stats().replays},
+                        {"fused_captures", fused.stats().captures},
                         {"loss", *loss}};
   std::printf("%s\n", row.dump().c_str());
   return 0;
@@ -234,9 +256,9 @@ int run(const Options& o) {
                   peer.python.c_str());
     // The workers read the same database (tuned kernels and algorithm choices).
     std::printf("# tuning database: %s\n", tune::TuneChoices::global().describe().c_str());
-    std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %-15s\n", "workload", "impl", "steps",
+    std::printf("%-9s %-11s %6s %9s %9s %11s %-10s %9s | %-15s\n", "workload", "impl", "steps",
                 "step ms", "CPU ms", "throughput", "unit", "peak MB", "tessel/pytorch");
-    std::printf("%-9s %-8s %6s %9s %9s %11s %-10s %9s | %7s %7s\n", "", "", "", "(median)",
+    std::printf("%-9s %-11s %6s %9s %9s %11s %-10s %9s | %7s %7s\n", "", "", "", "(median)",
                 "per step", "", "", "RSS", "thr", "mem");
     std::fflush(stdout);
   }
@@ -262,6 +284,17 @@ int run(const Options& o) {
     if (!o.config.empty()) tessel_argv.insert(tessel_argv.end(), {"--config", o.config});
     nlohmann::json mine =
         measure(tessel_argv, name, "tessel", {{"TESSEL_THREADS", std::to_string(threads)}});
+    // --fuse: the fused step right after the eager one, so the two share the machine's minutes.
+    nlohmann::json fused;
+    if (o.fuse) {
+      std::vector<std::string> fused_argv = tessel_argv;
+      fused_argv.push_back("--fuse");
+      fused =
+          measure(fused_argv, name, "tessel+fuse", {{"TESSEL_THREADS", std::to_string(threads)}});
+      if (mine.contains("step_ms") && fused.contains("step_ms"))
+        fused["fused_over_eager_step"] =
+            fused["step_ms"].get<double>() / mine["step_ms"].get<double>();
+    }
     nlohmann::json theirs;
     if (peer.version.empty()) {
       theirs = {
@@ -273,14 +306,18 @@ int run(const Options& o) {
       py_argv.insert(py_argv.end(), common.begin(), common.end());
       theirs = measure(py_argv, name, "pytorch");
     }
-    const bool both = mine.contains("throughput") && theirs.contains("throughput");
-    if (both) {
-      mine["throughput_ratio"] =
-          mine["throughput"].get<double>() / theirs["throughput"].get<double>();
-      mine["memory_ratio"] =
-          mine["peak_rss_mb"].get<double>() / theirs["peak_rss_mb"].get<double>();
+    for (nlohmann::json* row : {&mine, &fused}) {
+      if (row->contains("throughput") && theirs.contains("throughput")) {
+        (*row)["throughput_ratio"] =
+            (*row)["throughput"].get<double>() / theirs["throughput"].get<double>();
+        (*row)["memory_ratio"] =
+            (*row)["peak_rss_mb"].get<double>() / theirs["peak_rss_mb"].get<double>();
+      }
     }
-    for (const nlohmann::json* row : {&mine, &theirs}) {
+    std::vector<const nlohmann::json*> rows = {&mine};
+    if (o.fuse) rows.push_back(&fused);
+    rows.push_back(&theirs);
+    for (const nlohmann::json* row : rows) {
       if (o.json) {
         std::printf("%s\n", row->dump().c_str());
         continue;
@@ -290,15 +327,19 @@ int run(const Options& o) {
         std::string why = row->contains("error") ? (*row)["error"].get<std::string>()
                                                  : "not measured (see above)";
         std::replace(why.begin(), why.end(), '\n', ' ');
-        std::printf("%-9s %-8s %s\n", name.c_str(), impl.c_str(), why.c_str());
+        std::printf("%-9s %-11s %s\n", name.c_str(), impl.c_str(), why.c_str());
         continue;
       }
       std::string ratios;
-      if (row == &mine && both)
-        ratios = fmt::format(" {:>6.2f}x {:>6.2f}x", mine["throughput_ratio"].get<double>(),
-                             mine["memory_ratio"].get<double>());
+      if (row->contains("throughput_ratio"))
+        ratios = fmt::format(" {:>6.2f}x {:>6.2f}x", (*row)["throughput_ratio"].get<double>(),
+                             (*row)["memory_ratio"].get<double>());
+      if (row->contains("fused_over_eager_step"))
+        ratios += fmt::format("  (step {:.3f}x eager's, {} fused groups)",
+                              (*row)["fused_over_eager_step"].get<double>(),
+                              (*row)["fused_groups"].get<int64_t>());
       std::printf(
-          "%-9s %-8s %6d %9s %9s %11s %-10s %9s |%s\n", name.c_str(), impl.c_str(),
+          "%-9s %-11s %6d %9s %9s %11s %-10s %9s |%s\n", name.c_str(), impl.c_str(),
           (*row)["steps"].get<int>(), number(*row, "step_ms", "{:.2f}").c_str(),
           number(*row, "cpu_ms", "{:.2f}").c_str(),
           number(*row, "throughput", (*row)["throughput"].get<double>() < 100 ? "{:.2f}" : "{:.0f}")
@@ -342,6 +383,10 @@ void add_bench_train_command(CLI::App& bench) {
                   "fp32, or bf16: mixed precision on both sides (tessel's Autocast, PyTorch's "
                   "torch.autocast), f32 weights and optimizer (default fp32)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
+  cmd->add_flag("--fuse", options->fuse,
+                "also time tessel's step captured once and replayed with fused element-wise "
+                "kernels (a row 'tessel+fuse' after each eager 'tessel' row)");
+  cmd->add_flag("--dump-graph", options->dump_graph)->group("");
   cmd->add_option("--worker", options->worker)->group("")->check(CLI::IsMember(names));
   cmd->callback([options] { exit_code = run(*options); });
 }

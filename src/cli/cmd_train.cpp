@@ -1,5 +1,7 @@
-// `tessel train FILE.toml [--resume CHECKPOINT] [--steps N]`: trains the model a config
-// describes (train/train_config.h), printing progress and a final evaluation.
+// `tessel train FILE.toml [--resume CHECKPOINT] [--steps N] [--fuse] [--dump-graph]`: trains the
+// model a config describes (train/train_config.h), printing progress and a final evaluation.
+// --fuse is [train] fuse = true; --dump-graph (which implies it) prints the first step's graph
+// before and after fusion.
 #include <fmt/format.h>
 
 #include <memory>
@@ -17,6 +19,8 @@ struct TrainArgs {
   std::string config;
   std::string resume;
   int64_t steps = 0;
+  bool fuse = false;
+  bool dump_graph = false;
 };
 
 // [federated]: this process is the aggregator (rank 0) or a data owner (train/federated.h).
@@ -69,10 +73,14 @@ int run_train(const TrainArgs& args) {
     config->steps = args.steps;
     config->epochs = 0;
   }
+  if (args.fuse || args.dump_graph) config->fuse = true;
   if (config->federated.enabled) return run_federated(*config, args);
   // Before anything is built: a run that will not fit fails now, with the plan's breakdown.
   if (int code = check_memory_limit(*config); code != 0) return code;
-  Expected<std::unique_ptr<train::Trainer>> trainer = train::Trainer::create(std::move(*config));
+  train::TrainerOptions options;
+  if (args.dump_graph) options.dump_graph = stdout;
+  Expected<std::unique_ptr<train::Trainer>> trainer =
+      train::Trainer::create(std::move(*config), options);
   if (!trainer.ok()) {
     fmt::print(stderr, "error: {}\n", trainer.status().message());
     return 1;
@@ -124,6 +132,11 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::ExistingFile);
   cmd->add_option("--steps", args->steps, "train this many steps in all (overrides [train])")
       ->check(CLI::PositiveNumber);
+  cmd->add_flag("--fuse", args->fuse,
+                "capture the first step as a graph and replay later steps with fused element-wise "
+                "kernels ([train] fuse = true)");
+  cmd->add_flag("--dump-graph", args->dump_graph,
+                "print the first step's graph before and after fusion (implies --fuse)");
   cmd->callback([args] { exit_code = run_train(*args); });
 }
 

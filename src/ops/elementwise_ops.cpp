@@ -148,8 +148,11 @@ Expected<Tensor> unary_forward(UnaryKind kind, const Tensor& x, double factor) {
   return y;
 }
 
-// The activations: the gradient is computed from the input (relu, gelu, silu) or the output
-// (sigmoid, tanh, rsqrt), whichever the derivative needs; only that one is saved.
+// The activations: the gradient is computed from the input (gelu, silu) or the output
+// (relu, sigmoid, tanh, rsqrt), whichever the derivative needs; only that one is saved. relu's
+// derivative is as well the output's sign (y > 0 exactly where x > 0), and the output is what the
+// next layer keeps anyway, so its input (a gemm's or batch norm's output) is freed after the
+// forward, and graph fusion can make relu that producer's epilogue (graph/fusion.h).
 OpDef activation_op(const std::string& name, UnaryKind kind) {
   OpDef op;
   op.name = name;
@@ -165,7 +168,7 @@ OpDef activation_op(const std::string& name, UnaryKind kind) {
       v = unary_reference_value(kind, v);
     return out;
   };
-  const bool from_output = kind == kSigmoid || kind == kTanh || kind == kRsqrt;
+  const bool from_output = kind == kRelu || kind == kSigmoid || kind == kTanh || kind == kRsqrt;
   op.save_inputs = {!from_output};
   op.save_output = from_output;
   op.backward = [kind, from_output](const BackwardArgs& b) -> Expected<std::vector<Tensor>> {

@@ -2,11 +2,14 @@
 #include "ops/kernel_cache.h"
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 
 #include "ops/device_kernel.h"
+#include "ops/launch_hook.h"
 #include "ops/tuned_launch.h"
+#include "support/hash.h"
 #include "tile/parse/parser.h"
 
 namespace tessel::ops {
@@ -86,9 +89,11 @@ std::string cache_key(Device* device, const std::string& kernel, const KernelPar
   return key;
 }
 
-Expected<std::shared_ptr<const DeviceKernel>> find_or_compile(Device* device,
-                                                              const std::string& name,
-                                                              const KernelParams& params) {
+// `name` is an embedded kernel's name, or "generated:<hash>" for a kernel made at run time,
+// which `parse` then supplies.
+Expected<std::shared_ptr<const DeviceKernel>> find_or_compile(
+    Device* device, const std::string& name, const KernelParams& params,
+    const std::function<Expected<const tile::Kernel*>()>& parse = nullptr) {
   Cache& c = cache();
   std::string key = cache_key(device, name, params);
   // One lock around lookup and compile: a compile happens once per key per process, and two
@@ -96,7 +101,7 @@ Expected<std::shared_ptr<const DeviceKernel>> find_or_compile(Device* device,
   std::lock_guard<std::mutex> lock(c.mutex);
   auto it = c.kernels.find(key);
   if (it != c.kernels.end()) return it->second;
-  TESSEL_ASSIGN_OR_RETURN(const tile::Kernel* kernel, parsed_kernel(name));
+  TESSEL_ASSIGN_OR_RETURN(const tile::Kernel* kernel, parse ? parse() : parsed_kernel(name));
   auto start = std::chrono::steady_clock::now();
   Expected<DeviceKernel> compiled = DeviceKernel::compile(*kernel, device, params);
   if (!compiled.ok())
@@ -157,8 +162,120 @@ Status prepare_kernel(Device* device, const std::string& kernel, KernelParams pa
   return find_or_compile(device, kernel, params).status();
 }
 
+namespace {
+
+thread_local LaunchHook* g_launch_hook = nullptr;
+
+// The kernel's arguments as the ABI takes them.
+Expected<std::vector<tile::LaunchArg>> launch_args_of(const std::vector<KernelArg>& args) {
+  std::vector<tile::LaunchArg> launch_args;
+  launch_args.reserve(args.size());
+  for (const KernelArg& a : args) {
+    if (const Tensor* t = std::get_if<Tensor>(&a)) {
+      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(View{*t, t->shape(), t->strides()}));
+      launch_args.push_back(std::move(arg));
+    } else if (const View* v = std::get_if<View>(&a)) {
+      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(*v));
+      launch_args.push_back(std::move(arg));
+    } else if (const double* d = std::get_if<double>(&a)) {
+      launch_args.push_back(*d);
+    } else {
+      launch_args.push_back(std::get<int64_t>(a));
+    }
+  }
+  return launch_args;
+}
+
+// The device every tensor argument is on (an error when they differ or there is none).
+Expected<Device*> device_of(const std::string& kernel, const std::vector<KernelArg>& args) {
+  Device* device = nullptr;
+  for (const KernelArg& a : args) {
+    const Tensor* t = std::get_if<Tensor>(&a);
+    if (const View* v = std::get_if<View>(&a)) t = &v->tensor;
+    if (!t) continue;
+    if (!t->defined()) return internal_error("kernel '{}': an undefined tensor argument", kernel);
+    if (device == nullptr) {
+      device = t->device();
+    } else if (t->device() != device) {
+      return invalid_argument("kernel '{}': tensors on {} and {}; move them to one device first",
+                              kernel, device->id(), t->device()->id());
+    }
+  }
+  if (device == nullptr) return internal_error("kernel '{}' launched without tensors", kernel);
+  return device;
+}
+
+Status launch_kernel_now(const std::string& kernel, KernelParams params,
+                         const std::vector<KernelArg>& args);
+
+}  // namespace
+
+LaunchHook* launch_hook() {
+  return g_launch_hook;
+}
+
+LaunchHookScope::LaunchHookScope(LaunchHook* hook) : previous_(g_launch_hook) {
+  g_launch_hook = hook;
+}
+LaunchHookScope::~LaunchHookScope() {
+  g_launch_hook = previous_;
+}
+
 Status launch_kernel(const std::string& kernel, KernelParams params,
                      const std::vector<KernelArg>& args) {
+  if (LaunchHook* hook = g_launch_hook) {
+    LaunchHookScope off(nullptr);  // what the hook launches goes straight to the device
+    return hook->kernel(kernel, params, args,
+                        [&] { return launch_kernel_now(kernel, params, args); });
+  }
+  return launch_kernel_now(kernel, std::move(params), args);
+}
+
+namespace {
+
+// The kernel of a generated source, compiled for `device` (parsed once per source text and
+// compiled once per device, both cached).
+Expected<std::shared_ptr<const DeviceKernel>> compiled_source(Device* device,
+                                                              const std::string& source) {
+  // The map's nodes never move, so the pointers stay valid.
+  static std::mutex parsed_mutex;
+  static std::map<std::string, tile::Kernel> parsed;
+  const std::string name = "generated:" + hash_hex(hash_text(source));
+  auto parse = [&]() -> Expected<const tile::Kernel*> {
+    std::lock_guard<std::mutex> lock(parsed_mutex);
+    auto it = parsed.find(source);
+    if (it != parsed.end()) return &it->second;
+    TESSEL_ASSIGN_OR_RETURN(std::vector<tile::Kernel> kernels,
+                            tile::parse_tile(source, "generated/" + name.substr(10) + ".tile"));
+    if (kernels.size() != 1)
+      return internal_error("a generated source holds {} kernels, not one", kernels.size());
+    return &parsed.emplace(source, std::move(kernels[0])).first->second;
+  };
+  return find_or_compile(device, name, {}, parse);
+}
+
+}  // namespace
+
+Status prepare_source(Device* device, const std::string& source) {
+  return compiled_source(device, source).status();
+}
+
+Status launch_source(const std::string& source, const std::vector<KernelArg>& args) {
+  TESSEL_ASSIGN_OR_RETURN(Device * device, device_of("a generated kernel", args));
+  TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceKernel> compiled,
+                          compiled_source(device, source));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<tile::LaunchArg> launch_args, launch_args_of(args));
+  {
+    std::lock_guard<std::mutex> lock(cache().mutex);
+    cache().stats.launches += 1;
+  }
+  return compiled->launch(launch_args);
+}
+
+namespace {
+
+Status launch_kernel_now(const std::string& kernel, KernelParams params,
+                         const std::vector<KernelArg>& args) {
   Device* device = nullptr;
   for (const KernelArg& a : args) {
     const Tensor* t = std::get_if<Tensor>(&a);
@@ -180,27 +297,15 @@ Status launch_kernel(const std::string& kernel, KernelParams params,
   }
   TESSEL_ASSIGN_OR_RETURN(std::shared_ptr<const DeviceKernel> compiled,
                           find_or_compile(device, kernel, params));
-  std::vector<tile::LaunchArg> launch_args;
-  launch_args.reserve(args.size());
-  for (const KernelArg& a : args) {
-    if (const Tensor* t = std::get_if<Tensor>(&a)) {
-      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(View{*t, t->shape(), t->strides()}));
-      launch_args.push_back(std::move(arg));
-    } else if (const View* v = std::get_if<View>(&a)) {
-      TESSEL_ASSIGN_OR_RETURN(tile::TensorArg arg, tensor_arg(*v));
-      launch_args.push_back(std::move(arg));
-    } else if (const double* d = std::get_if<double>(&a)) {
-      launch_args.push_back(*d);
-    } else {
-      launch_args.push_back(std::get<int64_t>(a));
-    }
-  }
+  TESSEL_ASSIGN_OR_RETURN(std::vector<tile::LaunchArg> launch_args, launch_args_of(args));
   {
     std::lock_guard<std::mutex> lock(cache().mutex);
     cache().stats.launches += 1;
   }
   return compiled->launch(launch_args);  // its errors name the kernel and the device
 }
+
+}  // namespace
 
 KernelCacheStats kernel_cache_stats() {
   std::lock_guard<std::mutex> lock(cache().mutex);

@@ -1,6 +1,8 @@
 // Fitting N-d tensors to kernel ranks (see kernel_util.h).
 #include "ops/kernel_util.h"
 
+#include "ops/launch_hook.h"
+
 namespace tessel::ops {
 
 std::optional<std::vector<View>> merged_views(const std::vector<Tensor>& tensors, size_t rank) {
@@ -34,8 +36,10 @@ std::optional<std::vector<View>> merged_views(const std::vector<Tensor>& tensors
   return views;
 }
 
-Status launch_elementwise(const std::string& kernel, const KernelParams& params,
-                          std::vector<Tensor> tensors, const std::vector<KernelArg>& scalars) {
+namespace {
+
+Status launch_elementwise_now(const std::string& kernel, const KernelParams& params,
+                              std::vector<Tensor> tensors, const std::vector<KernelArg>& scalars) {
   auto views = merged_views(tensors, 3);
   if (!views) {
     for (size_t i = 0; i + 1 < tensors.size(); ++i) {
@@ -47,6 +51,19 @@ Status launch_elementwise(const std::string& kernel, const KernelParams& params,
   std::vector<KernelArg> args(views->begin(), views->end());
   args.insert(args.end(), scalars.begin(), scalars.end());
   return launch_kernel(kernel, params, args);
+}
+
+}  // namespace
+
+Status launch_elementwise(const std::string& kernel, const KernelParams& params,
+                          std::vector<Tensor> tensors, const std::vector<KernelArg>& scalars) {
+  if (LaunchHook* hook = launch_hook()) {
+    LaunchHookScope off(nullptr);  // the hook's own launches go straight to the device
+    return hook->elementwise(kernel, params, tensors, scalars, [&] {
+      return launch_elementwise_now(kernel, params, tensors, scalars);
+    });
+  }
+  return launch_elementwise_now(kernel, params, std::move(tensors), scalars);
 }
 
 Expected<Tensor> empty_like_device(const Shape& shape, DType dtype, const Tensor& like) {

@@ -92,10 +92,10 @@ TEST(MemoryPlan, SmallMlpMatchesClosedFormsOfWhatItHolds) {
   EXPECT_EQ(p->at_peak[int(MemoryKind::kGradients)], flat);
   EXPECT_EQ(p->at_peak[int(MemoryKind::kOptimizerState)], 2 * flat);  // exp_avg, exp_avg_sq
   EXPECT_EQ(p->at_peak[int(MemoryKind::kData)], block(4 * B * kIn) + block(8 * B));
-  // Forward keeps: each linear's output (relu's input, saved by relu), each relu's output (the
-  // next linear's input), the logits (cross-entropy's input) and the loss.
-  const int64_t saved =
-      2 * block(4 * B * kH1) + 2 * block(4 * B * kH2) + block(4 * B * kOut) + block(4);
+  // Forward keeps: each relu's output (saved by relu for its gradient, and the next linear's
+  // input), the logits (cross-entropy's input) and the loss. Each linear's output, relu's
+  // input, is freed after the forward.
+  const int64_t saved = block(4 * B * kH1) + block(4 * B * kH2) + block(4 * B * kOut) + block(4);
   EXPECT_EQ(p->saved_activation_bytes, saved);
   int64_t by_layer = 0;
   for (const auto& [layer, bytes] : p->activations_by_layer)

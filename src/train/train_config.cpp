@@ -256,7 +256,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(Config t, optional_table(cfg, "train"));
   TESSEL_TRY(t.check_keys({"steps", "epochs", "clip_grad_norm", "log_interval", "eval_interval",
                            "checkpoint_interval", "checkpoint_path", "metrics_path",
-                           "grad_accum_steps", "precision", "memory_limit"}));
+                           "grad_accum_steps", "precision", "memory_limit", "fuse"}));
   TESSEL_ASSIGN_OR_RETURN(out.steps, get_at_least<int64_t>(t, "steps", 0, 1));
   TESSEL_ASSIGN_OR_RETURN(out.epochs, get_at_least<int64_t>(t, "epochs", 0, 1));
   if (t.has("steps") == t.has("epochs"))
@@ -287,6 +287,7 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
                               bytes.status().message());
     out.memory_limit = *bytes;
   }
+  TESSEL_ASSIGN_OR_RETURN(out.fuse, t.get_or<bool>("fuse", false));
   TESSEL_TRY(parse_sample(cfg, out));
   TESSEL_TRY(parse_distributed(cfg, out));
   TESSEL_TRY(parse_checkpoint(cfg, out.checkpoint));

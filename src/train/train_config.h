@@ -23,6 +23,9 @@
 //               precision = "fp32" | "bf16" | "fp16"  (matmul/linear/conv in 16 bits, everything
 //               else and the master weights and optimizer state in f32; fp16 adds dynamic loss
 //               scaling; docs/DESIGN.md, "Mixed precision")
+//               fuse = false  (true: the first step is captured as a graph of launches and later
+//               steps replay it with element-wise chains fused into generated kernels;
+//               docs/DESIGN.md, "Graph capture and fusion")
 //   [sample]    tokens = 300  temperature = 0.8  top_k = 0 (0: all)  prompt = "\n"
 //               (text data only: the text a language model writes at the end of the run)
 //   [distributed] backend = "shm"     # shm | mpi | nccl; ranks from `tessel launch` or mpirun
@@ -147,6 +150,7 @@ struct TrainConfig {
   DistributedConfig distributed;
   std::string precision = "fp32";  // "fp32" | "bf16" | "fp16"
   int64_t memory_limit = 0;        // bytes; 0: none; -1: the cgroup's limit
+  bool fuse = false;  // capture the step once, replay it with fused kernels (graph/replay.h)
   // The dtype the gemm ops compute in (autograd/autocast.h): f32, bf16 or f16.
   DType compute_dtype() const;
 };

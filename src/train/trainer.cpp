@@ -234,6 +234,7 @@ Status Trainer::build() {
     sample_rate_ = 1.0 / double(per_epoch);
   }
   if (c.precision == "fp16") grad_scaler_ = std::make_unique<optim::GradScaler>();
+  if (c.fuse) fused_ = std::make_unique<graph::FusedSteps>();
   config_.schedule.total_steps = total_steps_;
   Status schedule_ok = config_.schedule.validate();
   if (!schedule_ok.ok()) return schedule_ok.with_context("{}: [schedule]", c.source);
@@ -586,75 +587,97 @@ Expected<RunSummary> Trainer::run_steps(int64_t stop_at) {
       TESSEL_TRY(refresh_device_copy());
       compute_s += seconds_since(copy_start);
     }
-    for (int64_t micro = 0; micro < c.grad_accum_steps; ++micro) {
-      // Inner micro-steps only accumulate gradients; the last one synchronises the ranks.
-      if (data_parallel_) data_parallel_->set_sync(micro + 1 == c.grad_accum_steps);
-      TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
-      const Clock::time_point compute_start = Clock::now();
-      TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
-      TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
-      // Mixed precision: the gemm ops compute in 16 bits, the rest in f32 (autocast.h).
-      autograd::Autocast autocast(c.compute_dtype());
-      TESSEL_ASSIGN_OR_RETURN(Variable logits, (*model_)(Variable(x)));
-      TESSEL_ASSIGN_OR_RETURN(Variable loss, training_loss(logits, Variable(y)));
-      // The step's gradient is the mean over its micro-batches; fp16 backward starts from
-      // scale * loss.
-      const double seed_value =
-          (grad_scaler_ ? grad_scaler_->scale() : 1.0) / double(c.grad_accum_steps);
-      TESSEL_ASSIGN_OR_RETURN(Tensor seed,
-                              Tensor::full(loss.shape(), seed_value, DType::kF32, device_));
-      TESSEL_TRY(loss.backward(seed));
-      compute_s += seconds_since(compute_start);
-      // Synchronised batch norm waits for the slowest rank at every layer: not this rank's work.
-      if (batch_norm_sync_) compute_s -= batch_norm_sync_->take_waited_s();
-      if (host_params_) {
-        TESSEL_TRY(data_parallel_->finish_backward_from(*params_));
-      } else if (data_parallel_) {
-        TESSEL_TRY(data_parallel_->finish_backward());
-      }
-      TESSEL_ASSIGN_OR_RETURN(double micro_loss, scalar_of(loss.data()));
-      loss_value += micro_loss / double(c.grad_accum_steps);
-    }
     // The loss of the whole global batch is the mean of the ranks'; queued behind the gradient
     // buckets, it is waited for after the optimizer step so that it delays nothing.
     std::optional<dist::Work> loss_reduction;
-    // Uneven shares: a rank's mean loss counts by its rows (gradient_weight is 1 when even).
-    if (data_parallel_) loss_value *= data_parallel_->gradient_weight();
-    if (group_) {
-      TESSEL_ASSIGN_OR_RETURN(
-          loss_reduction,
-          group_->all_reduce(&loss_value, 1, dist::DataType::kFloat64, dist::RedOp::kAvg));
-    }
-    // Whatever reads the gradients before the optimizer needs the ranks' averages in place.
-    if (data_parallel_ && (after_backward_ || grad_scaler_ || c.clip_grad_norm > 0))
-      TESSEL_TRY(data_parallel_->wait_gradients());
-    if (dp_sgd_) {  // the gradients become the clipped, noised average (secure/dp_sgd.h)
-      TESSEL_TRY(dp_sgd_->privatise(c.data.batch_size));
-      accountant_.step(c.privacy.noise_multiplier, sample_rate_);
-    }
-    if (after_backward_) TESSEL_TRY(after_backward_(*params_, step_));
-    bool skip_step = false;
-    if (grad_scaler_) {
-      TESSEL_ASSIGN_OR_RETURN(bool found_inf_here, grad_scaler_->unscale(local_gradients()));
-      TESSEL_ASSIGN_OR_RETURN(skip_step, any_rank_found_inf(found_inf_here));
-    }
-    // A bad number stops the run before it reaches the weights (under the loss scaler, an inf or
-    // NaN gradient skips the step instead): the last checkpoint stays the last good one. In a
-    // data-parallel job the check waits for the ranks' mean loss (below), so that every rank
-    // stops at the same step.
-    if (!grad_scaler_ && !group_) TESSEL_TRY(check_finite(loss_value));
-    if (!skip_step) {
-      if (c.clip_grad_norm > 0 && data_parallel_) {
-        TESSEL_TRY(data_parallel_->clip_grad_norm(c.clip_grad_norm));
-      } else if (c.clip_grad_norm > 0) {
-        TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+    // Forward, backward and the update: with [train] fuse, captured at the first step and
+    // replayed with fused kernels after (graph/replay.h).
+    auto compute_step = [&]() -> Status {
+      for (int64_t micro = 0; micro < c.grad_accum_steps; ++micro) {
+        // Inner micro-steps only accumulate gradients; the last one synchronises the ranks.
+        if (data_parallel_) data_parallel_->set_sync(micro + 1 == c.grad_accum_steps);
+        TESSEL_ASSIGN_OR_RETURN(Batch batch, train_batches_->next());
+        const Clock::time_point compute_start = Clock::now();
+        TESSEL_ASSIGN_OR_RETURN(Tensor x, batch.inputs.to(device_));
+        TESSEL_ASSIGN_OR_RETURN(Tensor y, batch.targets.to(device_));
+        // Mixed precision: the gemm ops compute in 16 bits, the rest in f32 (autocast.h).
+        autograd::Autocast autocast(c.compute_dtype());
+        TESSEL_ASSIGN_OR_RETURN(Variable logits, (*model_)(Variable(x)));
+        TESSEL_ASSIGN_OR_RETURN(Variable loss, training_loss(logits, Variable(y)));
+        // The step's gradient is the mean over its micro-batches; fp16 backward starts from
+        // scale * loss.
+        const double seed_value =
+            (grad_scaler_ ? grad_scaler_->scale() : 1.0) / double(c.grad_accum_steps);
+        TESSEL_ASSIGN_OR_RETURN(Tensor seed,
+                                Tensor::full(loss.shape(), seed_value, DType::kF32, device_));
+        TESSEL_TRY(loss.backward(seed));
+        compute_s += seconds_since(compute_start);
+        // Synchronised batch norm waits for the slowest rank at every layer: not this rank's work.
+        if (batch_norm_sync_) compute_s -= batch_norm_sync_->take_waited_s();
+        if (host_params_) {
+          TESSEL_TRY(data_parallel_->finish_backward_from(*params_));
+        } else if (data_parallel_) {
+          TESSEL_TRY(data_parallel_->finish_backward());
+        }
+        TESSEL_ASSIGN_OR_RETURN(double micro_loss, scalar_of(loss.data()));
+        loss_value += micro_loss / double(c.grad_accum_steps);
       }
-      mutable_optimizer().set_lr(lr);
-      TESSEL_TRY(mutable_optimizer().step());
-    } else if (data_parallel_) {
-      TESSEL_TRY(data_parallel_->skip_step());
+      // Uneven shares: a rank's mean loss counts by its rows (gradient_weight is 1 when even).
+      if (data_parallel_) loss_value *= data_parallel_->gradient_weight();
+      if (group_) {
+        TESSEL_ASSIGN_OR_RETURN(
+            loss_reduction,
+            group_->all_reduce(&loss_value, 1, dist::DataType::kFloat64, dist::RedOp::kAvg));
+      }
+      // Whatever reads the gradients before the optimizer needs the ranks' averages in place.
+      if (data_parallel_ && (after_backward_ || grad_scaler_ || c.clip_grad_norm > 0))
+        TESSEL_TRY(data_parallel_->wait_gradients());
+      if (dp_sgd_) {  // the gradients become the clipped, noised average (secure/dp_sgd.h)
+        TESSEL_TRY(dp_sgd_->privatise(c.data.batch_size));
+        accountant_.step(c.privacy.noise_multiplier, sample_rate_);
+      }
+      if (after_backward_) TESSEL_TRY(after_backward_(*params_, step_));
+      bool skip_step = false;
+      if (grad_scaler_) {
+        TESSEL_ASSIGN_OR_RETURN(bool found_inf_here, grad_scaler_->unscale(local_gradients()));
+        TESSEL_ASSIGN_OR_RETURN(skip_step, any_rank_found_inf(found_inf_here));
+      }
+      // A bad number stops the run before it reaches the weights (under the loss scaler, an inf or
+      // NaN gradient skips the step instead): the last checkpoint stays the last good one. In a
+      // data-parallel job the check waits for the ranks' mean loss (below), so that every rank
+      // stops at the same step.
+      if (!grad_scaler_ && !group_) TESSEL_TRY(check_finite(loss_value));
+      if (!skip_step) {
+        if (c.clip_grad_norm > 0 && data_parallel_) {
+          TESSEL_TRY(data_parallel_->clip_grad_norm(c.clip_grad_norm));
+        } else if (c.clip_grad_norm > 0) {
+          TESSEL_TRY(optim::clip_grad_norm(*params_, c.clip_grad_norm));
+        }
+        mutable_optimizer().set_lr(lr);
+        TESSEL_TRY(mutable_optimizer().step());
+      } else if (data_parallel_) {
+        TESSEL_TRY(data_parallel_->skip_step());
+      }
+      if (grad_scaler_) grad_scaler_->update(skip_step);
+      return ok_status();
+    };
+    if (fused_) {
+      const bool first = fused_->graph() == nullptr;
+      TESSEL_TRY(fused_->run(compute_step));
+      if (first && options_.dump_graph) {
+        std::fprintf(options_.dump_graph, "--- the step's graph (before fusion) ---\n%s%s",
+                     graph::profile_string(*fused_->graph()).c_str(),
+                     graph::to_string(*fused_->graph()).c_str());
+        std::fprintf(options_.dump_graph, "--- after fusion: %zu groups ---\n%s",
+                     fused_->plan()->groups.size(),
+                     graph::to_string(*fused_->graph(), &fused_->plan()->group_of).c_str());
+        for (size_t g = 0; g < fused_->plan()->groups.size(); ++g)
+          std::fprintf(options_.dump_graph, "group g%zu:\n%s", g,
+                       fused_->plan()->groups[g].source.c_str());
+      }
+    } else {
+      TESSEL_TRY(compute_step());
     }
-    if (grad_scaler_) grad_scaler_->update(skip_step);
     if (loss_reduction) TESSEL_TRY(loss_reduction->wait());
     if (!grad_scaler_ && group_) TESSEL_TRY(check_finite(loss_value));
     summary.losses.push_back(loss_value);

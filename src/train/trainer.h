@@ -38,6 +38,7 @@
 
 #include "data/batches.h"
 #include "dist/process_group.h"
+#include "graph/replay.h"
 #include "nn/module.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
@@ -83,6 +84,9 @@ struct TrainerOptions {
   int data_shard = 0, data_shards = 1;
   // Whether run() evaluates when it returns (federated rounds call it once per round).
   bool evaluate_at_end = true;
+  // With [train] fuse: where the first step's graph is printed, before and after fusion
+  // (`tessel train --dump-graph`); nullptr: nowhere.
+  std::FILE* dump_graph = nullptr;
 };
 
 class Trainer {
@@ -110,6 +114,8 @@ class Trainer {
   void set_after_backward(GradientHook hook) { after_backward_ = std::move(hook); }
 
   int64_t step() const { return step_; }
+  // [train] fuse: the captured graph, its plan and replay counts; null without fusion.
+  const graph::FusedSteps* fused_steps() const { return fused_.get(); }
   // The fp16 loss scaler; null for fp32 and bf16, which need none.
   const optim::GradScaler* grad_scaler() const { return grad_scaler_.get(); }
   // The optimizer the loop steps: the data-parallel one in distributed runs.
@@ -163,6 +169,7 @@ class Trainer {
   std::unique_ptr<nn::FlatParameters> host_params_;
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::GradScaler> grad_scaler_;
+  std::unique_ptr<graph::FusedSteps> fused_;  // [train] fuse
   GradientHook after_backward_;
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<BatchSource> train_batches_;
