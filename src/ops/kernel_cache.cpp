@@ -205,6 +205,16 @@ Expected<Device*> device_of(const std::string& kernel, const std::vector<KernelA
   return device;
 }
 
+// The dtype of the first tensor argument, which a kernel's `T` defaults to (device_of has
+// checked there is one).
+DType first_tensor_dtype(const std::vector<KernelArg>& args) {
+  for (const KernelArg& a : args) {
+    if (const Tensor* t = std::get_if<Tensor>(&a)) return t->dtype();
+    if (const View* v = std::get_if<View>(&a)) return v->tensor.dtype();
+  }
+  return DType::kF32;
+}
+
 Status launch_kernel_now(const std::string& kernel, KernelParams params,
                          const std::vector<KernelArg>& args);
 
@@ -276,21 +286,8 @@ namespace {
 
 Status launch_kernel_now(const std::string& kernel, KernelParams params,
                          const std::vector<KernelArg>& args) {
-  Device* device = nullptr;
-  for (const KernelArg& a : args) {
-    const Tensor* t = std::get_if<Tensor>(&a);
-    if (const View* v = std::get_if<View>(&a)) t = &v->tensor;
-    if (!t) continue;
-    if (!t->defined()) return internal_error("kernel '{}': an undefined tensor argument", kernel);
-    if (device == nullptr) {
-      device = t->device();
-      if (!params.count("T")) params["T"] = dtype_name(t->dtype());
-    } else if (t->device() != device) {
-      return invalid_argument("kernel '{}': tensors on {} and {}; move them to one device first",
-                              kernel, device->id(), t->device()->id());
-    }
-  }
-  if (device == nullptr) return internal_error("kernel '{}' launched without tensors", kernel);
+  TESSEL_ASSIGN_OR_RETURN(Device * device, device_of(kernel, args));
+  if (!params.count("T")) params["T"] = dtype_name(first_tensor_dtype(args));
   if (tuning_in_use()) {
     TESSEL_ASSIGN_OR_RETURN(const tile::Kernel* parsed, parsed_kernel(kernel));
     TESSEL_TRY(apply_tuned_params(device, *parsed, args, params));
