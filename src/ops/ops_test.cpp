@@ -864,10 +864,10 @@ TEST(BackendOps, TypedFunctionsMatchClosedForms) {
 
 // Convolutions too large for the finite differences above (a strided 1x1's forward reaches the
 // CPU's conv_subsample path only over 196 or more output positions, conv_implicit's row stores
-// only over images of 256 or more grid positions), checked against plain loops: the forward against conv2d's reference, the gradients against the convolution's adjoint
-// written out (dx and dW sum dy times the weight and the input over the same index map, db sums
-// dy). Each case: x [N, C, H, W], O output channels, a kh x kw window, strides, paddings,
-// groups, whether the bias is zero.
+// only over images of 256 or more grid positions), checked against plain loops: the forward against
+// conv2d's reference, the gradients against the convolution's adjoint written out (dx and dW sum dy
+// times the weight and the input over the same index map, db sums dy). Each case: x [N, C, H, W], O
+// output channels, a kh x kw window, strides, paddings, groups, whether the bias is zero.
 struct LoopConv {
   Shape x;
   int64_t o, kh, kw, sh, sw, ph, pw, groups;
@@ -903,8 +903,8 @@ void check_conv_against_loops(const LoopConv& c, Device* device) {
   auto as_ref = [](const std::vector<float>& v, Shape shape) {
     return RefTensor{std::move(shape), std::vector<double>(v.begin(), v.end())};
   };
-  const RefTensor want = op.reference(
-      {as_ref(xv, c.x), as_ref(wv, {c.o, cg, c.kh, c.kw}), as_ref(bv, {c.o})}, attrs);
+  const RefTensor want =
+      op.reference({as_ref(xv, c.x), as_ref(wv, {c.o, cg, c.kh, c.kw}), as_ref(bv, {c.o})}, attrs);
   expect_close(y->to_vector<float>().value(), want.values, 1e-4, 1e-4, "forward");
 
   std::vector<double> dx(xv.size()), dw(wv.size()), db(bv.size());
@@ -925,13 +925,9 @@ void check_conv_against_loops(const LoopConv& c, Device* device) {
                 dw[wi] += g * xv[xi];
               }
         }
-  BackwardArgs args{{x, w, b},
-                    Tensor(),
-                    {{x.shape(), x.dtype()}, {w.shape(), w.dtype()}, {b.shape(), b.dtype()}},
-                    attrs,
-                    dy,
-                    {true, true, true},
-                    {}};
+  const std::vector<TensorMeta> meta{
+      {x.shape(), x.dtype()}, {w.shape(), w.dtype()}, {b.shape(), b.dtype()}};
+  BackwardArgs args{{x, w, b}, Tensor(), meta, attrs, dy, {true, true, true}, {}};
   auto grads = op.backward(args);
   ASSERT_TRUE(grads.ok()) << grads.status().to_string();
   expect_close((*grads)[0].to_vector<float>().value(), dx, 1e-4, 1e-4, "input gradient");

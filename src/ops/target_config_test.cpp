@@ -23,7 +23,8 @@ std::string error_of(const std::string& toml) {
 }
 
 TEST(TargetConfig, CpuWithOptions) {
-  auto c = choose("[target]\ndevice = \"cpu\"\n[target.cpu]\nisa = \"avx2\"\nfast_memory_kib = 512\n");
+  auto c =
+      choose("[target]\ndevice = \"cpu\"\n[target.cpu]\nisa = \"avx2\"\nfast_memory_kib = 512\n");
   ASSERT_TRUE(c.ok()) << c.status().to_string();
   EXPECT_EQ(c->device, cpu_device());
   EXPECT_EQ(c->target.kind, tile::TargetKind::kCpu);
@@ -84,8 +85,9 @@ TEST(TargetConfig, OpenClDeviceBringsItsOwnNumbersAndTheOptionsReachTheKernels) 
   EXPECT_EQ(c->target.fast_memory_bytes, static_cast<int64_t>((*devices)[0].local_mem_bytes));
   EXPECT_LE(static_cast<size_t>(c->target.threads_per_block), (*devices)[0].max_work_group_size);
 
-  auto tuned = choose("[target]\ndevice = \"opencl:0\"\n[target.opencl]\nthreads = 64\n"
-                      "local_memory_kib = 16\n");
+  auto tuned = choose(
+      "[target]\ndevice = \"opencl:0\"\n[target.opencl]\nthreads = 64\n"
+      "local_memory_kib = 16\n");
   ASSERT_TRUE(tuned.ok()) << tuned.status().to_string();
   EXPECT_EQ(tuned->target.threads_per_block, 64);
   EXPECT_EQ(tuned->target.fast_memory_bytes, 16 << 10);

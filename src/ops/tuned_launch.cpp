@@ -5,9 +5,9 @@
 #include <mutex>
 #include <set>
 
+#include "ops/algorithm_choice.h"
 #include "support/hash.h"
 #include "tile/codegen/render.h"
-#include "ops/algorithm_choice.h"
 #include "tile/parse/parser.h"
 #include "tune/choices.h"
 #include "tune/fingerprint.h"

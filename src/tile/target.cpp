@@ -9,9 +9,12 @@ namespace tessel::tile {
 
 std::string Target::name() const {
   switch (kind) {
-    case TargetKind::kCpu: return "cpu";
-    case TargetKind::kOpenCL: return "opencl";
-    case TargetKind::kCuda: return "cuda";
+    case TargetKind::kCpu:
+      return "cpu";
+    case TargetKind::kOpenCL:
+      return "opencl";
+    case TargetKind::kCuda:
+      return "cuda";
   }
   return "?";
 }

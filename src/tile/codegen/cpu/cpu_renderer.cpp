@@ -446,8 +446,8 @@ class CpuRenderer : public CRenderer {
         IRVisitor::visit_node(n);
       }
       void visit_node(const Gemm* n) override {
-        uses += (n->a.buffer.get() == acc) + (n->b.buffer.get() == acc) +
-                (n->c.buffer.get() == acc);
+        uses +=
+            (n->a.buffer.get() == acc) + (n->b.buffer.get() == acc) + (n->c.buffer.get() == acc);
         IRVisitor::visit_node(n);
       }
       void visit_node(const Fill* n) override {
@@ -639,9 +639,9 @@ class CpuRenderer : public CRenderer {
     auto first = first_step_writes_.find(g);
     std::string accumulate =
         first == first_step_writes_.end() ? "" : fmt::format(", {} != 0", expr(first->second->var));
-    std::string packed =
-        fmt::format("tessel_cpu::gemm_packed<{}>({}, {}, {}, {}, {}, {}, {}{});",
-                    pack_type(g->a.buffer->dtype), an, bn, cn, acc.const_dim(1), m, n, k, accumulate);
+    std::string packed = fmt::format("tessel_cpu::gemm_packed<{}>({}, {}, {}, {}, {}, {}, {}{});",
+                                     pack_type(g->a.buffer->dtype), an, bn, cn, acc.const_dim(1), m,
+                                     n, k, accumulate);
     if (!edge || !direct_a_.count(an)) {
       emit(packed);
     } else {

@@ -281,7 +281,8 @@ kernel halving_gemm<BM = 24, BN = 32, BK = 16>(A: f32[M, K], B: f32[K, N], C: f3
   EXPECT_EQ(src.find("k != 0"), std::string::npos) << src;
   EXPECT_EQ(src.find("clear_outside"), std::string::npos) << src;
 
-  Expected<testing::Launcher> k = testing::cpu_launcher(parse_kernel(kHalving, "test.tile").value());
+  Expected<testing::Launcher> k =
+      testing::cpu_launcher(parse_kernel(kHalving, "test.tile").value());
   ASSERT_TRUE(k.ok()) << k.status().to_string();
   const int64_t m = 30, n = 40, kk = 37;  // three K steps, the last one short
   std::vector<float> a(m * kk), b(kk * n), c(m * n, -7.0f);
