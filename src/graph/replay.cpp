@@ -52,12 +52,7 @@ class Replayer : public ops::LaunchHook {
     const int node = next_++;
     const int group = plan_.group_of[size_t(node)];
     if (group < 0) return launch();
-    Held held;
-    held.kernel = kernel;
-    held.params = params;
-    held.tensors = tensors;
-    held.scalars = scalars;
-    held_[size_t(node)] = std::move(held);
+    held_[size_t(node)] = Held{kernel, params, tensors, scalars, {}, true};
     if (node != plan_.groups[size_t(group)].nodes.back()) return ok_status();
     return run_group(plan_.groups[size_t(group)]);
   }
@@ -85,12 +80,7 @@ class Replayer : public ops::LaunchHook {
       if (same) {
         const int node = int(next_++);
         if (plan_.group_of[size_t(node)] >= 0) {  // a producer whose epilogue a group becomes
-          Held held;
-          held.kernel = kernel;
-          held.params = params;
-          held.args = args;
-          held.elementwise = false;
-          held_[size_t(node)] = std::move(held);
+          held_[size_t(node)] = Held{kernel, params, {}, {}, args, false};
           return ok_status();
         }
       } else {
