@@ -106,6 +106,19 @@ TEST(TrainConfig, WrongValuesNameTheKeyAndWhatIsAllowed) {
 // The device is the one [target] setting (ops/target_config.h); the top-level `device` is its
 // older spelling. Form is checked when the file is read; whether the device is here, when the
 // run is made.
+// A fused step's replay sees kernel launches only: collectives and DP-SGD's clipping write
+// gradients outside them, so fuse is refused beside [distributed] and [privacy], naming both.
+TEST(TrainConfig, FuseIsRefusedWithDistributedAndPrivacy) {
+  const std::string fused = with("steps = 100", "steps = 100\nfuse = true");
+  EXPECT_TRUE(parse_train_config(Config::parse(fused, "run.toml").value()).ok());
+  EXPECT_THAT(error_of(fused + "[distributed]\n"),
+              HasSubstr("key 'train.fuse': not yet with [distributed]"));
+  std::string dp = fused;
+  dp.replace(dp.find("clip_grad_norm = 1.0"), 20, "");
+  dp += "[privacy]\nnoise_multiplier = 0.7\nmax_grad_norm = 1.0\n";
+  EXPECT_THAT(error_of(dp), HasSubstr("[privacy] does not go with train.fuse"));
+}
+
 TEST(TrainConfig, TheDeviceIsTheTargetTable) {
   // [target] goes before [model] (a key after a table header belongs to that table).
   const std::string opencl = with("device = \"cpu\"\n[model]",
