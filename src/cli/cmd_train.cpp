@@ -73,7 +73,13 @@ int run_train(const TrainArgs& args) {
     config->steps = args.steps;
     config->epochs = 0;
   }
-  if (args.fuse || args.dump_graph) config->fuse = true;
+  if (args.fuse || args.dump_graph) {
+    config->fuse = true;
+    if (Status fuse_ok = train::check_fuse(*config); !fuse_ok.ok()) {
+      fmt::print(stderr, "error: {}\n", fuse_ok.message());
+      return 2;
+    }
+  }
   if (config->federated.enabled) return run_federated(*config, args);
   // Before anything is built: a run that will not fit fails now, with the plan's breakdown.
   if (int code = check_memory_limit(*config); code != 0) return code;

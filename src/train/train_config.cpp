@@ -185,7 +185,6 @@ Status parse_privacy(const Config& cfg, TrainConfig& out) {
   const char* conflict = cfg.has("distributed")      ? "[distributed]"
                          : out.precision != "fp32"   ? "train.precision other than fp32"
                          : out.grad_accum_steps != 1 ? "train.grad_accum_steps > 1"
-                         : out.fuse ? "train.fuse (its replay sees kernel launches only)"
                          : out.clip_grad_norm > 0
                              ? "train.clip_grad_norm (DP-SGD clips each example)"
                          : out.data.name == "text" ? "text data (no epochs to sample from)"
@@ -291,17 +290,26 @@ Expected<TrainConfig> parse_train_config(const Config& cfg) {
   TESSEL_ASSIGN_OR_RETURN(out.fuse, t.get_or<bool>("fuse", false));
   TESSEL_TRY(parse_sample(cfg, out));
   TESSEL_TRY(parse_distributed(cfg, out));
-  // A fused step's replay sees kernel launches only, and the gradient all-reduce writes the
-  // gradient buckets from the communication thread while backward runs: not yet together.
-  if (out.fuse && out.distributed.enabled)
-    return invalid_argument(
-        "{}: key 'train.fuse': not yet with [distributed] (data-parallel "
-        "collectives write gradients outside the kernel launches replay sees)",
-        t.source());
   TESSEL_TRY(parse_checkpoint(cfg, out.checkpoint));
   TESSEL_TRY(parse_federated(cfg, out));
   TESSEL_TRY(parse_privacy(cfg, out));
+  TESSEL_TRY(check_fuse(out));
   return out;
+}
+
+Status check_fuse(const TrainConfig& c) {
+  if (!c.fuse) return ok_status();
+  // A fused step's replay sees kernel launches only: the gradient all-reduce writes the
+  // buckets from the communication thread while backward runs, and DP-SGD clips and noises
+  // gradients outside them, so neither goes with it yet.
+  const char* conflict = c.distributed.enabled ? "[distributed]"
+                         : c.privacy.enabled   ? "[privacy]"
+                                               : nullptr;
+  if (!conflict) return ok_status();
+  return invalid_argument(
+      "{}: key 'train.fuse' (or --fuse): not yet with {}: its replay sees kernel launches only, "
+      "and {} writes gradients outside them",
+      c.source, conflict, conflict);
 }
 
 Expected<int64_t> parse_byte_size(const std::string& text) {

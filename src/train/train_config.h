@@ -156,6 +156,9 @@ struct TrainConfig {
 };
 
 Expected<TrainConfig> parse_train_config(const Config& config);
+// Whether `fuse` goes with the rest of the config (parse_train_config checks it; a caller that
+// sets fuse afterwards, as `tessel train --fuse` does, checks again).
+Status check_fuse(const TrainConfig& config);
 // "6GiB", "512MB", "1.5 GB", "1048576" -> bytes; anything else is an error saying what is allowed.
 Expected<int64_t> parse_byte_size(const std::string& text);
 Expected<TrainConfig> load_train_config(const std::string& path);

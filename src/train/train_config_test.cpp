@@ -112,11 +112,11 @@ TEST(TrainConfig, FuseIsRefusedWithDistributedAndPrivacy) {
   const std::string fused = with("steps = 100", "steps = 100\nfuse = true");
   EXPECT_TRUE(parse_train_config(Config::parse(fused, "run.toml").value()).ok());
   EXPECT_THAT(error_of(fused + "[distributed]\n"),
-              HasSubstr("key 'train.fuse': not yet with [distributed]"));
+              HasSubstr("key 'train.fuse' (or --fuse): not yet with [distributed]"));
   std::string dp = fused;
   dp.replace(dp.find("clip_grad_norm = 1.0"), 20, "");
   dp += "[privacy]\nnoise_multiplier = 0.7\nmax_grad_norm = 1.0\n";
-  EXPECT_THAT(error_of(dp), HasSubstr("[privacy] does not go with train.fuse"));
+  EXPECT_THAT(error_of(dp), HasSubstr("key 'train.fuse' (or --fuse): not yet with [privacy]"));
 }
 
 TEST(TrainConfig, TheDeviceIsTheTargetTable) {
