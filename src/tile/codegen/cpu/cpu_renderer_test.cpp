@@ -110,7 +110,13 @@ TEST(CpuRenderer, EdgeOfATensorIsAMaskInWholeVectors) {
   std::string src = rendered(kShift);
   // Inside the tensor, the literal extent; at its edge, whole vectors under a mask.
   EXPECT_NE(src.find("if (_tlimitj == 32)"), std::string::npos) << src;
-  EXPECT_NE(src.find("j < std::min<int64_t>(32, (_tlimitj + 15) / 16 * 16)"), std::string::npos)
+  // Whole vectors before the limit unmasked, the last partial one masked.
+  EXPECT_NE(src.find("const int64_t _tfullj = std::max<int64_t>(_tlimitj, 0) / 16 * 16;"),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("for (int64_t j = 0; j < _tfullj; ++j)"), std::string::npos) << src;
+  EXPECT_NE(src.find("j = _tfullj; j < std::min<int64_t>(32, (_tlimitj + 15) / 16 * 16)"),
+            std::string::npos)
       << src;
   EXPECT_NE(src.find("if ((j - _tlimitj) >> 63)"), std::string::npos) << src;
   // Rows that end in the first vector, in the second, and past the tile (a full block, then an
@@ -118,7 +124,7 @@ TEST(CpuRenderer, EdgeOfATensorIsAMaskInWholeVectors) {
   // they were.
   Expected<testing::Launcher> k = testing::cpu_launcher(parse_kernel(kShift, "test.tile").value());
   ASSERT_TRUE(k.ok()) << k.status().to_string();
-  for (int64_t m : {1, 7, 14, 17, 32, 37}) {
+  for (int64_t m : {1, 7, 14, 16, 17, 31, 32, 37, 48}) {
     SCOPED_TRACE("row of " + std::to_string(m));
     const int64_t rows = 3, n = m + 1, pitch = m + 40;
     std::vector<float> x(rows * n), y(rows * pitch, -7.0f);
