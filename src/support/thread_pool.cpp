@@ -173,7 +173,7 @@ bool ThreadPool::in_parallel_region() {
   return t_in_parallel_region;
 }
 
-void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn) {
+void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn, bool exact_chunks) {
   if (n <= 0) return;
   grain = std::max<int64_t>(grain, 1);
   const int64_t grains = (n + grain - 1) / grain;
@@ -187,7 +187,9 @@ void ThreadPool::run(int64_t n, int64_t grain, RangeFn fn) {
     return;
   }
 
-  const int64_t target_chunks = std::min(grains, num_threads() * kChunksPerThread);
+  // The claim word counts chunks in 32 bits: exact chunks that would overflow it grow.
+  const int64_t target_chunks =
+      std::min(grains, exact_chunks ? int64_t(UINT32_MAX) : num_threads() * kChunksPerThread);
   const int64_t chunk_size = (grains + target_chunks - 1) / target_chunks * grain;
   const uint64_t num_chunks = static_cast<uint64_t>((n + chunk_size - 1) / chunk_size);
 

@@ -57,7 +57,19 @@ class ThreadPool {
   template <typename Fn>
   void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
     using F = std::remove_reference_t<Fn>;
-    run(n, grain, RangeFn{&fn, [](void* f, int64_t b, int64_t e) { (*static_cast<F*>(f))(b, e); }});
+    run(n, grain, RangeFn{&fn, [](void* f, int64_t b, int64_t e) { (*static_cast<F*>(f))(b, e); }},
+        /*exact_chunks=*/false);
+  }
+
+  // The same, but every chunk is exactly `chunk` long (the last may be shorter), however many
+  // that makes: for few big uneven items, such as a gemm's blocks, where parallel_for's four
+  // chunks per thread put 3 to 9 blocks in one chunk at gpt_mini's shapes, and the last chunk
+  // left the other thread idle for all of them. chunk < 1 is treated as 1.
+  template <typename Fn>
+  void parallel_for_chunks(int64_t n, int64_t chunk, Fn&& fn) {
+    using F = std::remove_reference_t<Fn>;
+    run(n, chunk, RangeFn{&fn, [](void* f, int64_t b, int64_t e) { (*static_cast<F*>(f))(b, e); }},
+        /*exact_chunks=*/true);
   }
 
  private:
@@ -67,7 +79,7 @@ class ThreadPool {
     void (*call)(void*, int64_t, int64_t);
   };
 
-  void run(int64_t n, int64_t grain, RangeFn fn);
+  void run(int64_t n, int64_t grain, RangeFn fn, bool exact_chunks);
   void worker_loop();
   // Claims and runs chunks of the current job until none are left.
   void run_chunks();

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -54,6 +55,36 @@ TEST(ThreadPool, EveryIndexOnceOverSizesAndGrains) {
   }
 }
 
+// parallel_for_chunks: every index once, and every range exactly `chunk` long but the last (a
+// nested call or a pool of one gets the whole range at once).
+TEST(ThreadPool, ExactChunksCoverEverythingInRangesOfThatLength) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 5, 22, 66, 1001}) {
+      for (int64_t chunk : {-1, 1, 3, 64}) {
+        const int64_t length = std::max<int64_t>(chunk, 1);
+        std::vector<std::atomic<int>> visits(static_cast<size_t>(n));
+        std::atomic<int> bad_ranges{0}, ranges{0};
+        pool.parallel_for_chunks(n, chunk, [&](int64_t begin, int64_t end) {
+          ++ranges;
+          const bool whole = begin == 0 && end == n;
+          if (begin >= end ||
+              (!whole && (begin % length != 0 || (end - begin != length && end != n))))
+            ++bad_ranges;
+          for (int64_t i = begin; i < end; ++i)
+            visits[static_cast<size_t>(i)].fetch_add(1);
+        });
+        EXPECT_EQ(bad_ranges.load(), 0) << "n=" << n << " chunk=" << chunk;
+        if (threads > 1) {
+          EXPECT_EQ(ranges.load(), (n + length - 1) / length) << "n=" << n << " chunk=" << chunk;
+        }
+        for (int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(visits[static_cast<size_t>(i)].load(), 1) << "index " << i << " n=" << n;
+      }
+    }
+  }
+}
+
 // Under a memory limit not every worker thread can get its stack: the pool runs with those that
 // started (it used to abort with std::system_error from its constructor). In a child process, with
 // the address space capped 64 MiB above what it uses, a pool of 256 threads (8 MiB stacks) is
@@ -77,7 +108,8 @@ TEST(ThreadPool, StartsWithTheThreadsItCanGetUnderAMemoryLimit) {
     if (pool.num_threads() >= 256) ::_exit(4);  // the limit did not bite: nothing was tested
     std::vector<std::atomic<int>> visits(1000);
     pool.parallel_for(1000, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) visits[size_t(i)].fetch_add(1);
+      for (int64_t i = b; i < e; ++i)
+        visits[size_t(i)].fetch_add(1);
     });
     for (auto& v : visits)
       if (v.load() != 1) ::_exit(5);

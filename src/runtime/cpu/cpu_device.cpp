@@ -91,8 +91,17 @@ class CpuModule final : public KernelModule {
     // bytes it asked for; once one has, the rest skip theirs too (the launch has failed anyway).
     // Device::launch puts the kernel's name and the device before the message.
     std::atomic<int64_t> unallocated{0};
-    // One block per chunk: blocks are big, and uneven ones (ragged edges) balance that way.
-    ThreadPool::global().parallel_for(blocks, 1, [&](int64_t begin, int64_t end) {
+    // One block per chunk: blocks are big, and uneven ones (ragged edges) balance that way; a
+    // gemm's schedule (tile_gemm_schedule.h) counts on blocks going out one at a time. Only a
+    // grid of very many blocks (element-wise kernels) is cut into coarser chunks, still at least
+    // kBlockChunksPerThread per thread, so that a claim stays cheap next to its chunk.
+    // parallel_for's default of four chunks per thread gave a thread 3 blocks at a time at
+    // 2048x384x384 (22 blocks) and 9 at 2048x1536x384, and the last chunk ran alone.
+    constexpr int64_t kBlockChunksPerThread = 64;
+    ThreadPool& pool = ThreadPool::global();
+    const int64_t chunk =
+        std::max<int64_t>(1, blocks / (pool.num_threads() * kBlockChunksPerThread));
+    pool.parallel_for_chunks(blocks, chunk, [&](int64_t begin, int64_t end) {
       if (unallocated.load(std::memory_order_relaxed) != 0) return;
       if (const int64_t bytes = entry(args, begin, end); bytes != 0)
         unallocated.store(bytes, std::memory_order_relaxed);
