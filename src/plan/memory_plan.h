@@ -96,9 +96,11 @@ class MemoryPlanTarget {
 // The config's model, data, optimizer, precision and clipping, as `tessel train` would run them
 // in one process (no [distributed], no [privacy]).
 Expected<std::unique_ptr<MemoryPlanTarget>> config_memory_target(const train::TrainConfig& config);
-// A workload of shared/WORKLOADS.md (train/workloads.h) on `device`.
+// A workload of shared/WORKLOADS.md (train/workloads.h) on `device`, its step under autocast to
+// `compute` (bf16/f16: 16-bit gemms and saved activations, as `tessel bench train --precision`).
 Expected<std::unique_ptr<MemoryPlanTarget>> workload_memory_target(const std::string& name,
-                                                                   Device* device);
+                                                                   Device* device,
+                                                                   DType compute = DType::kF32);
 
 struct MemoryPlanOptions {
   // Batches to record and scale from (two), and one to check the scaling with; the largest
