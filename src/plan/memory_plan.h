@@ -126,6 +126,9 @@ struct MemoryPlan {
   // What the last recorded step's forward kept for backward (alive when forward ended), in all
   // and by layer (the module path up to its first index: "layer1.0"), in the order allocated.
   int64_t saved_activation_bytes = 0;
+  // Of those, the 16-bit copies a bf16/f16 autocast keeps in place of f32 activations
+  // (autograd/saved_precision.h): what the `cast` op made; the rest are f32 (or the model's own).
+  int64_t saved_16bit_bytes = 0;
   std::vector<std::pair<std::string, int64_t>> activations_by_layer;
 
   // The scaling check: at batch_check, recorded sizes against the line through the others.

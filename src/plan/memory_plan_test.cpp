@@ -102,6 +102,7 @@ TEST(MemoryPlan, SmallMlpMatchesClosedFormsOfWhatItHolds) {
   // input, is freed after the forward.
   const int64_t saved = block(4 * B * kH1) + block(4 * B * kH2) + block(4 * B * kOut) + block(4);
   EXPECT_EQ(p->saved_activation_bytes, saved);
+  EXPECT_EQ(p->saved_16bit_bytes, 0);
   int64_t by_layer = 0;
   for (const auto& [layer, bytes] : p->activations_by_layer)
     by_layer += bytes;
@@ -163,6 +164,7 @@ TEST(MemoryPlan, Bf16SavedActivationsArePlannedAtTheirDtype) {
   EXPECT_EQ(p->nonlinear_allocations, 0);
   const int64_t saved = block(2 * B * kH1) + block(2 * B * kH2) + block(4 * B * kOut) + block(4);
   EXPECT_EQ(p->saved_activation_bytes, saved);
+  EXPECT_EQ(p->saved_16bit_bytes, block(2 * B * kH1) + block(2 * B * kH2));
   EXPECT_EQ(p->at_peak[int(MemoryKind::kParameters)], flat_bytes());
 
   CachingAllocator& allocator = cpu_device()->allocator();
