@@ -106,10 +106,25 @@ struct BoundNames : IRVisitor {
   }
 };
 
+// The names an expression reads, and whether evaluating it before the loop could do what the
+// loop might not: read memory (a load the loop guards) or divide by a run-time value (a
+// division the loop guards against zero).
 struct UsedNames : IRVisitor {
   std::set<std::string> names;
+  bool unsafe = false;
   using IRVisitor::visit_node;
   void visit_node(const Var* v) override { names.insert(v->name); }
+  void visit_node(const Load* l) override {
+    unsafe = true;
+    IRVisitor::visit_node(l);
+  }
+  void visit_node(const Binary* b) override {
+    if (b->op == BinaryOp::kDiv || b->op == BinaryOp::kMod || b->op == BinaryOp::kCDiv) {
+      const IntImm* d = b->b->as<IntImm>();
+      unsafe = unsafe || d == nullptr || d->value == 0;
+    }
+    IRVisitor::visit_node(b);
+  }
 };
 
 std::optional<HoistedLoadBounds> hoist_load_bounds(const Stmt& body, const std::string& v,
@@ -141,6 +156,7 @@ std::optional<HoistedLoadBounds> hoist_load_bounds(const Stmt& body, const std::
     bool fixed(const Expr& e) const {  // the same value at every step of the inner loop
       UsedNames used;
       used.visit(e);
+      if (used.unsafe) return false;
       for (const std::string& n : used.names)
         if (n == v || bound.names.count(n)) return false;
       return true;

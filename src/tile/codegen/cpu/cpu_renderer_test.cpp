@@ -186,6 +186,25 @@ TEST(CpuRenderer, LoadBoundsOfAWholeInnerLoopAreTestedOnce) {
   }
 }
 
+// A base that divides by a run-time value, or reads memory, stays inside the loop: tested
+// before it, it could divide by a zero that the loop never meets, or read what the loop guards.
+TEST(CpuRenderer, LoadBoundsThatCouldTrapStayInTheLoop) {
+  std::string src = rendered(R"(
+kernel divided(X: f32[R, N], ids: i64[R], Y: f32[R, 16], d: i64) {
+  grid (R) as (r) {
+    t = fragment<f32>[1, 16]
+    parallel (i, j) in t {
+      t[i, j] = select(d != 0, X[r, r / d + j], 0.0) + X[r, ids[r] + j]
+    }
+    parallel (i, j) in t {
+      Y[r, j] = t[i, j]
+    }
+  }
+}
+)");
+  EXPECT_EQ(src.find("+ 15) < N"), std::string::npos) << src;
+}
+
 // A kernel with a tile asks for its per-thread memory before its first block and returns the
 // bytes it could not get, so the launcher reports them and no block writes through null
 // (runtime/device_test.cpp runs a kernel that runs out).
