@@ -10,11 +10,13 @@
 //   }
 //
 // How: the scope's dtype becomes the op's "compute" attr (ops/gemm_precision.h), recorded on the
-// tape with the op, so its backward gemms use it too. Activations, weights and gradients stay
-// f32: the operands are rounded to 16 bits as the gemm stages them (on a CPU, while packing, a
-// copy the gemm makes anyway), so there is no cast pass and no 16-bit copy of a weight to keep in
-// step with the f32 master. Gradients reach the f32 master weights unrounded. docs/DESIGN.md,
-// "Mixed precision", has the policy and the reasons.
+// tape with the op, so its backward gemms use it too. Weights and gradients stay f32: the
+// operands are rounded to 16 bits as the gemm stages them (on a CPU, while packing, a copy the
+// gemm makes anyway), so there is no 16-bit copy of a weight to keep in step with the f32
+// master, and gradients reach the f32 master weights unrounded. The activations the tape keeps
+// for backward are kept as 16-bit copies (autograd/saved_precision.h: which ones, and why), since
+// they are most of a training step's peak memory. docs/DESIGN.md, "Mixed precision", has the
+// policy and the reasons.
 #pragma once
 
 #include "support/dtype.h"

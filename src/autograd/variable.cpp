@@ -4,7 +4,9 @@
 #include <atomic>
 #include <unordered_map>
 
+#include "autograd/autocast.h"
 #include "autograd/pace.h"
+#include "autograd/saved_precision.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 
@@ -26,6 +28,18 @@ struct Node {
   ops::Attrs attrs;
   std::vector<Tensor> saved_inputs;  // defined where the op's backward reads them
   Tensor saved_output;
+  // Under a 16-bit autocast, the saved activations in the form shared with other nodes (16-bit
+  // or f32, saved_precision.h), where saved_inputs / saved_output hold nothing.
+  struct Shared {
+    std::shared_ptr<SharedSaved> saved;
+    SavedAs how = SavedAs::kAsIs;
+  };
+  std::vector<Shared> shared_inputs;
+  Shared shared_output;
+  Shape output_shape;
+  // The op's output shares memory with a leaf (a view of a parameter or of the batch): a node
+  // that saves it keeps it as it is, since a 16-bit copy could not free the f32 memory.
+  bool views_leaf = false;
   std::vector<ops::TensorMeta> input_meta;
   std::vector<Edge> edges;  // per input; empty edge: no gradient wanted
   bool released = false;    // saved tensors freed by a backward pass
@@ -93,13 +107,40 @@ Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inpu
   if (!record) return result;
 
   auto node = std::make_shared<Node>();
+  // Leaf memory: a leaf, or a view (or an input handed back as it is) of leaf memory.
+  auto leaf_memory = [](const Variable& v) {
+    return v.is_leaf() || v.state()->grad_fn->views_leaf;
+  };
+  for (size_t i = 0; i < inputs.size(); ++i)
+    if (result.data().storage() == values[i].storage() && leaf_memory(inputs[i]))
+      node->views_leaf = true;
   node->op = &op;
   node->attrs = attrs;
   node->saved_inputs.resize(inputs.size());
+  node->shared_inputs.resize(inputs.size());
   node->edges.resize(inputs.size());
+  node->output_shape = result.shape();
+  const DType compute = autocast_dtype();
+  // What the node keeps of a tensor: leaves and their views, and non-f32 tensors, as they are
+  // (a copy would not free them); f32 activations as saved_as() says.
+  auto keep = [&](const Tensor& t, bool of_leaf, int slot, Tensor& kept,
+                  Node::Shared& shared) -> Status {
+    const SavedAs how =
+        of_leaf || t.dtype() != DType::kF32 ? SavedAs::kAsIs : saved_as(op, attrs, slot, compute);
+    if (how == SavedAs::kAsIs) {
+      kept = t;
+      return ok_status();
+    }
+    TESSEL_ASSIGN_OR_RETURN(shared.saved, share_saved(t, how, compute));
+    shared.how = how;
+    return ok_status();
+  };
   for (size_t i = 0; i < inputs.size(); ++i) {
     node->input_meta.push_back({values[i].shape(), values[i].dtype()});
-    if (op.save_inputs[i]) node->saved_inputs[i] = values[i];
+    if (op.save_inputs[i]) {
+      TESSEL_TRY(keep(values[i], leaf_memory(inputs[i]), static_cast<int>(i), node->saved_inputs[i],
+                      node->shared_inputs[i]));
+    }
     if (!inputs[i].requires_grad() || !op.differentiable[i]) continue;
     const auto& state = inputs[i].state();
     if (state->grad_fn)
@@ -107,9 +148,23 @@ Expected<Variable> apply(const ops::OpDef& op, const std::vector<Variable>& inpu
     else
       node->edges[i].leaf = state;
   }
-  if (op.save_output) node->saved_output = result.data();
+  if (op.save_output) {
+    TESSEL_TRY(keep(result.data(), node->views_leaf, kOutputSlot, node->saved_output,
+                    node->shared_output));
+  }
   result.state()->grad_fn = std::move(node);
   return result;
+}
+
+std::vector<Tensor> saved_tensors_of(const Variable& v) {
+  if (!v.defined() || v.is_leaf()) return {};
+  const Node& n = *v.state()->grad_fn;
+  std::vector<Tensor> out = n.saved_inputs;
+  out.push_back(n.saved_output);
+  for (size_t i = 0; i < n.shared_inputs.size(); ++i)
+    if (n.shared_inputs[i].saved) out[i] = n.shared_inputs[i].saved->tensor;
+  if (n.shared_output.saved) out.back() = n.shared_output.saved->tensor;
+  return out;
 }
 
 Expected<Variable> apply(std::string_view name, const std::vector<Variable>& inputs,
@@ -217,6 +272,19 @@ Status Variable::backward(Tensor&& grad_output) const {
           n->op->name);
     ops::BackwardArgs args{
         n->saved_inputs, n->saved_output, n->input_meta, n->attrs, grads[n], {}, {}};
+    // Shared saved activations in the node's shapes, widened to f32 where the rule wants it
+    // (freed with args).
+    for (size_t i = 0; i < n->shared_inputs.size(); ++i) {
+      const Node::Shared& shared = n->shared_inputs[i];
+      if (!shared.saved) continue;
+      TESSEL_ASSIGN_OR_RETURN(
+          args.inputs[i], saved_for_backward(*shared.saved, n->input_meta[i].shape, shared.how));
+    }
+    if (n->shared_output.saved) {
+      TESSEL_ASSIGN_OR_RETURN(
+          args.output,
+          saved_for_backward(*n->shared_output.saved, n->output_shape, n->shared_output.how));
+    }
     args.grad_into.resize(n->edges.size());
     for (size_t i = 0; i < n->edges.size(); ++i) {
       const Edge& e = n->edges[i];
@@ -232,6 +300,8 @@ Status Variable::backward(Tensor&& grad_output) const {
       return input_grads.status().with_context("backward of '{}'", n->op->name);
     n->saved_inputs.clear();
     n->saved_output = Tensor();
+    n->shared_inputs.clear();
+    n->shared_output = {};
     n->released = true;
     for (size_t i = 0; i < n->edges.size(); ++i) {
       const Edge& e = n->edges[i];

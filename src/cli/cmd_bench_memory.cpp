@@ -1,7 +1,7 @@
-// `tessel bench memory [--workloads mlp,cnn,...] [--steps N] [--json]`: the memory plan's
-// prediction (plan/memory_plan.h, recorded at small batches) against the peak measured in a
-// full-batch run, for the workloads of shared/WORKLOADS.md at the batches `tessel bench train`
-// uses.
+// `tessel bench memory [--workloads mlp,cnn,...] [--steps N] [--precision bf16] [--json]`: the
+// memory plan's prediction (plan/memory_plan.h, recorded at small batches) against the peak
+// measured in a full-batch run, for the workloads of shared/WORKLOADS.md at the batches `tessel
+// bench train` uses.
 //
 // Each side runs in a process of its own (this program with the hidden `--worker NAME --mode
 // plan|run`), so neither sees the other's pages: the plan worker records and scales, and prints
@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "autograd/autocast.h"
 #include "cli/bench_job.h"
 #include "cli/commands.h"
 #include "plan/memory_plan.h"
@@ -33,9 +34,14 @@ struct Options {
   std::vector<std::string> workloads;  // empty: all six
   int steps = 3;
   bool json = false;
-  std::string worker;  // hidden: one workload
-  std::string mode;    // hidden: plan | run
+  std::string precision = "fp32";  // bf16 / fp16: both workers step under autocast
+  std::string worker;              // hidden: one workload
+  std::string mode;                // hidden: plan | run
 };
+
+DType compute_of(const std::string& precision) {
+  return precision == "bf16" ? DType::kBF16 : precision == "fp16" ? DType::kF16 : DType::kF32;
+}
 
 int64_t peak_rss_bytes() {
   rusage usage{};
@@ -52,7 +58,7 @@ int run_worker(const Options& o) {
   Device* device = cpu_device();
   if (o.mode == "plan") {
     Expected<std::unique_ptr<plan::MemoryPlanTarget>> target =
-        plan::workload_memory_target(o.worker, device);
+        plan::workload_memory_target(o.worker, device, compute_of(o.precision));
     if (!target.ok()) return fail(target.status());
     Expected<plan::MemoryPlan> p = plan::plan_memory(**target);
     if (!p.ok()) return fail(p.status());
@@ -62,6 +68,7 @@ int run_worker(const Options& o) {
   Expected<std::unique_ptr<train::WorkloadRun>> run =
       train::WorkloadRun::create(o.worker, device, /*seed=*/1);
   if (!run.ok()) return fail(run.status());
+  autograd::Autocast autocast(compute_of(o.precision));
   for (int i = 0; i < o.steps; ++i)
     if (Status s = (*run)->step(); !s.ok()) return fail(s);
   Expected<double> loss = (*run)->last_loss();
@@ -81,7 +88,7 @@ int run_worker(const Options& o) {
 // The last JSON object the worker printed, or an error object saying how it ended.
 nlohmann::json worker_row(const Options& o, const std::string& name, const std::string& mode) {
   ProgramRun child = run_program({self_path(), "bench", "memory", "--worker", name, "--mode", mode,
-                                  "--steps", std::to_string(o.steps)});
+                                  "--steps", std::to_string(o.steps), "--precision", o.precision});
   std::optional<nlohmann::json> found = last_json_line(child.output);
   if (child.exit_code == 0 && found) return *found;
   return {{"error", fmt::format("{} worker exit {}: {}", mode, child.exit_code, child.output)}};
@@ -103,9 +110,9 @@ int run(const Options& o) {
   if (!o.json) {
     fmt::print(
         "# tessel bench memory: the memory plan (recorded at batches 2 and 4, checked at 3, "
-        "scaled) against a run at the full batch ({} steps), each in a process of its own; MiB; "
-        "ratio = predicted / measured; {}\n",
-        o.steps, uptime());
+        "scaled) against a run at the full batch ({} steps), each in a process of its own; {}; "
+        "MiB; ratio = predicted / measured; {}\n",
+        o.steps, o.precision, uptime());
     fmt::print(
         "{:<9} {:>5} | {:>9} {:>9} {:>6} | {:>9} {:>9} {:>6} | {:>9} {:>9} {:>6} | {:>8} {}\n",
         "workload", "batch", "plan live", "allocator", "ratio", "plan held", "held", "ratio",
@@ -158,6 +165,10 @@ void add_bench_memory_command(CLI::App& bench) {
       ->check(CLI::IsMember(train::workload_names()));
   cmd->add_option("--steps", o->steps, "steps of the measured run")->check(CLI::Range(1, 100));
   cmd->add_flag("--json", o->json, "one JSON array instead of the table");
+  cmd->add_option("--precision", o->precision,
+                  "fp32 (default), bf16 or fp16: the step under autocast (16-bit gemms and saved "
+                  "activations), planned and run")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}));
   cmd->add_option("--worker", o->worker)->group("");  // hidden: one workload, in this process
   cmd->add_option("--mode", o->mode)->group("")->check(CLI::IsMember({"plan", "run"}));
   cmd->callback([o] { exit_code = run(*o); });

@@ -415,7 +415,12 @@ Expected<Tensor> columns(const Tensor& x, const Window& w, const ConvShape& s) {
                               s.oh};
   for (KernelArg& a : window_args(w, true))
     args.push_back(a);
-  TESSEL_TRY(launch_kernel("im2col_rows", {{"STRIDED", unit_strides(w) ? "0" : "1"}}, args));
+  // A block as wide as the rows (up to 32): a 16-wide one over 14-wide rows stored every
+  // element under a mask.
+  TESSEL_TRY(launch_kernel("im2col_rows",
+                           {{"STRIDED", unit_strides(w) ? "0" : "1"},
+                            {"BN", std::to_string(std::min<int64_t>(s.ow, 32))}},
+                           args));
   return cols;
 }
 
@@ -447,7 +452,8 @@ Expected<Tensor> input_grad_columns(const Tensor& g, const Tensor& weight, const
                              false, false, kPointwise, grid, 0, 0));
   TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
   // Unit strides only (input_grad_implicit's test), which col2im_rows assumes.
-  TESSEL_TRY(launch_kernel("col2im_rows", {},
+  TESSEL_TRY(launch_kernel("col2im_rows",
+                           {{"BN", std::to_string(std::min<int64_t>(x_shape[3], 32))}},
                            {View{dcols, {s.groups * s.k, s.n, s.oh, s.ow}, {q, s.l(), s.ow, 1}}, dx,
                             w.kh, w.kw, w.ph, w.pw, w.dh, w.dw}));
   return dx;

@@ -102,15 +102,17 @@ TEST(OpPoolEdgeCases, WindowOfPaddingOnly) {
 // Windows that tile the rows of every plane (the CPU's max_pool_rows and its gradient, which
 // find a window's element column by column) against a plain scan in PyTorch's order: the first
 // maximum, or the last NaN. Values from {0, 1, 2} with NaN and -inf make ties in most windows;
-// the shapes give 8-, 16- and 32-wide blocks, a last block of rows cut short, and a column
-// left over (KW = 3 over 10 columns).
+// the shapes give blocks as wide as rows of 3, 5, 14 and 20 windows, 32-wide blocks with a
+// short last one (36 windows), a last block of rows cut short, columns left over (KW = 3 over
+// 10 columns, KW = 4 over 17) and windows of 1, 3 and 4 columns.
 TEST(OpPoolEdgeCases, TilingWindowsPickPyTorchsElement) {
   struct Shape4 {
     int64_t n, c, h, w, kh, kw;
   };
   for (const Shape4 s :
        {Shape4{2, 3, 6, 10, 2, 2}, Shape4{1, 5, 4, 28, 2, 2}, Shape4{1, 3, 2, 40, 2, 2},
-        Shape4{2, 2, 6, 10, 3, 3}, Shape4{1, 2, 4, 10, 2, 3}}) {
+        Shape4{2, 2, 6, 10, 3, 3}, Shape4{1, 2, 4, 10, 2, 3}, Shape4{1, 2, 4, 72, 2, 2},
+        Shape4{1, 3, 4, 17, 2, 4}, Shape4{2, 1, 6, 9, 3, 1}}) {
     const int64_t oh = s.h / s.kh, ow = s.w / s.kw, planes = s.n * s.c;
     std::vector<float> x(planes * s.h * s.w), gy(planes * oh * ow);
     uint32_t state = 7;

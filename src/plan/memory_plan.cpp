@@ -508,6 +508,7 @@ Expected<MemoryPlan> plan_memory(MemoryPlanTarget& target, const MemoryPlanOptio
     const Allocation& a = trace.allocations[id];
     if (a.kind == MemoryKind::kActivations && a.step == o.steps) {
       plan.saved_activation_bytes += blocks[id];
+      if (a.op == "cast") plan.saved_16bit_bytes += blocks[id];
       const std::string group = layer_group(a.layer);
       auto [it, fresh] = layer_order.emplace(group, plan.activations_by_layer.size());
       if (fresh) plan.activations_by_layer.push_back({group, 0});
@@ -558,6 +559,7 @@ nlohmann::json memory_plan_json(const MemoryPlan& p) {
                       {"peak_at", p.peak_at},
                       {"at_peak", at_peak},
                       {"saved_activation_bytes", p.saved_activation_bytes},
+                      {"saved_16bit_bytes", p.saved_16bit_bytes},
                       {"activations_by_layer", layers},
                       {"resident_tensor_bytes", p.resident_tensor_bytes},
                       {"overhead_bytes", p.overhead_bytes},
@@ -587,8 +589,12 @@ std::string describe(const nlohmann::json& j) {
     const char* kind = memory_kind_name(MemoryKind(k));
     out += fmt::format("    {:<18} {:>12}\n", kind, bytes(j["at_peak"][kind]));
   }
-  out += fmt::format("  activations forward keeps for backward {}, by layer:\n",
-                     bytes(j["saved_activation_bytes"]));
+  out += fmt::format("  activations forward keeps for backward {}{}, by layer:\n",
+                     bytes(j["saved_activation_bytes"]),
+                     j.value("saved_16bit_bytes", int64_t(0)) > 0
+                         ? fmt::format(" (of which 16-bit copies under autocast {})",
+                                       bytes(j["saved_16bit_bytes"]))
+                         : std::string());
   for (const auto& layer : j["activations_by_layer"])
     out += fmt::format("    {:<30} {:>12}\n", std::string(layer["layer"]), bytes(layer["bytes"]));
   out +=

@@ -96,9 +96,11 @@ class MemoryPlanTarget {
 // The config's model, data, optimizer, precision and clipping, as `tessel train` would run them
 // in one process (no [distributed], no [privacy]).
 Expected<std::unique_ptr<MemoryPlanTarget>> config_memory_target(const train::TrainConfig& config);
-// A workload of shared/WORKLOADS.md (train/workloads.h) on `device`.
+// A workload of shared/WORKLOADS.md (train/workloads.h) on `device`, its step under autocast to
+// `compute` (bf16/f16: 16-bit gemms and saved activations, as `tessel bench train --precision`).
 Expected<std::unique_ptr<MemoryPlanTarget>> workload_memory_target(const std::string& name,
-                                                                   Device* device);
+                                                                   Device* device,
+                                                                   DType compute = DType::kF32);
 
 struct MemoryPlanOptions {
   // Batches to record and scale from (two), and one to check the scaling with; the largest
@@ -124,6 +126,9 @@ struct MemoryPlan {
   // What the last recorded step's forward kept for backward (alive when forward ended), in all
   // and by layer (the module path up to its first index: "layer1.0"), in the order allocated.
   int64_t saved_activation_bytes = 0;
+  // Of those, the 16-bit copies a bf16/f16 autocast keeps in place of f32 activations
+  // (autograd/saved_precision.h): what the `cast` op made; the rest are f32 (or the model's own).
+  int64_t saved_16bit_bytes = 0;
   std::vector<std::pair<std::string, int64_t>> activations_by_layer;
 
   // The scaling check: at batch_check, recorded sizes against the line through the others.

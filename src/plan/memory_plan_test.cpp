@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "autograd/autocast.h"
 #include "autograd/functional.h"
 #include "nn/layers.h"
 #include "optim/optimizer.h"
@@ -27,8 +28,10 @@ struct MlpStep : PlannedStep {
   std::unique_ptr<nn::FlatParameters> params;
   std::unique_ptr<optim::AdamW> optimizer;
   Tensor x, y;
+  DType compute = DType::kF32;  // autocast's: bf16 keeps the saved activations in 16 bits
 
   Expected<Variable> loss() override {
+    autograd::Autocast autocast(compute);
     TESSEL_ASSIGN_OR_RETURN(Variable logits, model(Variable(x)));
     return autograd::cross_entropy(logits, Variable(y));
   }
@@ -43,13 +46,15 @@ struct MlpStep : PlannedStep {
 
 struct MlpTarget : MemoryPlanTarget {
   int64_t rows;
-  explicit MlpTarget(int64_t rows) : rows(rows) {}
+  DType compute;
+  explicit MlpTarget(int64_t rows, DType compute = DType::kF32) : rows(rows), compute(compute) {}
   std::string name() const override { return "mlp"; }
   int64_t batch() const override { return rows; }
   Device* device() const override { return cpu_device(); }
   Expected<std::unique_ptr<PlannedStep>> build(
       int64_t batch, const std::function<void(MemoryPhase)>& phase) override {
     auto s = std::make_unique<MlpStep>();
+    s->compute = compute;
     phase(MemoryPhase::kData);
     std::vector<float> xs(static_cast<size_t>(batch * kIn));
     std::vector<int64_t> ys(static_cast<size_t>(batch));
@@ -97,6 +102,7 @@ TEST(MemoryPlan, SmallMlpMatchesClosedFormsOfWhatItHolds) {
   // input, is freed after the forward.
   const int64_t saved = block(4 * B * kH1) + block(4 * B * kH2) + block(4 * B * kOut) + block(4);
   EXPECT_EQ(p->saved_activation_bytes, saved);
+  EXPECT_EQ(p->saved_16bit_bytes, 0);
   int64_t by_layer = 0;
   for (const auto& [layer, bytes] : p->activations_by_layer)
     by_layer += bytes;
@@ -144,6 +150,39 @@ TEST(MemoryPlan, ScaledPlanEqualsOneRecordedAtTheFullBatchAndTheAllocatorsPeak) 
     }
   }
   EXPECT_EQ(int64_t(allocator.stats().peak_bytes) - before, scaled->peak_bytes);
+}
+
+// Under bf16 autocast the nodes keep each relu's output as a bf16 copy (autograd/
+// saved_precision.h): the saved activations are those of the f32 plan with the two relu outputs
+// at half the bytes (the logits stay f32 for the loss), and the plan's peak is the allocator's.
+TEST(MemoryPlan, Bf16SavedActivationsArePlannedAtTheirDtype) {
+  const int64_t B = 40;
+  MlpTarget target(B, DType::kBF16);
+  Expected<MemoryPlan> p = plan_memory(target);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  std::printf("%s", describe(*p).c_str());
+  EXPECT_EQ(p->nonlinear_allocations, 0);
+  const int64_t saved = block(2 * B * kH1) + block(2 * B * kH2) + block(4 * B * kOut) + block(4);
+  EXPECT_EQ(p->saved_activation_bytes, saved);
+  EXPECT_EQ(p->saved_16bit_bytes, block(2 * B * kH1) + block(2 * B * kH2));
+  EXPECT_EQ(p->at_peak[int(MemoryKind::kParameters)], flat_bytes());
+
+  CachingAllocator& allocator = cpu_device()->allocator();
+  allocator.reset_peak();
+  const int64_t before = int64_t(allocator.stats().current_bytes);
+  {
+    Expected<std::unique_ptr<PlannedStep>> step = target.build(B, [](MemoryPhase) {});
+    ASSERT_TRUE(step.ok());
+    for (int s = 0; s < 2; ++s) {
+      {
+        Expected<Variable> loss = (*step)->loss();
+        ASSERT_TRUE(loss.ok());
+        ASSERT_TRUE(loss->backward().ok());
+      }
+      ASSERT_TRUE((*step)->update().ok());
+    }
+  }
+  EXPECT_EQ(int64_t(allocator.stats().peak_bytes) - before, p->peak_bytes);
 }
 
 TEST(MemoryPlan, RecordingBatchesMustBeOrdered) {

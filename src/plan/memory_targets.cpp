@@ -130,7 +130,11 @@ class ConfigTarget : public MemoryPlanTarget {
 class WorkloadStep : public PlannedStep {
  public:
   std::unique_ptr<train::WorkloadRun> run;
-  Expected<Variable> loss() override { return run->loss_of_rows(0, run->batch_rows()); }
+  DType compute = DType::kF32;
+  Expected<Variable> loss() override {
+    autograd::Autocast autocast(compute);
+    return run->loss_of_rows(0, run->batch_rows());
+  }
   Status update() override {
     TESSEL_TRY(run->optimizer().step());
     return run->parameters().zero_grad();
@@ -144,8 +148,8 @@ class WorkloadStep : public PlannedStep {
 
 class WorkloadTarget : public MemoryPlanTarget {
  public:
-  WorkloadTarget(train::WorkloadSpec spec, Device* device)
-      : spec_(std::move(spec)), device_(device) {}
+  WorkloadTarget(train::WorkloadSpec spec, Device* device, DType compute)
+      : spec_(std::move(spec)), device_(device), compute_(compute) {}
   std::string name() const override { return spec_.name; }
   int64_t batch() const override { return spec_.input_shape.at(0); }
   Device* device() const override { return device_; }
@@ -157,12 +161,14 @@ class WorkloadTarget : public MemoryPlanTarget {
     phase(MemoryPhase::kOptimizer);
     auto s = std::make_unique<WorkloadStep>();
     TESSEL_ASSIGN_OR_RETURN(s->run, train::WorkloadRun::create(spec_.name, device_, 1, batch));
+    s->compute = compute_;
     return std::unique_ptr<PlannedStep>(std::move(s));
   }
 
  private:
   train::WorkloadSpec spec_;
   Device* device_;
+  DType compute_;
 };
 
 }  // namespace
@@ -175,9 +181,9 @@ Expected<std::unique_ptr<MemoryPlanTarget>> config_memory_target(const train::Tr
 }
 
 Expected<std::unique_ptr<MemoryPlanTarget>> workload_memory_target(const std::string& name,
-                                                                   Device* device) {
+                                                                   Device* device, DType compute) {
   TESSEL_ASSIGN_OR_RETURN(train::WorkloadSpec spec, train::find_workload(name));
-  return std::unique_ptr<MemoryPlanTarget>(new WorkloadTarget(std::move(spec), device));
+  return std::unique_ptr<MemoryPlanTarget>(new WorkloadTarget(std::move(spec), device, compute));
 }
 
 }  // namespace tessel::plan

@@ -11,6 +11,7 @@
 #include "tile/ir/printer.h"
 #include "tile/ir/visitor.h"
 #include "tile/passes/check_shapes.h"
+#include "tile/passes/simplify.h"
 
 namespace tessel::tile {
 
@@ -73,6 +74,162 @@ CDialect cpu_dialect() {
 // The packed element type the templates use for a gemm operand of dtype t.
 const char* pack_type(const DType& t) {
   return t == kBF16 ? "tessel_cpu::bf16" : "float";
+}
+
+// ----- load bounds of a whole inner loop
+//
+// A global load's predicate is a conjunction of bounds (infer_bounds: idx >= 0, idx < size). In
+// a parallel loop's innermost loop v = 0 .. extent - 1, a conjunct on `base + v` whose base is
+// fixed for the whole loop holds at every v once it holds at the loop's ends, so it can be
+// tested once before the loop. GCC made each such conjunct a 64-bit compare per lane and the
+// load a masked one (vmaskmovps): max_pool_rows, whose reads of full rows all carry the column
+// bound, ran at 2 GB/s, 2.3x slower than with the bound tested once (stop 28). Loops whose
+// stores set run-time limits already drop the bounds that the limit implies (infer_bounds).
+struct HoistedLoadBounds {
+  Expr condition;  // every hoisted conjunct, at the loop's ends
+  Stmt body;       // the loop's body without them
+};
+
+// The names a statement binds (lets, serial loop variables): values that change within the loop.
+struct BoundNames : IRVisitor {
+  std::set<std::string> names;
+  std::map<std::string, Expr> lets;
+  using IRVisitor::visit_node;
+  void visit_node(const Let* l) override {
+    names.insert(l->var->as<Var>()->name);
+    lets[l->var->as<Var>()->name] = l->value;
+    IRVisitor::visit_node(l);
+  }
+  void visit_node(const For* f) override {
+    names.insert(f->var->as<Var>()->name);
+    IRVisitor::visit_node(f);
+  }
+};
+
+// The names an expression reads, and whether evaluating it before the loop could do what the
+// loop might not: read memory (a load the loop guards) or divide by a run-time value (a
+// division the loop guards against zero).
+struct UsedNames : IRVisitor {
+  std::set<std::string> names;
+  bool unsafe = false;
+  using IRVisitor::visit_node;
+  void visit_node(const Var* v) override { names.insert(v->name); }
+  void visit_node(const Load* l) override {
+    unsafe = true;
+    IRVisitor::visit_node(l);
+  }
+  void visit_node(const Binary* b) override {
+    if (b->op == BinaryOp::kDiv || b->op == BinaryOp::kMod || b->op == BinaryOp::kCDiv) {
+      const IntImm* d = b->b->as<IntImm>();
+      unsafe = unsafe || d == nullptr || d->value == 0;
+    }
+    IRVisitor::visit_node(b);
+  }
+};
+
+std::optional<HoistedLoadBounds> hoist_load_bounds(const Stmt& body, const std::string& v,
+                                                   int64_t extent) {
+  struct Hoister : IRMutator {
+    BoundNames bound;
+    std::string v;
+    int64_t extent = 0;
+    std::vector<Expr> hoisted;
+    std::set<std::string> hoisted_text;
+    using IRMutator::mutate_node;
+
+    // e with the loop body's lets replaced by their values (a let's value may name other lets).
+    Expr expand(const Expr& e, int depth = 0) {
+      struct Expander : IRMutator {
+        Hoister* self;
+        int depth;
+        using IRMutator::mutate_node;
+        Expr mutate_node(const Var* var, const Expr& e) override {
+          auto it = self->bound.lets.find(var->name);
+          if (it == self->bound.lets.end() || depth > 16) return e;
+          return self->expand(it->second, depth + 1);
+        }
+      } ex;
+      ex.self = this;
+      ex.depth = depth;
+      return ex.mutate(e);
+    }
+    bool fixed(const Expr& e) const {  // the same value at every step of the inner loop
+      UsedNames used;
+      used.visit(e);
+      if (used.unsafe) return false;
+      for (const std::string& n : used.names)
+        if (n == v || bound.names.count(n)) return false;
+      return true;
+    }
+    // base, when idx is a sum of fixed terms and v itself (`bx * 16 + j - 1`: bx * 16 - 1).
+    std::optional<Expr> base_of(const Expr& idx) const {
+      if (const Var* x = idx->as<Var>(); x && x->name == v) return make_int(0);
+      const Binary* b = idx->as<Binary>();
+      if (!b || (b->op != BinaryOp::kAdd && b->op != BinaryOp::kSub)) return std::nullopt;
+      if (fixed(b->b)) {
+        std::optional<Expr> a = base_of(b->a);
+        if (!a) return std::nullopt;
+        return Binary::make(b->op, *a, b->b, b->loc);
+      }
+      if (b->op == BinaryOp::kAdd && fixed(b->a)) {
+        std::optional<Expr> r = base_of(b->b);
+        if (!r) return std::nullopt;
+        return Binary::make(BinaryOp::kAdd, b->a, *r, b->loc);
+      }
+      return std::nullopt;
+    }
+    // The conjunct's test over the whole loop, or null when it cannot be hoisted.
+    Expr whole_loop(const Expr& c) {
+      const Binary* b = c->as<Binary>();
+      if (!b || !b->a->type.is_int()) return nullptr;
+      if (b->op == BinaryOp::kLt && fixed(b->b)) {
+        if (auto base = base_of(expand(b->a)))
+          return Binary::make(BinaryOp::kLt,
+                              Binary::make(BinaryOp::kAdd, *base, make_int(extent - 1), c->loc),
+                              b->b, c->loc);
+      }
+      const IntImm* zero = b->b->as<IntImm>();
+      if (b->op == BinaryOp::kGe && zero && zero->value == 0) {
+        if (auto base = base_of(expand(b->a)))
+          return Binary::make(BinaryOp::kGe, *base, make_int(0), c->loc);
+      }
+      return nullptr;
+    }
+    Expr mutate_node(const Load* l, const Expr& e) override {
+      Expr m = IRMutator::mutate_node(l, e);
+      const Load* n = m->as<Load>();
+      if (n->buffer->scope != Scope::kGlobal || !n->predicate) return m;
+      std::vector<Expr> cs;
+      split_conjuncts(n->predicate, &cs);
+      Expr kept;
+      for (const Expr& c : cs) {
+        if (Expr w = whole_loop(c); w && (w = simplify(w))) {
+          if (hoisted_text.insert(to_string(w)).second) hoisted.push_back(w);
+        } else {
+          kept = kept ? Binary::make(BinaryOp::kAnd, kept, c, c->loc) : c;
+        }
+      }
+      if (kept) return Load::make(n->buffer, n->indices, n->loc, kept, n->other);
+      return Load::make(n->buffer, n->indices, n->loc);
+    }
+    static void split_conjuncts(const Expr& p, std::vector<Expr>* out) {
+      if (const Binary* b = p->as<Binary>(); b && b->op == BinaryOp::kAnd) {
+        split_conjuncts(b->a, out);
+        split_conjuncts(b->b, out);
+      } else {
+        out->push_back(p);
+      }
+    }
+  } h;
+  h.bound.visit(body);
+  h.v = v;
+  h.extent = extent;
+  Stmt out = h.mutate(body);
+  if (h.hoisted.empty()) return std::nullopt;
+  Expr condition;
+  for (const Expr& c : h.hoisted)
+    condition = condition ? Binary::make(BinaryOp::kAnd, condition, c, c->loc) : c;
+  return HoistedLoadBounds{condition, out};
 }
 
 class CpuRenderer : public CRenderer {
@@ -566,7 +723,23 @@ class CpuRenderer : public CRenderer {
     const std::string v = expr(p->vars[n - 1]);
     const Expr& last = p->limits.empty() ? p->extents[n - 1] : p->limits[n - 1];
     std::optional<int64_t> extent = const_int(p->extents[n - 1]);
-    if (known_strides_.empty() || !extent || *extent <= 1 || const_int(last)) {
+    std::optional<HoistedLoadBounds> hoisted;
+    if (!known_strides_.empty() && extent && *extent > 1 && p->limits.empty())
+      hoisted = hoist_load_bounds(p->body, p->vars[n - 1]->as<Var>()->name, *extent);
+    if (hoisted) {
+      open(fmt::format("if ({})", expr(hoisted->condition)));
+      emit("#pragma omp simd");
+      open(fmt::format("for (int64_t {} = 0; {} < {}; ++{})", v, v, *extent, v));
+      stmt(hoisted->body);
+      close();
+      --indent_;
+      open("} else");
+      emit("#pragma omp simd");
+      open(fmt::format("for (int64_t {} = 0; {} < {}; ++{})", v, v, *extent, v));
+      stmt(p->body);
+      close();
+      close();
+    } else if (known_strides_.empty() || !extent || *extent <= 1 || const_int(last)) {
       emit("#pragma omp simd");
       open(fmt::format("for (int64_t {} = 0; {} < {}; ++{})", v, v, expr(last), v));
       stmt(p->body);

@@ -2,7 +2,8 @@
 // generated source and by running it: trailing dimensions of literal extent get constant strides
 // in the contiguous version of a loop (with the any-strides version still right), `&&` / `||`
 // become `&` / `|` unless the right side could trap, and a loop stopped at a tensor's edge runs in
-// whole vectors with the edge as a mask. A clear(acc) before a K loop whose only use of acc is
+// whole vectors with the edge as a mask; a load's bounds on the inner index are tested once per
+// inner loop where they can be. A clear(acc) before a K loop whose only use of acc is
 // its gemm is folded into the loop's first step (kept for a loop of no step), and kept where the
 // loop reads acc otherwise.
 #include <gtest/gtest.h>
@@ -139,6 +140,75 @@ TEST(CpuRenderer, EdgeOfATensorIsAMaskInWholeVectors) {
         EXPECT_EQ(y[r * pitch + i], want) << "row " << r << " element " << i;
       }
   }
+}
+
+// Y[r, n] = X[r, n - 1] + 2 X[r, n + 1], read into a fragment first (no store limits the
+// loop): the column bounds of both loads are tested once per row of the block, and a block
+// inside the row reads without masks; a block at either edge keeps them, so reads past the
+// row's ends give 0.
+constexpr const char* kNeighbours = R"(
+kernel neighbours(X: f32[R, N], Y: f32[R, N]) {
+  grid (cdiv(N, 16), R) as (bx, r) {
+    t = fragment<f32>[1, 16]
+    parallel (i, j) in t {
+      n = bx * 16 + j
+      t[i, j] = X[r, n - 1] + 2.0 * X[r, n + 1]
+    }
+    parallel (i, j) in t {
+      Y[r, bx * 16 + j] = t[i, j]
+    }
+  }
+}
+)";
+
+TEST(CpuRenderer, LoadBoundsOfAWholeInnerLoopAreTestedOnce) {
+  std::string src = rendered(kNeighbours);
+  EXPECT_NE(src.find("if ((((((bx * 16) - 1) >= 0) & ((((bx * 16) - 1) + 15) < N)) & ((((bx * "
+                     "16) + 1) + 15) < N)))"),
+            std::string::npos)
+      << src;
+  EXPECT_NE(src.find("t[i * 16 + j] = (X[r * X_stride0 + (n - 1)] + (2.0f * X[r * X_stride0 + "
+                     "(n + 1)]));"),
+            std::string::npos)
+      << src;
+  Expected<testing::Launcher> k =
+      testing::cpu_launcher(parse_kernel(kNeighbours, "test.tile").value());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  for (int64_t n : {1, 2, 15, 16, 17, 18, 40, 48}) {
+    SCOPED_TRACE("row of " + std::to_string(n));
+    const int64_t rows = 3;
+    std::vector<float> x(rows * n), y(rows * n, -7.0f);
+    for (size_t i = 0; i < x.size(); ++i)
+      x[i] = float(i % 11) - 3.0f;
+    ASSERT_TRUE((*k)({TensorArg{x.data(), ScalarType::kF32, {rows, n}, {}},
+                      TensorArg{y.data(), ScalarType::kF32, {rows, n}, {}}})
+                    .ok());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t i = 0; i < n; ++i) {
+        const float left = i > 0 ? x[r * n + i - 1] : 0.0f;
+        const float right = i + 1 < n ? x[r * n + i + 1] : 0.0f;
+        EXPECT_EQ(y[r * n + i], left + 2 * right) << "row " << r << " element " << i;
+      }
+  }
+}
+
+// A base that divides by a run-time value, or reads memory, stays inside the loop: tested
+// before it, it could divide by a zero that the loop never meets, or read what the loop guards.
+TEST(CpuRenderer, LoadBoundsThatCouldTrapStayInTheLoop) {
+  std::string src = rendered(R"(
+kernel divided(X: f32[R, N], ids: i64[R], Y: f32[R, 16], d: i64) {
+  grid (R) as (r) {
+    t = fragment<f32>[1, 16]
+    parallel (i, j) in t {
+      t[i, j] = select(d != 0, X[r, r / d + j], 0.0) + X[r, ids[r] + j]
+    }
+    parallel (i, j) in t {
+      Y[r, j] = t[i, j]
+    }
+  }
+}
+)");
+  EXPECT_EQ(src.find("+ 15) < N"), std::string::npos) << src;
 }
 
 // A kernel with a tile asks for its per-thread memory before its first block and returns the
