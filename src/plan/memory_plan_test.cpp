@@ -83,6 +83,26 @@ int64_t flat_bytes() {
   return block(4 * elements);
 }
 
+// The CPU allocator's peak while `target` builds its step at batch B and runs two steps, above
+// what was live before: what the plan's peak predicts. -1 when a step fails (the test says so).
+int64_t allocator_peak_of_two_steps(MlpTarget& target, int64_t B) {
+  CachingAllocator& allocator = cpu_device()->allocator();
+  allocator.reset_peak();
+  const int64_t before = int64_t(allocator.stats().current_bytes);
+  Expected<std::unique_ptr<PlannedStep>> step = target.build(B, [](MemoryPhase) {});
+  EXPECT_TRUE(step.ok());
+  if (!step.ok()) return -1;
+  for (int s = 0; s < 2; ++s) {
+    {
+      Expected<Variable> loss = (*step)->loss();
+      EXPECT_TRUE(loss.ok());
+      if (!loss.ok() || !loss->backward().ok()) return -1;
+    }
+    if (!(*step)->update().ok()) return -1;
+  }
+  return int64_t(allocator.stats().peak_bytes) - before;
+}
+
 TEST(MemoryPlan, SmallMlpMatchesClosedFormsOfWhatItHolds) {
   const int64_t B = 48;
   MlpTarget target(B);
@@ -134,22 +154,7 @@ TEST(MemoryPlan, ScaledPlanEqualsOneRecordedAtTheFullBatchAndTheAllocatorsPeak) 
 
   // The real thing: the allocator's peak over the same build and two steps, above what was live
   // before, is the plan's peak.
-  CachingAllocator& allocator = cpu_device()->allocator();
-  allocator.reset_peak();
-  const int64_t before = int64_t(allocator.stats().current_bytes);
-  {
-    Expected<std::unique_ptr<PlannedStep>> step = target.build(B, [](MemoryPhase) {});
-    ASSERT_TRUE(step.ok());
-    for (int s = 0; s < 2; ++s) {
-      {
-        Expected<Variable> loss = (*step)->loss();
-        ASSERT_TRUE(loss.ok());
-        ASSERT_TRUE(loss->backward().ok());
-      }
-      ASSERT_TRUE((*step)->update().ok());
-    }
-  }
-  EXPECT_EQ(int64_t(allocator.stats().peak_bytes) - before, scaled->peak_bytes);
+  EXPECT_EQ(allocator_peak_of_two_steps(target, B), scaled->peak_bytes);
 }
 
 // Under bf16 autocast the nodes keep each relu's output as a bf16 copy (autograd/
@@ -167,22 +172,7 @@ TEST(MemoryPlan, Bf16SavedActivationsArePlannedAtTheirDtype) {
   EXPECT_EQ(p->saved_16bit_bytes, block(2 * B * kH1) + block(2 * B * kH2));
   EXPECT_EQ(p->at_peak[int(MemoryKind::kParameters)], flat_bytes());
 
-  CachingAllocator& allocator = cpu_device()->allocator();
-  allocator.reset_peak();
-  const int64_t before = int64_t(allocator.stats().current_bytes);
-  {
-    Expected<std::unique_ptr<PlannedStep>> step = target.build(B, [](MemoryPhase) {});
-    ASSERT_TRUE(step.ok());
-    for (int s = 0; s < 2; ++s) {
-      {
-        Expected<Variable> loss = (*step)->loss();
-        ASSERT_TRUE(loss.ok());
-        ASSERT_TRUE(loss->backward().ok());
-      }
-      ASSERT_TRUE((*step)->update().ok());
-    }
-  }
-  EXPECT_EQ(int64_t(allocator.stats().peak_bytes) - before, p->peak_bytes);
+  EXPECT_EQ(allocator_peak_of_two_steps(target, B), p->peak_bytes);
 }
 
 TEST(MemoryPlan, RecordingBatchesMustBeOrdered) {
