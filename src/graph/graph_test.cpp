@@ -39,6 +39,17 @@ std::vector<float> values(const Tensor& t) {
   return t.contiguous().value().to_vector<float>().value();
 }
 
+// What f() returns when run as one step of `fused` (captured on its first step, replayed after).
+template <typename F>
+auto run_fused(FusedSteps& fused, F&& f) -> decltype(f()) {
+  std::optional<decltype(f())> out;
+  TESSEL_TRY(fused.run([&]() -> Status {
+    out.emplace(f());
+    return out->ok() ? ok_status() : out->status();
+  }));
+  return std::move(*out);
+}
+
 // The index of the first node running `kernel` with OP = `op` ("" : any), from `from` on.
 int find_node(const Graph& g, const std::string& kernel, const std::string& op = "",
               size_t from = 0) {
@@ -193,12 +204,9 @@ TEST(GraphFusion, AnAddAfterALinearBecomesTheGemmsEpilogueOnEveryDevice) {
       };
       Expected<Tensor> eager = f();
       ASSERT_TRUE(eager.ok()) << eager.status().to_string();
-      Tensor out;
-      Status s = fused.run([&]() -> Status {
-        TESSEL_ASSIGN_OR_RETURN(out, f());
-        return ok_status();
-      });
-      ASSERT_TRUE(s.ok()) << s.to_string();
+      Expected<Tensor> fused_out = run_fused(fused, f);
+      ASSERT_TRUE(fused_out.ok()) << fused_out.status().to_string();
+      const Tensor& out = *fused_out;
       if (step == 0) {
         ASSERT_EQ(fused.plan()->groups.size(), 1u) << to_string(*fused.graph());
         EXPECT_GE(fused.plan()->groups[0].producer, 0) << to_string(*fused.graph());
@@ -246,12 +254,9 @@ TEST(GraphFusion, ReluAndAnAddAfterBatchNormBecomeItsEpilogueOnEveryDevice) {
       };
       Expected<Tensor> eager = f();
       ASSERT_TRUE(eager.ok()) << eager.status().to_string();
-      Tensor out;
-      Status s = fused.run([&]() -> Status {
-        TESSEL_ASSIGN_OR_RETURN(out, f());
-        return ok_status();
-      });
-      ASSERT_TRUE(s.ok()) << s.to_string();
+      Expected<Tensor> fused_out = run_fused(fused, f);
+      ASSERT_TRUE(fused_out.ok()) << fused_out.status().to_string();
+      const Tensor& out = *fused_out;
       if (step == 0) {
         ASSERT_EQ(fused.plan()->groups.size(), 1u) << to_string(*fused.graph());
         const FusedGroup& group = fused.plan()->groups[0];
@@ -393,13 +398,9 @@ TEST(GraphFusion, ReplayedTrainingStepsMatchEagerSteps) {
     for (int step = 0; step < 6; ++step) {
       Expected<double> want = train_step(eager, x, y);
       ASSERT_TRUE(want.ok()) << want.status().to_string();
-      double got = 0;
-      Status s = fused.run([&]() -> Status {
-        TESSEL_ASSIGN_OR_RETURN(got, train_step(fused_net, x, y));
-        return ok_status();
-      });
-      ASSERT_TRUE(s.ok()) << s.to_string();
-      EXPECT_NEAR(got, *want, 1e-6) << "step " << step;
+      Expected<double> got = run_fused(fused, [&] { return train_step(fused_net, x, y); });
+      ASSERT_TRUE(got.ok()) << got.status().to_string();
+      EXPECT_NEAR(*got, *want, 1e-6) << "step " << step;
     }
     ASSERT_NE(fused.plan(), nullptr);
     EXPECT_GE(fused.plan()->groups.size(), 4u)
