@@ -56,9 +56,7 @@ class ThreadPool {
   // num_threads() threads, and returns when all of them are done. grain < 1 is treated as 1.
   template <typename Fn>
   void parallel_for(int64_t n, int64_t grain, Fn&& fn) {
-    using F = std::remove_reference_t<Fn>;
-    run(n, grain, RangeFn{&fn, [](void* f, int64_t b, int64_t e) { (*static_cast<F*>(f))(b, e); }},
-        /*exact_chunks=*/false);
+    run(n, grain, range_fn(fn), /*exact_chunks=*/false);
   }
 
   // The same, but every chunk is exactly `chunk` long (the last may be shorter), however many
@@ -67,9 +65,7 @@ class ThreadPool {
   // left the other thread idle for all of them. chunk < 1 is treated as 1.
   template <typename Fn>
   void parallel_for_chunks(int64_t n, int64_t chunk, Fn&& fn) {
-    using F = std::remove_reference_t<Fn>;
-    run(n, chunk, RangeFn{&fn, [](void* f, int64_t b, int64_t e) { (*static_cast<F*>(f))(b, e); }},
-        /*exact_chunks=*/true);
+    run(n, chunk, range_fn(fn), /*exact_chunks=*/true);
   }
 
  private:
@@ -79,6 +75,11 @@ class ThreadPool {
     void (*call)(void*, int64_t, int64_t);
   };
 
+  // fn(begin, end) behind a plain function pointer, for the non-template run().
+  template <typename Fn>
+  static RangeFn range_fn(Fn& fn) {
+    return RangeFn{&fn, [](void* f, int64_t b, int64_t e) { (*static_cast<Fn*>(f))(b, e); }};
+  }
   void run(int64_t n, int64_t grain, RangeFn fn, bool exact_chunks);
   void worker_loop();
   // Claims and runs chunks of the current job until none are left.
