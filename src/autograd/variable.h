@@ -12,7 +12,8 @@
 // backward rule needs are freed as soon as nothing else holds them. backward() frees the saved
 // tensors as it goes; a second backward through the same graph is an error that says so.
 // Gradients of leaves accumulate (+=) across backward calls until zero_grad(). Inside a NoGrad
-// scope nothing is recorded.
+// scope nothing is recorded. Inside a 16-bit Autocast scope the saved f32 activations may be kept
+// as bf16/f16 copies instead (which ones and why: autograd/saved_precision.h).
 //
 // Leaf hooks are how data-parallel training (parallel/) sees the tape without owning it: a leaf's
 // `on_grad_ready` runs once per backward pass, right after the last contribution that pass makes

@@ -245,7 +245,8 @@ Status same_program(const Trace& a, int64_t batch_a, const Trace& b, int64_t bat
 struct Replay {
   int64_t peak = 0, reserved = 0;
   int64_t peak_event = -1;
-  int64_t touched = 0;  // bytes of the held blocks ever written: resident
+  int64_t touched = 0;            // bytes of the held blocks ever written: resident
+  std::vector<int64_t> block_of;  // per allocation, the size of the block it was handed
 };
 
 // Whether this machine backs memory with transparent huge pages when asked (THP "always" or
@@ -272,42 +273,53 @@ int64_t touched_bytes(int64_t requested, int64_t block) {
   return std::min(block, (requested + page - 1) / page * page);
 }
 
-// Liveness over the trace with these block sizes, through the caching allocator's rules: a
-// released block is cached and handed out again (the last released first) for its size class.
+// Liveness over the trace with these block sizes, through the caching allocator's rules
+// (runtime/caching_allocator.h): a released block is cached and handed out again, the last
+// released first, for its own size class or else the smallest larger class up to
+// CachingAllocator::kMaxReuseFactor times the request's.
 Replay replay(const Trace& t, const std::vector<int64_t>& blocks) {
   Replay r;
   int64_t live = 0;
   std::vector<int64_t> touched;                       // per block held
+  std::vector<int64_t> size_of;                       // per block held
   std::map<int64_t, std::vector<size_t>> cached;      // block size -> blocks held, free
   std::vector<size_t> held_by(t.allocations.size());  // allocation -> block held
+  const int64_t reuse = int64_t(CachingAllocator::kMaxReuseFactor);
+  r.block_of.assign(t.allocations.size(), 0);
   for (size_t i = 0; i < t.events.size(); ++i) {
     const Event& e = t.events[i];
-    const int64_t block = blocks[size_t(e.id)];
     if (e.allocate) {
-      std::vector<size_t>& free = cached[block];
+      const int64_t block = blocks[size_t(e.id)];
+      auto free = cached.lower_bound(block);
+      while (free != cached.end() && free->first <= reuse * block && free->second.empty())
+        ++free;
       size_t held;
-      if (!free.empty()) {
-        held = free.back();
-        free.pop_back();
+      if (free != cached.end() && free->first <= reuse * block) {
+        held = free->second.back();
+        free->second.pop_back();
       } else {
         held = touched.size();
         touched.push_back(0);
+        size_of.push_back(block);
         r.reserved += block;
       }
       held_by[size_t(e.id)] = held;
-      const int64_t written = touched_bytes(t.allocations[size_t(e.id)].requested, block);
+      const int64_t size = size_of[held];
+      r.block_of[size_t(e.id)] = size;
+      const int64_t written = touched_bytes(t.allocations[size_t(e.id)].requested, size);
       if (written > touched[held]) {
         r.touched += written - touched[held];
         touched[held] = written;
       }
-      live += block;
+      live += size;
       if (live > r.peak) {
         r.peak = live;
         r.peak_event = int64_t(i);
       }
     } else {
-      live -= block;
-      cached[block].push_back(held_by[size_t(e.id)]);
+      const size_t held = held_by[size_t(e.id)];
+      live -= size_of[held];
+      cached[size_of[held]].push_back(held);
     }
   }
   return r;
@@ -503,6 +515,8 @@ Expected<MemoryPlan> plan_memory(MemoryPlanTarget& target, const MemoryPlanOptio
     plan.peak_at = fmt::format("step {}, {} ({}{}{})", at.step, phase_name(at.phase),
                                at.layer.empty() ? "-" : at.layer, at.op.empty() ? "" : ", ", at.op);
   }
+  // Saved activations count at their own size class; the kinds live at the peak at the blocks
+  // they were handed (a reused larger block counts whole), so that they sum to the peak.
   std::map<std::string, size_t> layer_order;
   for (size_t id = 0; id < trace.allocations.size(); ++id) {
     const Allocation& a = trace.allocations[id];
@@ -515,7 +529,7 @@ Expected<MemoryPlan> plan_memory(MemoryPlanTarget& target, const MemoryPlanOptio
       plan.activations_by_layer[it->second].second += blocks[id];
     }
     if (a.allocated_at <= r.peak_event && (a.freed_at < 0 || a.freed_at > r.peak_event))
-      plan.at_peak[int(a.kind)] += blocks[id];
+      plan.at_peak[int(a.kind)] += r.block_of[id];
   }
   // The batches a run holds beside the one in use: blocks of the batch's sizes, live at the peak.
   int64_t queued_bytes = 0, queued_touched = 0;

@@ -1,4 +1,4 @@
-// Caching allocator: size classes, per-class free lists, statistics.
+// Caching allocator: size classes, per-class free lists, reuse of larger cached blocks, statistics.
 #include "runtime/caching_allocator.h"
 
 #include <algorithm>
@@ -66,11 +66,17 @@ Expected<DeviceBuffer> CachingAllocator::allocate(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
 
   DeviceBuffer buffer;
-  auto cached = free_blocks_.find(block);
-  if (cached != free_blocks_.end() && !cached->second.empty()) {
+  auto cached = free_blocks_.end();
+  for (auto it = free_blocks_.lower_bound(block);
+       it != free_blocks_.end() && it->first <= kMaxReuseFactor * block; ++it)
+    if (!it->second.empty()) {
+      cached = it;
+      break;
+    }
+  if (cached != free_blocks_.end()) {
     buffer = cached->second.back();
     cached->second.pop_back();
-    stats_.cached_bytes -= block;
+    stats_.cached_bytes -= buffer.bytes;
     ++stats_.cache_hits;
   } else {
     Expected<DeviceBuffer> raw = raw_.allocate(block);
@@ -92,11 +98,11 @@ Expected<DeviceBuffer> CachingAllocator::allocate(size_t bytes) {
   const bool fresh = live_.emplace(buffer.handle, bytes).second;
   TESSEL_CHECK(fresh, "{}: handle {} handed out twice", device_, buffer.handle);
   ++stats_.allocations;
-  stats_.current_bytes += block;
+  stats_.current_bytes += buffer.bytes;
   stats_.requested_bytes += bytes;
   stats_.peak_bytes = std::max(stats_.peak_bytes, stats_.current_bytes);
   stats_.reserved_bytes = stats_.current_bytes + stats_.cached_bytes;
-  observe(this, buffer.handle, bytes, block, true);
+  observe(this, buffer.handle, bytes, buffer.bytes, true);
   return buffer;
 }
 
@@ -105,7 +111,9 @@ void CachingAllocator::release(DeviceBuffer buffer) {
   auto live = live_.find(buffer.handle);
   TESSEL_CHECK(live != live_.end(), "{}: release of a buffer this allocator did not hand out",
                device_);
-  TESSEL_CHECK(buffer.bytes == round_size(live->second), "{}: release with a wrong size", device_);
+  TESSEL_CHECK(buffer.bytes >= round_size(live->second) &&
+                   buffer.bytes <= kMaxReuseFactor * round_size(live->second),
+               "{}: release with a wrong size", device_);
   observe(this, buffer.handle, live->second, buffer.bytes, false);
   stats_.requested_bytes -= live->second;
   live_.erase(live);

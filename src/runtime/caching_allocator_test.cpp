@@ -118,6 +118,52 @@ TEST(CachingAllocator, StatsFollowAKnownSequence) {
   EXPECT_EQ(fake.live_bytes, 0u);
 }
 
+TEST(CachingAllocator, ALargerCachedBlockUpToTwiceTheClassIsReused) {
+  FakeDevice fake;
+  CachingAllocator alloc("fake", fake.raw());
+  DeviceBuffer big = *alloc.allocate(1000);  // class 1024
+  DeviceBuffer mid = *alloc.allocate(700);   // class 768
+  DeviceBuffer own = *alloc.allocate(600);   // class 640
+  alloc.release(big);
+  alloc.release(mid);
+  alloc.release(own);
+  ASSERT_EQ(fake.raw_allocs, 3);
+
+  // Its own class first, then the smallest larger class within twice its own.
+  DeviceBuffer a = *alloc.allocate(600);
+  EXPECT_EQ(a.handle, own.handle);
+  EXPECT_EQ(a.bytes, 640u);
+  DeviceBuffer b = *alloc.allocate(520);  // class 640: none left; 768 before 1024
+  EXPECT_EQ(b.handle, mid.handle);
+  EXPECT_EQ(b.bytes, 768u);
+  AllocatorStats s = alloc.stats();
+  EXPECT_EQ(s.current_bytes, 640u + 768u);  // blocks as handed out, not as asked for
+  EXPECT_EQ(s.requested_bytes, 1120u);
+  EXPECT_EQ(s.cached_bytes, 1024u);
+  EXPECT_EQ(s.cache_hits, 2);
+
+  // 1024 is more than twice class 384, so a request of 300 gets a new block...
+  DeviceBuffer c = *alloc.allocate(300);
+  EXPECT_NE(c.handle, big.handle);
+  EXPECT_EQ(c.bytes, 320u);
+  EXPECT_EQ(fake.raw_allocs, 4);
+  // ...and one of class 512 takes it.
+  DeviceBuffer d = *alloc.allocate(500);
+  EXPECT_EQ(d.handle, big.handle);
+  EXPECT_EQ(d.bytes, 1024u);
+  EXPECT_EQ(alloc.stats().cached_bytes, 0u);
+
+  // A block goes back to the free list of its own size, whatever it was asked for.
+  alloc.release(d);
+  DeviceBuffer e = *alloc.allocate(1024);
+  EXPECT_EQ(e.handle, big.handle);
+  for (DeviceBuffer x : {a, b, c, e})
+    alloc.release(x);
+  EXPECT_EQ(alloc.stats().current_bytes, 0u);
+  EXPECT_EQ(alloc.stats().requested_bytes, 0u);
+  EXPECT_EQ(fake.raw_allocs, 4);
+}
+
 TEST(CachingAllocator, ZeroBytesGetsARealBlock) {
   FakeDevice fake;
   CachingAllocator alloc("fake", fake.raw());
@@ -146,7 +192,8 @@ TEST(CachingAllocator, OutOfMemoryEmptiesTheCacheAndRetries) {
   CachingAllocator alloc("fake:0", fake.raw());
   DeviceBuffer a = *alloc.allocate(3072);
   alloc.release(a);  // cached: the fake now has 1024 bytes left
-  Expected<DeviceBuffer> b = alloc.allocate(2048);
+  // Class 1280: more than the fake has left, and the cached 3072 is over twice its class.
+  Expected<DeviceBuffer> b = alloc.allocate(1280);
   ASSERT_TRUE(b.ok()) << b.status().to_string();
   EXPECT_EQ(fake.raw_frees, 1);
   EXPECT_EQ(alloc.stats().cached_bytes, 0u);
@@ -155,7 +202,7 @@ TEST(CachingAllocator, OutOfMemoryEmptiesTheCacheAndRetries) {
   ASSERT_FALSE(too_big.ok());
   EXPECT_EQ(too_big.status().code(), Code::kResourceExhausted);
   EXPECT_EQ(too_big.status().message(),
-            "fake:0: cannot allocate 4.0 KiB (2.0 KiB in use, 0 B cached): fake device is full");
+            "fake:0: cannot allocate 4.0 KiB (1.2 KiB in use, 0 B cached): fake device is full");
   alloc.release(*b);
 }
 
