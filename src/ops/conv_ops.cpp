@@ -190,18 +190,31 @@ struct TapGrid {
   int64_t plane() const { return hh * ww; }
 };
 
-// Whether a 1x1 / stride 1 layer reads its NCHW input in place, one grid plane per image: when
-// an image fills at least a 256-wide tile. Smaller images (14 x 14, 7 x 7) are relaid so that
-// they follow each other along the positions, which costs a pass over the input but fills the
-// tiles (49 positions would use 49 of 64 micro-tile columns, per image).
-bool reads_in_place(const Window& w, int64_t positions) {
-  return w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0 && positions >= 256;
+// Whether a gemm per image (a 1x1 read in place, or over a subsampled input) beats relaying the
+// input channel-major with the images along the positions. The relayout is a pass over the
+// input (a quarter of resnet50.layer3.1.conv1's forward, perf, 1 thread); a gemm per image
+// rounds its positions up to whole micro-tile columns (196 -> 208, 6%; 49 -> 64, 31%). The
+// pass costs per flop as 1 / `rows`, the gemm's rows per group (output channels forward, input
+// channels for the input gradient), so small images keep it only under many rows: bench conv,
+// 1 thread, CPU clock, 7 x 7 images, in place against relaid: 512 rows 0.44-0.59 -> 0.71-0.72x
+// oneDNN (forward) and 0.66-0.72 -> 0.76-0.85x (input gradient), 2048 rows 0.76-0.81 -> 0.54-0.59x
+// (forward). `rows` = 0: the weight gradient, where positions are the gemm's depth, not its
+// columns, and both its operands would be relaid (7 x 7: 0.50-0.53 -> 0.73-0.76x oneDNN).
+bool gemm_per_image_pays(int64_t positions, int64_t rows) {
+  return positions >= 196 || rows <= 512;
 }
 
-// The grid of the forward pass (and of the weight gradient, which reads the same views).
-TapGrid forward_grid(const Window& w, const ConvShape& s) {
+// Whether a 1x1 / stride 1 layer reads its NCHW input in place, one grid plane per image.
+bool reads_in_place(const Window& w, int64_t positions, int64_t rows) {
+  return w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0 &&
+         gemm_per_image_pays(positions, rows);
+}
+
+// The grid of the forward pass (and, `weight_grad`, of the weight gradient, which reads the same
+// views).
+TapGrid forward_grid(const Window& w, const ConvShape& s, bool weight_grad = false) {
   TapGrid g;
-  g.direct = reads_in_place(w, s.l());
+  g.direct = reads_in_place(w, s.l(), weight_grad ? 0 : s.o / s.groups);
   const int64_t reach_y = (w.kh - 1) * w.dh, reach_x = (w.kw - 1) * w.dw;
   g.phases_y = std::min(w.sh, reach_y + 1);
   g.phases_x = std::min(w.sw, reach_x + 1);
@@ -220,7 +233,7 @@ struct TransposedGrid {
   int64_t top = 0, left = 0;
 };
 
-TransposedGrid input_grad_grid(const Window& w, int64_t h, int64_t wd) {
+TransposedGrid input_grad_grid(const Window& w, int64_t h, int64_t wd, int64_t rows) {
   auto offsets = [](int64_t stride, int64_t pad, int64_t k, int64_t dil) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (int64_t p = 0; p < stride; ++p)
@@ -237,7 +250,7 @@ TransposedGrid input_grad_grid(const Window& w, int64_t h, int64_t wd) {
   TransposedGrid t;
   t.top = std::max<int64_t>(0, -lo_y);
   t.left = std::max<int64_t>(0, -lo_x);
-  t.grid.direct = reads_in_place(w, h * wd);
+  t.grid.direct = reads_in_place(w, h * wd, rows);
   t.grid.taps_y = hi_y + t.top + 1;
   t.grid.taps_x = hi_x + t.left + 1;
   t.grid.hh = ceil_div(h, w.sh) + hi_y + t.top;
@@ -596,7 +609,7 @@ Expected<Tensor> weight_grad_gemms(const View& a, const View& x_qk, int64_t posi
 Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Window& w,
                                       const ConvShape& s, DType compute) {
   const bool subsampled = subsamples(w);
-  const TapGrid grid = subsampled ? subsampled_grid(s) : forward_grid(w, s);
+  const TapGrid grid = subsampled ? subsampled_grid(s) : forward_grid(w, s, true);
   const int64_t og = s.o / s.groups, cg = s.c / s.groups;
   if (subsampled) {  // the forward's dense view of x (above), the output gradient as it is
     TESSEL_ASSIGN_OR_RETURN(Tensor xs, subsample(x, w, s, compute));
@@ -686,7 +699,7 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
                                      const ConvShape& s, const Shape& x_shape, DType compute) {
   if (columns_pay(w, s) && unit_strides(w))
     return input_grad_columns(g, weight, w, s, x_shape, compute);
-  const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3]);
+  const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3], s.c / s.groups);
   Tensor dy = g;
   if (t.grid.direct) {
     TESSEL_ASSIGN_OR_RETURN(dy, contiguous_on_device(g));

@@ -955,6 +955,17 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{2, 16, 16, 17}, 16, 3, 3, 1, 1, 1, 1, 1, false},
       {{3, 16, 15, 17}, 24, 3, 3, 1, 1, 1, 1, 1, true},
       {{1, 32, 15, 31}, 16, 1, 3, 1, 1, 0, 1, 2, false},
+      // 1x1 / stride 1 over images of fewer than 256 positions: one gemm per image read in
+      // place (forward and input gradient under at most 512 rows per group, the weight gradient
+      // always), batch 1 to 3, odd sizes, groups, zero and random bias; and under more than 512
+      // rows, relaid with the images along the positions: the forward of 520 output channels,
+      // the input gradient of 520 input channels.
+      {{2, 16, 7, 7}, 24, 1, 1, 1, 1, 0, 0, 1, false},
+      {{3, 16, 14, 14}, 16, 1, 1, 1, 1, 0, 0, 1, true},
+      {{1, 32, 5, 3}, 32, 1, 1, 1, 1, 0, 0, 2, false},
+      {{2, 24, 13, 11}, 40, 1, 1, 1, 1, 0, 0, 1, true},
+      {{2, 16, 7, 5}, 520, 1, 1, 1, 1, 0, 0, 1, false},
+      {{2, 520, 3, 5}, 16, 1, 1, 1, 1, 0, 0, 1, false},
   };
   for (const LoopConv& c : cases)
     testing::for_each_device("conv2d", {DType::kF32, DType::kF32, DType::kF32},
