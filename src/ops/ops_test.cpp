@@ -966,6 +966,10 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{2, 24, 13, 11}, 40, 1, 1, 1, 1, 0, 0, 1, true},
       {{2, 16, 7, 5}, 520, 1, 1, 1, 1, 0, 0, 1, false},
       {{2, 520, 3, 5}, 16, 1, 1, 1, 1, 0, 0, 1, false},
+      // A strided 1x1's input gradient: one gemm per image over the output gradient read in
+      // place (the cases above), and under more than 512 input channels over few outputs, on
+      // the implicit grid's one output phase.
+      {{2, 520, 5, 7}, 16, 1, 1, 2, 2, 0, 0, 1, false},
   };
   for (const LoopConv& c : cases)
     testing::for_each_device("conv2d", {DType::kF32, DType::kF32, DType::kF32},
