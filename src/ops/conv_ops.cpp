@@ -451,25 +451,52 @@ Expected<Tensor> conv_forward_columns(const Tensor& x, const Tensor& weight, con
 }
 
 // The input gradient over columns: dcols [G K, N L] = W^T dY (dY relaid channel-major, images
-// along the positions), folded back onto the input by col2im.
+// along the positions), folded back onto the input by col2im_rows (unit strides) or
+// col2im_strided_rows (a strided stem, input_grad_few_rows).
 Expected<Tensor> input_grad_columns(const Tensor& g, const Tensor& weight, const Window& w,
                                     const ConvShape& s, const Shape& x_shape, DType compute) {
-  const TapGrid grid = column_grid(s);
+  TapGrid grid = column_grid(s);
   const int64_t q = s.n * s.l();
-  TESSEL_ASSIGN_OR_RETURN(Tensor dy, relayout(g, compute, grid, 1, 1, 0, 0));
+  // dY read in place, one gemm per image, where that pays (gemm_per_image_pays; the relayout
+  // was 10% of resnet50.conv1's input gradient), else relaid with the images along the positions.
+  grid.direct = gemm_per_image_pays(s.l(), s.k);
+  Tensor dy = g;
+  if (!grid.direct) {
+    TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, grid, 1, 1, 0, 0));
+  }
   TESSEL_ASSIGN_OR_RETURN(View taps, column_taps(weight, s, true));
   TESSEL_ASSIGN_OR_RETURN(Tensor dcols, empty_like_device({s.groups * s.k, q}, DType::kF32, g));
-  const StoreTarget out{View{dcols, {1, s.groups, s.k, q}, {0, s.k * q, q, 1}}, true};
+  const StoreTarget out{grid.direct
+                            ? View{dcols, {s.n, s.groups, s.k, s.l()}, {s.l(), s.k * q, q, 1}}
+                            : View{dcols, {1, s.groups, s.k, q}, {0, s.k * q, q, 1}},
+                        true};
   View no_bias{dcols, {s.groups, s.k}, {0, 0}};  // unread with BIAS = 0
   TESSEL_TRY(launch_implicit(taps, tap_view(dy, grid, s.n, s.o, s.groups, false), out, no_bias,
                              false, false, kPointwise, grid, 0, 0));
   TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
-  // Unit strides only (input_grad_implicit's test), which col2im_rows assumes.
-  TESSEL_TRY(launch_kernel("col2im_rows",
-                           {{"BN", std::to_string(std::min<int64_t>(x_shape[3], 32))}},
-                           {View{dcols, {s.groups * s.k, s.n, s.oh, s.ow}, {q, s.l(), s.ow, 1}}, dx,
-                            w.kh, w.kw, w.ph, w.pw, w.dh, w.dw}));
+  const View dcols4{dcols, {s.groups * s.k, s.n, s.oh, s.ow}, {q, s.l(), s.ow, 1}};
+  if (unit_strides(w)) {
+    TESSEL_TRY(launch_kernel("col2im_rows",
+                             {{"BN", std::to_string(std::min<int64_t>(x_shape[3], 32))}},
+                             {dcols4, dx, w.kh, w.kw, w.ph, w.pw, w.dh, w.dw}));
+  } else {
+    // A block as wide as the rows (up to 128 columns per phase): each tap then reads whole
+    // rows of its columns, where 16-column blocks read one line in each of kh kw planes
+    // megabytes apart per row (resnet50.conv1: 49 planes of 3 MiB), a cache miss each.
+    const int64_t bn = std::min<int64_t>(ceil_div(x_shape[3], w.sw), 128);
+    TESSEL_TRY(launch_kernel("col2im_strided_rows",
+                             {{"SW", std::to_string(w.sw)}, {"BN", std::to_string(bn)}},
+                             {dcols4, dx, w.kh, w.kw, w.sh, w.ph, w.pw, w.dh, w.dw}));
+  }
   return dx;
+}
+
+// Whether an input gradient runs over columns because the implicit gemm would have few rows:
+// fewer than 16 input channels per group (an RGB stem's 3) fill a fraction of each 6- or
+// 12-row micro-tile and make every packed tile of the output gradient serve 3 rows, while the
+// columns' gemm has C / G kh kw rows (147 for a 7x7 stem).
+bool input_grad_few_rows(const Window& w, const ConvShape& s) {
+  return s.c / s.groups < 16 && w.kh * w.kw > 1;
 }
 
 // ---- strided 1x1 without padding (the CPU: ResNet's downsampling layers) ----
@@ -727,7 +754,7 @@ Expected<Tensor> input_grad_subsampled(const Tensor& g, const Tensor& weight, co
 // transposed over the output gradient g, padded so that every tap reads inside it.
 Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
                                      const ConvShape& s, const Shape& x_shape, DType compute) {
-  if (columns_pay(w, s) && unit_strides(w))
+  if ((columns_pay(w, s) && unit_strides(w)) || input_grad_few_rows(w, s))
     return input_grad_columns(g, weight, w, s, x_shape, compute);
   if (input_grad_subsamples(w, s)) return input_grad_subsampled(g, weight, s, w, x_shape);
   const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3], s.c / s.groups);

@@ -276,6 +276,9 @@ std::vector<Case> all_cases() {
                           // weight copy (conv_weight_transpose) with groups, odd sizes
                {real({2, 32, 7, 6}), real({32, 16, 3, 3}), real({32})},
                Attrs().set("stride", {2, 2}).set("padding", {1, 1}).set("groups", 2)});
+  c.push_back({"conv2d",  // a dilated strided stem's input gradient (col2im_strided_rows)
+               {real({1, 3, 9, 11}), real({16, 3, 3, 3}), real({16})},
+               Attrs().set("stride", {2, 2}).set("padding", {2, 2}).set("dilation", {2, 2})});
   // An RGB 7x7 / stride 2 stem with C kw >= 16: unfolded into a 7x1 convolution over 21
   // channels (forward and weight gradient; the input gradient stays on im2col).
   c.push_back({"conv2d",
@@ -970,6 +973,13 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       // place (the cases above), and under more than 512 input channels over few outputs, on
       // the implicit grid's one output phase.
       {{2, 520, 5, 7}, 16, 1, 1, 2, 2, 0, 0, 1, false},
+      // Input gradients of fewer than 16 input channels per group (stems) over columns: dY
+      // read in place, col2im_strided_rows at strides 2, (2, 3) and (1, 2) (odd sizes, more
+      // images than a block's 8, groups, zero bias), col2im_rows at unit strides.
+      {{2, 3, 23, 21}, 16, 7, 7, 2, 2, 3, 3, 1, false},
+      {{9, 3, 9, 10}, 16, 3, 3, 1, 1, 1, 1, 1, false},
+      {{1, 4, 13, 17}, 32, 3, 3, 2, 3, 1, 2, 2, true},
+      {{3, 3, 12, 11}, 16, 5, 5, 1, 2, 2, 0, 1, false},
   };
   for (const LoopConv& c : cases)
     testing::for_each_device("conv2d", {DType::kF32, DType::kF32, DType::kF32},
