@@ -511,7 +511,9 @@ bool input_grad_few_rows(const Window& w, const ConvShape& s) {
 // downsampling layers 0.70-0.80 -> 0.81-0.97x oneDNN, ResNet-18's 0.25-0.37 -> 0.34-0.78x); the
 // forward only where an image's outputs fill most of a 256-wide tile (14 x 14 and more): over
 // 7 x 7 outputs a gemm per image of 49 columns lost to the grid's images along the positions.
-// The input gradient already runs the one output phase such a layer reaches.
+// The input gradient reads the output gradient in place too, one gemm per image stored at the
+// positions the layer reads (input_grad_subsampled); over small images under many input
+// channels it runs the implicit grid's one output phase such a layer reaches.
 bool subsamples(const Window& w) {
   return w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0 && !unit_strides(w);
 }
@@ -677,8 +679,9 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
 // layer a kh x 1 convolution over C kw channels (21 for a 7x7 RGB stem), deep enough, without
 // writing im2col's kh kw shifted copies of the input: the relaid buffer holds kw of them. The
 // weights go as [O, kh, C, kw] (a small permuted copy), so that tap i's [O, C kw] matrix has
-// unit stride. The forward only: the gradients stay on im2col (the weight gradient's gemm per tap
-// would be 21 wide, a third of each micro-tile idle; a stem needs no input gradient).
+// unit stride. The forward only: the weight gradient stays on im2col (its gemm per tap would be
+// 21 wide, a third of each micro-tile idle), the input gradient runs over columns
+// (input_grad_few_rows; a network's stem needs none, but a stem elsewhere may).
 
 // Whether a layer runs unfolded on this device.
 bool runs_unfolded(const Tensor& like, const Window& w, const ConvShape& s) {
