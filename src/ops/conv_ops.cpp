@@ -729,7 +729,10 @@ Expected<Tensor> conv_forward_unfolded(const Tensor& x, const Tensor& weight, co
 // relaid the output gradient channel-major first (7.5% of resnet50.layer2.0.downsample.0's
 // input gradient, perf, 1 thread). Small images keep it where gemm_per_image_pays says so.
 bool input_grad_subsamples(const Window& w, const ConvShape& s) {
-  return subsamples(w) && gemm_per_image_pays(s.l(), s.c / s.groups);
+  // Not over 4 x 4 outputs: resnet18.layer4.0.downsample.0's input gradient was slower per image
+  // (bench conv, 1 thread, CPU clock: 0.38-0.41 -> 0.33-0.38x oneDNN; 8 x 8: 0.35-0.50 ->
+  // 0.53-0.60x).
+  return subsamples(w) && s.l() >= 64 && gemm_per_image_pays(s.l(), s.c / s.groups);
 }
 
 Expected<Tensor> input_grad_subsampled(const Tensor& g, const Tensor& weight, const ConvShape& s,
