@@ -190,18 +190,31 @@ struct TapGrid {
   int64_t plane() const { return hh * ww; }
 };
 
-// Whether a 1x1 / stride 1 layer reads its NCHW input in place, one grid plane per image: when
-// an image fills at least a 256-wide tile. Smaller images (14 x 14, 7 x 7) are relaid so that
-// they follow each other along the positions, which costs a pass over the input but fills the
-// tiles (49 positions would use 49 of 64 micro-tile columns, per image).
-bool reads_in_place(const Window& w, int64_t positions) {
-  return w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0 && positions >= 256;
+// Whether a gemm per image (a 1x1 read in place, or over a subsampled input) beats relaying the
+// input channel-major with the images along the positions. The relayout is a pass over the
+// input (a quarter of resnet50.layer3.1.conv1's forward, perf, 1 thread); a gemm per image
+// rounds its positions up to whole micro-tile columns (196 -> 208, 6%; 49 -> 64, 31%). The
+// pass costs per flop as 1 / `rows`, the gemm's rows per group (output channels forward, input
+// channels for the input gradient), so small images keep it only under many rows: bench conv,
+// 1 thread, CPU clock, 7 x 7 images, in place against relaid: 512 rows 0.44-0.59 -> 0.71-0.72x
+// oneDNN (forward) and 0.66-0.72 -> 0.76-0.85x (input gradient), 2048 rows 0.76-0.81 -> 0.54-0.59x
+// (forward). `rows` = 0: the weight gradient, where positions are the gemm's depth, not its
+// columns, and both its operands would be relaid (7 x 7: 0.50-0.53 -> 0.73-0.76x oneDNN).
+bool gemm_per_image_pays(int64_t positions, int64_t rows) {
+  return positions >= 196 || rows <= 512;
 }
 
-// The grid of the forward pass (and of the weight gradient, which reads the same views).
-TapGrid forward_grid(const Window& w, const ConvShape& s) {
+// Whether a 1x1 / stride 1 layer reads its NCHW input in place, one grid plane per image.
+bool reads_in_place(const Window& w, int64_t positions, int64_t rows) {
+  return w.kh == 1 && w.kw == 1 && unit_strides(w) && w.ph == 0 && w.pw == 0 &&
+         gemm_per_image_pays(positions, rows);
+}
+
+// The grid of the forward pass (and, `weight_grad`, of the weight gradient, which reads the same
+// views).
+TapGrid forward_grid(const Window& w, const ConvShape& s, bool weight_grad = false) {
   TapGrid g;
-  g.direct = reads_in_place(w, s.l());
+  g.direct = reads_in_place(w, s.l(), weight_grad ? 0 : s.o / s.groups);
   const int64_t reach_y = (w.kh - 1) * w.dh, reach_x = (w.kw - 1) * w.dw;
   g.phases_y = std::min(w.sh, reach_y + 1);
   g.phases_x = std::min(w.sw, reach_x + 1);
@@ -220,7 +233,7 @@ struct TransposedGrid {
   int64_t top = 0, left = 0;
 };
 
-TransposedGrid input_grad_grid(const Window& w, int64_t h, int64_t wd) {
+TransposedGrid input_grad_grid(const Window& w, int64_t h, int64_t wd, int64_t rows) {
   auto offsets = [](int64_t stride, int64_t pad, int64_t k, int64_t dil) {
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (int64_t p = 0; p < stride; ++p)
@@ -237,7 +250,7 @@ TransposedGrid input_grad_grid(const Window& w, int64_t h, int64_t wd) {
   TransposedGrid t;
   t.top = std::max<int64_t>(0, -lo_y);
   t.left = std::max<int64_t>(0, -lo_x);
-  t.grid.direct = reads_in_place(w, h * wd);
+  t.grid.direct = reads_in_place(w, h * wd, rows);
   t.grid.taps_y = hi_y + t.top + 1;
   t.grid.taps_x = hi_x + t.left + 1;
   t.grid.hh = ceil_div(h, w.sh) + hi_y + t.top;
@@ -438,25 +451,52 @@ Expected<Tensor> conv_forward_columns(const Tensor& x, const Tensor& weight, con
 }
 
 // The input gradient over columns: dcols [G K, N L] = W^T dY (dY relaid channel-major, images
-// along the positions), folded back onto the input by col2im.
+// along the positions), folded back onto the input by col2im_rows (unit strides) or
+// col2im_strided_rows (a strided stem, input_grad_few_rows).
 Expected<Tensor> input_grad_columns(const Tensor& g, const Tensor& weight, const Window& w,
                                     const ConvShape& s, const Shape& x_shape, DType compute) {
-  const TapGrid grid = column_grid(s);
+  TapGrid grid = column_grid(s);
   const int64_t q = s.n * s.l();
-  TESSEL_ASSIGN_OR_RETURN(Tensor dy, relayout(g, compute, grid, 1, 1, 0, 0));
+  // dY read in place, one gemm per image, where that pays (gemm_per_image_pays; the relayout
+  // was 10% of resnet50.conv1's input gradient), else relaid with the images along the positions.
+  grid.direct = gemm_per_image_pays(s.l(), s.k);
+  Tensor dy = g;
+  if (!grid.direct) {
+    TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, grid, 1, 1, 0, 0));
+  }
   TESSEL_ASSIGN_OR_RETURN(View taps, column_taps(weight, s, true));
   TESSEL_ASSIGN_OR_RETURN(Tensor dcols, empty_like_device({s.groups * s.k, q}, DType::kF32, g));
-  const StoreTarget out{View{dcols, {1, s.groups, s.k, q}, {0, s.k * q, q, 1}}, true};
+  const StoreTarget out{grid.direct
+                            ? View{dcols, {s.n, s.groups, s.k, s.l()}, {s.l(), s.k * q, q, 1}}
+                            : View{dcols, {1, s.groups, s.k, q}, {0, s.k * q, q, 1}},
+                        true};
   View no_bias{dcols, {s.groups, s.k}, {0, 0}};  // unread with BIAS = 0
   TESSEL_TRY(launch_implicit(taps, tap_view(dy, grid, s.n, s.o, s.groups, false), out, no_bias,
                              false, false, kPointwise, grid, 0, 0));
   TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
-  // Unit strides only (input_grad_implicit's test), which col2im_rows assumes.
-  TESSEL_TRY(launch_kernel("col2im_rows",
-                           {{"BN", std::to_string(std::min<int64_t>(x_shape[3], 32))}},
-                           {View{dcols, {s.groups * s.k, s.n, s.oh, s.ow}, {q, s.l(), s.ow, 1}}, dx,
-                            w.kh, w.kw, w.ph, w.pw, w.dh, w.dw}));
+  const View dcols4{dcols, {s.groups * s.k, s.n, s.oh, s.ow}, {q, s.l(), s.ow, 1}};
+  if (unit_strides(w)) {
+    TESSEL_TRY(launch_kernel("col2im_rows",
+                             {{"BN", std::to_string(std::min<int64_t>(x_shape[3], 32))}},
+                             {dcols4, dx, w.kh, w.kw, w.ph, w.pw, w.dh, w.dw}));
+  } else {
+    // A block as wide as the rows (up to 128 columns per phase): each tap then reads whole
+    // rows of its columns, where 16-column blocks read one line in each of kh kw planes
+    // megabytes apart per row (resnet50.conv1: 49 planes of 3 MiB), a cache miss each.
+    const int64_t bn = std::min<int64_t>(ceil_div(x_shape[3], w.sw), 128);
+    TESSEL_TRY(launch_kernel("col2im_strided_rows",
+                             {{"SW", std::to_string(w.sw)}, {"BN", std::to_string(bn)}},
+                             {dcols4, dx, w.kh, w.kw, w.sh, w.ph, w.pw, w.dh, w.dw}));
+  }
   return dx;
+}
+
+// Whether an input gradient runs over columns because the implicit gemm would have few rows:
+// fewer than 16 input channels per group (an RGB stem's 3) fill a fraction of each 6- or
+// 12-row micro-tile and make every packed tile of the output gradient serve 3 rows, while the
+// columns' gemm has C / G kh kw rows (147 for a 7x7 stem).
+bool input_grad_few_rows(const Window& w, const ConvShape& s) {
+  return s.c / s.groups < 16 && w.kh * w.kw > 1;
 }
 
 // ---- strided 1x1 without padding (the CPU: ResNet's downsampling layers) ----
@@ -471,7 +511,9 @@ Expected<Tensor> input_grad_columns(const Tensor& g, const Tensor& weight, const
 // downsampling layers 0.70-0.80 -> 0.81-0.97x oneDNN, ResNet-18's 0.25-0.37 -> 0.34-0.78x); the
 // forward only where an image's outputs fill most of a 256-wide tile (14 x 14 and more): over
 // 7 x 7 outputs a gemm per image of 49 columns lost to the grid's images along the positions.
-// The input gradient already runs the one output phase such a layer reaches.
+// The input gradient reads the output gradient in place too, one gemm per image stored at the
+// positions the layer reads (input_grad_subsampled); over small images under many input
+// channels it runs the implicit grid's one output phase such a layer reaches.
 bool subsamples(const Window& w) {
   return w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0 && !unit_strides(w);
 }
@@ -596,7 +638,7 @@ Expected<Tensor> weight_grad_gemms(const View& a, const View& x_qk, int64_t posi
 Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Window& w,
                                       const ConvShape& s, DType compute) {
   const bool subsampled = subsamples(w);
-  const TapGrid grid = subsampled ? subsampled_grid(s) : forward_grid(w, s);
+  const TapGrid grid = subsampled ? subsampled_grid(s) : forward_grid(w, s, true);
   const int64_t og = s.o / s.groups, cg = s.c / s.groups;
   if (subsampled) {  // the forward's dense view of x (above), the output gradient as it is
     TESSEL_ASSIGN_OR_RETURN(Tensor xs, subsample(x, w, s, compute));
@@ -637,8 +679,9 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
 // layer a kh x 1 convolution over C kw channels (21 for a 7x7 RGB stem), deep enough, without
 // writing im2col's kh kw shifted copies of the input: the relaid buffer holds kw of them. The
 // weights go as [O, kh, C, kw] (a small permuted copy), so that tap i's [O, C kw] matrix has
-// unit stride. The forward only: the gradients stay on im2col (the weight gradient's gemm per tap
-// would be 21 wide, a third of each micro-tile idle; a stem needs no input gradient).
+// unit stride. The forward only: the weight gradient stays on im2col (its gemm per tap would be
+// 21 wide, a third of each micro-tile idle), the input gradient runs over columns
+// (input_grad_few_rows; a network's stem needs none, but a stem elsewhere may).
 
 // Whether a layer runs unfolded on this device.
 bool runs_unfolded(const Tensor& like, const Window& w, const ConvShape& s) {
@@ -680,13 +723,47 @@ Expected<Tensor> conv_forward_unfolded(const Tensor& x, const Tensor& weight, co
   return y;
 }
 
+// The input gradient of a strided 1x1 without padding, one gemm per image over the output
+// gradient read in place (a grid plane per image, as the forward's subsampled input), each
+// image's dX = W^T dY stored at the positions (oh sh, ow sw) of a zeroed dX. The implicit grid
+// relaid the output gradient channel-major first (7.5% of resnet50.layer2.0.downsample.0's
+// input gradient, perf, 1 thread). Small images keep it where gemm_per_image_pays says so.
+bool input_grad_subsamples(const Window& w, const ConvShape& s) {
+  // Not over 4 x 4 outputs: resnet18.layer4.0.downsample.0's input gradient was slower per image
+  // (bench conv, 1 thread, CPU clock: 0.38-0.41 -> 0.33-0.38x oneDNN; 8 x 8: 0.35-0.50 ->
+  // 0.53-0.60x).
+  return subsamples(w) && s.l() >= 64 && gemm_per_image_pays(s.l(), s.c / s.groups);
+}
+
+Expected<Tensor> input_grad_subsampled(const Tensor& g, const Tensor& weight, const ConvShape& s,
+                                       const Window& w, const Shape& x_shape) {
+  TapGrid grid;
+  grid.direct = true;
+  grid.hh = s.oh;
+  grid.ww = s.ow;
+  TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
+  TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dx, Tensor::zeros(x_shape, DType::kF32, g.device()));
+  const int64_t cg = s.c / s.groups, hw = x_shape[2] * x_shape[3];
+  // Grid position q of image z is output (q / ow, q % ow), stored at dX[z, c, q / ow sh,
+  // q % ow sw] (launch_implicit's oy = sh, ox = sw for a transposed launch).
+  const StoreTarget out{View{dx, {s.n, s.groups, cg, hw}, {s.c * hw, cg * hw, hw, 1}}, false,
+                        x_shape[2], x_shape[3], s.c * hw};
+  View no_bias{dx, {s.groups, cg}, {0, 0}};  // unread with BIAS = 0
+  TESSEL_TRY(launch_implicit(weight_taps(wc, s.groups, true),
+                             tap_view(dy, grid, s.n, s.o, s.groups, false), out, no_bias, false,
+                             true, w, grid, 0, 0, Phases{1, 1, true}));
+  return dx;
+}
+
 // The input gradient [N, C, H, W] (f32) of an implicit-gemm convolution: conv_implicit run
 // transposed over the output gradient g, padded so that every tap reads inside it.
 Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
                                      const ConvShape& s, const Shape& x_shape, DType compute) {
-  if (columns_pay(w, s) && unit_strides(w))
+  if ((columns_pay(w, s) && unit_strides(w)) || input_grad_few_rows(w, s))
     return input_grad_columns(g, weight, w, s, x_shape, compute);
-  const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3]);
+  if (input_grad_subsamples(w, s)) return input_grad_subsampled(g, weight, s, w, x_shape);
+  const TransposedGrid t = input_grad_grid(w, x_shape[2], x_shape[3], s.c / s.groups);
   Tensor dy = g;
   if (t.grid.direct) {
     TESSEL_ASSIGN_OR_RETURN(dy, contiguous_on_device(g));

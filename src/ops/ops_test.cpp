@@ -276,6 +276,9 @@ std::vector<Case> all_cases() {
                           // weight copy (conv_weight_transpose) with groups, odd sizes
                {real({2, 32, 7, 6}), real({32, 16, 3, 3}), real({32})},
                Attrs().set("stride", {2, 2}).set("padding", {1, 1}).set("groups", 2)});
+  c.push_back({"conv2d",  // a dilated strided stem's input gradient (col2im_strided_rows)
+               {real({1, 3, 9, 11}), real({16, 3, 3, 3}), real({16})},
+               Attrs().set("stride", {2, 2}).set("padding", {2, 2}).set("dilation", {2, 2})});
   // An RGB 7x7 / stride 2 stem with C kw >= 16: unfolded into a 7x1 convolution over 21
   // channels (forward and weight gradient; the input gradient stays on im2col).
   c.push_back({"conv2d",
@@ -955,6 +958,28 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{2, 16, 16, 17}, 16, 3, 3, 1, 1, 1, 1, 1, false},
       {{3, 16, 15, 17}, 24, 3, 3, 1, 1, 1, 1, 1, true},
       {{1, 32, 15, 31}, 16, 1, 3, 1, 1, 0, 1, 2, false},
+      // 1x1 / stride 1 over images of fewer than 256 positions: one gemm per image read in
+      // place (forward and input gradient under at most 512 rows per group, the weight gradient
+      // always), batch 1 to 3, odd sizes, groups, zero and random bias; and under more than 512
+      // rows, relaid with the images along the positions: the forward of 520 output channels,
+      // the input gradient of 520 input channels.
+      {{2, 16, 7, 7}, 24, 1, 1, 1, 1, 0, 0, 1, false},
+      {{3, 16, 14, 14}, 16, 1, 1, 1, 1, 0, 0, 1, true},
+      {{1, 32, 5, 3}, 32, 1, 1, 1, 1, 0, 0, 2, false},
+      {{2, 24, 13, 11}, 40, 1, 1, 1, 1, 0, 0, 1, true},
+      {{2, 16, 7, 5}, 520, 1, 1, 1, 1, 0, 0, 1, false},
+      {{2, 520, 3, 5}, 16, 1, 1, 1, 1, 0, 0, 1, false},
+      // A strided 1x1's input gradient: one gemm per image over the output gradient read in
+      // place (the cases above), and under more than 512 input channels over few outputs, on
+      // the implicit grid's one output phase.
+      {{2, 520, 5, 7}, 16, 1, 1, 2, 2, 0, 0, 1, false},
+      // Input gradients of fewer than 16 input channels per group (stems) over columns: dY
+      // read in place, col2im_strided_rows at strides 2, (2, 3) and (1, 2) (odd sizes, more
+      // images than a block's 8, groups, zero bias), col2im_rows at unit strides.
+      {{2, 3, 23, 21}, 16, 7, 7, 2, 2, 3, 3, 1, false},
+      {{9, 3, 9, 10}, 16, 3, 3, 1, 1, 1, 1, 1, false},
+      {{1, 4, 13, 17}, 32, 3, 3, 2, 3, 1, 2, 2, true},
+      {{3, 3, 12, 11}, 16, 5, 5, 1, 2, 2, 0, 1, false},
   };
   for (const LoopConv& c : cases)
     testing::for_each_device("conv2d", {DType::kF32, DType::kF32, DType::kF32},
