@@ -822,9 +822,8 @@ class CpuRenderer : public CRenderer {
       if (!index || index->name != p->vars[d]->as<Var>()->name) return false;
     }
     const Binary* update = st->value->as<Binary>();
-    if (update == nullptr ||
-        (update->op != BinaryOp::kAdd && update->op != BinaryOp::kMax &&
-         update->op != BinaryOp::kMin))
+    if (update == nullptr || (update->op != BinaryOp::kAdd && update->op != BinaryOp::kMax &&
+                              update->op != BinaryOp::kMin))
       return false;
     const Load* old = update->a->as<Load>();
     if (old == nullptr || old->buffer.get() != st->buffer.get() || old->predicate ||
@@ -888,8 +887,7 @@ class CpuRenderer : public CRenderer {
     open(fmt::format("for (int64_t _rlane = 0; _rlane < {}; ++_rlane)", kReductionLanes));
     emit(fmt::format("_rparts[_rlane] = {};", identity));
     close();
-    open(fmt::format("for (int64_t _rstep = 0; _rstep < {}; _rstep += {})", full,
-                     kReductionLanes));
+    open(fmt::format("for (int64_t _rstep = 0; _rstep < {}; _rstep += {})", full, kReductionLanes));
     emit("#pragma omp simd");
     open(fmt::format("for (int64_t _rlane = 0; _rlane < {}; ++_rlane)", kReductionLanes));
     emit(fmt::format("const int64_t {} = _rstep + _rlane;", ident(k)));
@@ -900,8 +898,8 @@ class CpuRenderer : public CRenderer {
     close();
     emit(fmt::format("float _racc = {};", dst));
     if (full < *k_extent) {
-      open(fmt::format("for (int64_t {} = {}; {} < {}; ++{})", ident(k), full, ident(k),
-                       *k_extent, ident(k)));
+      open(fmt::format("for (int64_t {} = {}; {} < {}; ++{})", ident(k), full, ident(k), *k_extent,
+                       ident(k)));
       emit(fmt::format("_racc = {};", expr(Binary::make(update->op, acc, update->b, st->loc))));
       close();
     }
