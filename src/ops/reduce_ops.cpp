@@ -67,6 +67,16 @@ std::optional<std::pair<int64_t, int64_t>> merge_group(const Tensor& t,
 }
 
 // OP of reduce_rows: 0 sum, 1 max.
+// reduce_cols' parameters. On the CPU a block owns 64 columns rather than 256: a bias or
+// LayerNorm gradient of 128 columns (gpt_tiny) was one block, so one thread, and ran half its
+// lanes under masked loads; 64-wide blocks give 128 columns two blocks and 384 six.
+KernelParams reduce_cols_params(const Tensor& x, int kind, bool accumulate) {
+  KernelParams params{{"OP", std::to_string(kind)}};
+  if (accumulate) params["ACC"] = "1";
+  if (x.device()->kind() == DeviceKind::kCpu) params["BC"] = "64";
+  return params;
+}
+
 Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const TensorMeta& out,
                                 int kind) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<int64_t> axes,
@@ -86,7 +96,7 @@ Expected<Tensor> reduce_forward(const Tensor& x, const Attrs& attrs, const Tenso
     // reduced axis's stride (18 such sums were 7% of a gpt_tiny training step).
     View columns{x, {cols->first, rows->first}, {cols->second, 1}};
     View yv{y, {y.numel()}, {1}};
-    TESSEL_TRY(launch_kernel("reduce_cols", {{"OP", std::to_string(kind)}}, {columns, yv}));
+    TESSEL_TRY(launch_kernel("reduce_cols", reduce_cols_params(x, kind, false), {columns, yv}));
     return y;
   }
   if (rows && cols) {
@@ -305,7 +315,8 @@ Status sum_rows_into(const Tensor& x, const Tensor& y) {
         tensor_summary(x), tensor_summary(y));
   if (y.numel() == 0) return ok_status();
   View xv{x, {x.size(0), x.size(1)}, {x.strides()[0], 1}};
-  return launch_kernel("reduce_cols", {{"OP", "0"}, {"ACC", "1"}}, {xv, View{y, {y.numel()}, {1}}});
+  return launch_kernel("reduce_cols", reduce_cols_params(x, 0, true),
+                       {xv, View{y, {y.numel()}, {1}}});
 }
 
 Expected<Tensor> sum_to(const Tensor& grad, const Shape& shape) {

@@ -714,6 +714,7 @@ class CpuRenderer : public CRenderer {
 
   void loops(const Parallel* p) {
     if (whole_tile_clear(p)) return;
+    if (reduction_loops(p)) return;
     size_t n = p->vars.size();
     for (size_t d = 0; d + 1 < n; ++d) {
       std::string v = expr(p->vars[d]);
@@ -780,6 +781,136 @@ class CpuRenderer : public CRenderer {
     }
     for (size_t d = 0; d + 1 < n; ++d)
       close();
+  }
+
+  // A lowered reduce(src, dst, axis, op) over scratch tiles: a parallel loop over dst's elements
+  // whose body is one serial loop `dst[vars] = op(dst[vars], x(k))`. Written plainly, the simd
+  // pragma sits on the parallel loop and GCC, which rarely vectorises an outer loop, ran every
+  // reduction scalar: a row sum was a chain of dependent adds with a store per element
+  // (layernorm_grad spent ~40% of its time in its four row sums at gpt_tiny's 128-wide rows), and
+  // flash attention's column maximum was a compare and branch per score. Two shapes instead:
+  // - k walks the last index of what x reads (axis = last: a row sum): each dst element keeps
+  //   kReductionLanes partial results in a vector, one per lane, combined at the end (sums are
+  //   reassociated, as every vectorised reduction is);
+  // - otherwise (axis = 0 of a row-major tile): the serial loop goes outside and the vector loop
+  //   runs over dst's last index, which is the same arithmetic in the same order per element.
+  // Returns false (render as before) for anything else: predicates, limits, non-f32 dst.
+  static constexpr int64_t kReductionLanes = 16;
+
+  static bool mentions(const Expr& e, const std::string& name) {
+    struct Finder : IRVisitor {
+      const std::string* name;
+      bool found = false;
+      using IRVisitor::visit_node;
+      void visit_node(const Var* v) override { found = found || v->name == *name; }
+    } finder;
+    finder.name = &name;
+    finder.visit(e);
+    return finder.found;
+  }
+
+  bool reduction_loops(const Parallel* p) {
+    const For* f = p->body->as<For>();
+    if (!p->limits.empty() || f == nullptr || f->for_kind != ForKind::kSerial) return false;
+    std::optional<int64_t> k_extent = const_int(f->extent);
+    const Store* st = f->body->as<Store>();
+    if (!k_extent || st == nullptr || st->predicate || st->buffer->scope == Scope::kGlobal ||
+        st->buffer->dtype != kF32 || st->indices.size() != p->vars.size())
+      return false;
+    for (size_t d = 0; d < p->vars.size(); ++d) {
+      const Var* index = st->indices[d]->as<Var>();
+      if (!index || index->name != p->vars[d]->as<Var>()->name) return false;
+    }
+    const Binary* update = st->value->as<Binary>();
+    if (update == nullptr || (update->op != BinaryOp::kAdd && update->op != BinaryOp::kMax &&
+                              update->op != BinaryOp::kMin))
+      return false;
+    const Load* old = update->a->as<Load>();
+    if (old == nullptr || old->buffer.get() != st->buffer.get() || old->predicate ||
+        old->indices.size() != st->indices.size() || update->b->type != kF32 ||
+        uses_of(st->buffer.get(), update->b) != 0)
+      return false;
+    for (size_t d = 0; d < old->indices.size(); ++d) {
+      const Var* index = old->indices[d]->as<Var>();
+      if (!index || index->name != p->vars[d]->as<Var>()->name) return false;
+    }
+    // Does k walk only the last index of every load in x?
+    const std::string k = f->var->as<Var>()->name;
+    struct Loads : IRVisitor {
+      std::vector<const Load*> loads;
+      using IRVisitor::visit_node;
+      void visit_node(const Load* n) override {
+        loads.push_back(n);
+        IRVisitor::visit_node(n);
+      }
+    } loads;
+    loads.visit(update->b);
+    bool k_last = !loads.loads.empty();
+    for (const Load* l : loads.loads) {
+      if (l->predicate || l->buffer->scope == Scope::kGlobal) return false;
+      for (size_t d = 0; d < l->indices.size(); ++d) {
+        const bool last = d + 1 == l->indices.size();
+        const Var* index = l->indices[d]->as<Var>();
+        if (last && !(index && index->name == k)) k_last = false;
+        if (!last && mentions(l->indices[d], k)) k_last = false;
+      }
+    }
+    const size_t n = p->vars.size();
+    const std::string dst = element(st->buffer, st->indices);
+    if (!k_last) {
+      open(fmt::format("for (int64_t {} = 0; {} < {}; ++{})", ident(k), ident(k), *k_extent,
+                       ident(k)));
+      for (size_t d = 0; d < n; ++d) {
+        std::string v = expr(p->vars[d]);
+        if (d + 1 == n) emit("#pragma omp simd");
+        open(fmt::format("for (int64_t {} = 0; {} < {}; ++{})", v, v, expr(p->extents[d]), v));
+      }
+      stmt(f->body);
+      for (size_t d = 0; d <= n; ++d)
+        close();
+      return true;
+    }
+    if (*k_extent < kReductionLanes) return false;
+    for (size_t d = 0; d < n; ++d) {
+      std::string v = expr(p->vars[d]);
+      open(fmt::format("for (int64_t {} = 0; {} < {}; ++{})", v, v, expr(p->extents[d]), v));
+    }
+    const std::string identity = update->op == BinaryOp::kAdd   ? "0.0f"
+                                 : update->op == BinaryOp::kMax ? "-" + d_.infinity
+                                                                : d_.infinity;
+    // The accumulator and lane are Vars so that `op` renders as it does everywhere else.
+    const Expr acc = Var::make("_racc", kF32, VarKind::kScalar, st->loc);
+    const Expr part = Var::make("_rpart", kF32, VarKind::kScalar, st->loc);
+    const int64_t full = *k_extent / kReductionLanes * kReductionLanes;
+    emit(fmt::format("float _rparts[{}];", kReductionLanes));
+    emit("#pragma omp simd");
+    open(fmt::format("for (int64_t _rlane = 0; _rlane < {}; ++_rlane)", kReductionLanes));
+    emit(fmt::format("_rparts[_rlane] = {};", identity));
+    close();
+    open(fmt::format("for (int64_t _rstep = 0; _rstep < {}; _rstep += {})", full, kReductionLanes));
+    emit("#pragma omp simd");
+    open(fmt::format("for (int64_t _rlane = 0; _rlane < {}; ++_rlane)", kReductionLanes));
+    emit(fmt::format("const int64_t {} = _rstep + _rlane;", ident(k)));
+    emit("const float _rpart = _rparts[_rlane];");
+    emit(fmt::format("_rparts[_rlane] = {};",
+                     expr(Binary::make(update->op, part, update->b, st->loc))));
+    close();
+    close();
+    emit(fmt::format("float _racc = {};", dst));
+    if (full < *k_extent) {
+      open(fmt::format("for (int64_t {} = {}; {} < {}; ++{})", ident(k), full, ident(k), *k_extent,
+                       ident(k)));
+      emit(fmt::format("_racc = {};", expr(Binary::make(update->op, acc, update->b, st->loc))));
+      close();
+    }
+    open(fmt::format("for (int64_t _rlane = 0; _rlane < {}; ++_rlane)", kReductionLanes));
+    emit("const float _rpart = _rparts[_rlane];");
+    emit(fmt::format("_racc = {};", expr(Binary::make(update->op, acc, part, st->loc))));
+    close();
+    emit(fmt::format("{} = _racc;", dst));
+    for (size_t d = 0; d < n; ++d)
+      close();
+    return true;
   }
 
   // Strides and valid extents of the two tile axes of a copy's source, in the copy's view.

@@ -5,7 +5,8 @@
 // whole vectors with the edge as a mask; a load's bounds on the inner index are tested once per
 // inner loop where they can be. A clear(acc) before a K loop whose only use of acc is
 // its gemm is folded into the loop's first step (kept for a loop of no step), and kept where the
-// loop reads acc otherwise.
+// loop reads acc otherwise. Reductions over scratch tiles vectorise along rows (partial lanes)
+// and down columns (the serial loop outside).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -437,6 +438,92 @@ kernel halving_gemm<BM = 24, BN = 32, BK = 16>(A: f32[M, K], B: f32[K, N], C: f3
       }
       ASSERT_NEAR(c[i * n + j], want, 1e-4) << "C[" << i << ", " << j << "]";
     }
+}
+
+// Reductions over a scratch tile, both axes, sum and max, starting from values other than the
+// identity: along a row (k walks the tile's last index) the loop keeps 16 partial results per
+// row, then folds in the 40 - 32 left over and the old value; down a column the serial loop goes
+// outside and the vector loop runs over the columns. An 8-wide row (fewer than 16 lanes) keeps
+// the plain loop.
+constexpr const char* kReductions = R"(
+kernel reductions(X: f32[R, N], S: f32[R], MX: f32[R], CS: f32[N], CM: f32[N], NS: f32[R]) {
+  grid (1) as (b) {
+    x = fragment<f32>[3, 40]
+    n = fragment<f32>[3, 8]
+    s = fragment<f32>[3]
+    m = fragment<f32>[3]
+    ns = fragment<f32>[3]
+    cs = fragment<f32>[40]
+    cm = fragment<f32>[40]
+    copy(X[0, 0], x)
+    copy(X[0, 0], n)
+    fill(s, 1.5)
+    fill(m, -inf)
+    fill(ns, 0.25)
+    fill(cs, 0.5)
+    fill(cm, -inf)
+    reduce(x, s, axis=1, op=sum)
+    reduce(x, m, axis=1, op=max)
+    reduce(n, ns, axis=1, op=sum)
+    reduce(x, cs, axis=0, op=sum)
+    reduce(x, cm, axis=0, op=max)
+    parallel (i) in s {
+      S[i] = s[i]
+      MX[i] = m[i]
+      NS[i] = ns[i]
+    }
+    parallel (j) in cs {
+      CS[j] = cs[j]
+      CM[j] = cm[j]
+    }
+  }
+}
+)";
+
+TEST(CpuRenderer, ReductionsVectoriseAlongRowsAndDownColumns) {
+  std::string src = rendered(kReductions);
+  EXPECT_NE(src.find("float _rparts[16];"), std::string::npos) << src;
+  EXPECT_NE(src.find("for (int64_t _rstep = 0; _rstep < 32; _rstep += 16)"), std::string::npos)
+      << src;
+  Expected<testing::Launcher> k =
+      testing::cpu_launcher(parse_kernel(kReductions, "test.tile").value());
+  ASSERT_TRUE(k.ok()) << k.status().to_string();
+  const int64_t rows = 3, cols = 40;
+  std::vector<float> x(rows * cols);
+  for (size_t i = 0; i < x.size(); ++i)
+    x[i] = float((i * 37) % 23) * 0.125f - 1.0f;
+  x[1 * cols + 39] = 9.0f;  // row 1's maximum in the part past the whole 16-lane steps
+  std::vector<float> s(rows), mx(rows), ns(rows), cs(cols), cm(cols);
+  ASSERT_TRUE((*k)({TensorArg{x.data(), ScalarType::kF32, {rows, cols}, {}},
+                    TensorArg{s.data(), ScalarType::kF32, {rows}, {}},
+                    TensorArg{mx.data(), ScalarType::kF32, {rows}, {}},
+                    TensorArg{cs.data(), ScalarType::kF32, {cols}, {}},
+                    TensorArg{cm.data(), ScalarType::kF32, {cols}, {}},
+                    TensorArg{ns.data(), ScalarType::kF32, {rows}, {}}})
+                  .ok());
+  for (int64_t r = 0; r < rows; ++r) {
+    double sum = 1.5, narrow = 0.25;
+    float top = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < cols; ++c) {
+      sum += x[r * cols + c];
+      top = std::max(top, x[r * cols + c]);
+      if (c < 8) narrow += x[r * cols + c];
+    }
+    EXPECT_NEAR(s[r], sum, 1e-5) << "row " << r;
+    EXPECT_EQ(mx[r], top) << "row " << r;
+    EXPECT_NEAR(ns[r], narrow, 1e-6) << "row " << r;
+  }
+  EXPECT_EQ(mx[1], 9.0f);
+  for (int64_t c = 0; c < cols; ++c) {
+    // Down a column the order is the serial loop's: exactly the plain sum in float.
+    float sum = 0.5f, top = -std::numeric_limits<float>::infinity();
+    for (int64_t r = 0; r < rows; ++r) {
+      sum += x[r * cols + c];
+      top = std::max(top, x[r * cols + c]);
+    }
+    EXPECT_EQ(cs[c], sum) << "column " << c;
+    EXPECT_EQ(cm[c], top) << "column " << c;
+  }
 }
 
 }  // namespace
