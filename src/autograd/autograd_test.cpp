@@ -11,6 +11,7 @@
 
 #include "autograd/functional.h"
 #include "autograd/variable.h"
+#include "ops/gemm_precision.h"
 #include "support/log.h"
 
 namespace tessel::autograd {
@@ -426,6 +427,53 @@ TEST(Autograd, LinearGradientsAccumulateInPlaceIntoLeafGradients) {
       v *= 2;
     expect_close(wv.grad(), dw2, "dW after two backwards");
     expect_close(bv.grad(), db2, "db after two backwards");
+  }
+}
+
+// Shapes whose gemms cpu_gemm_blocks runs in smaller blocks on two threads (a 67 x 131 weight
+// gradient over 301 rows: one 192 x 256 block, so 48 x 128 blocks; 301 rows: 96-row blocks), with
+// x a transposed view and dW accumulated into the leaf's gradient (beta = 1) twice: forward,
+// dX and dW against plain-C++ sums in double, on every thread count the pool has.
+TEST(Autograd, LinearInSmallerCpuBlocksMatchesTheReference) {
+  const int64_t m = 301, k = 131, n = 67;
+  EXPECT_EQ(ops::cpu_gemm_blocks(1, n, k, 2), (ops::KernelParams{{"BM", "48"}, {"BN", "128"}}));
+  EXPECT_EQ(ops::cpu_gemm_blocks(1, m, n, 2), (ops::KernelParams{{"BM", "96"}}));
+  EXPECT_EQ(ops::cpu_gemm_blocks(1, 768, 128, 2), ops::KernelParams{});  // 4 blocks: defaults
+  EXPECT_EQ(ops::cpu_gemm_blocks(1, 128, 512, 2), (ops::KernelParams{{"BM", "96"}}));
+  EXPECT_EQ(ops::cpu_gemm_blocks(1, 128, 128, 2), (ops::KernelParams{{"BM", "48"}, {"BN", "64"}}));
+  EXPECT_EQ(ops::cpu_gemm_blocks(1, 20, 30, 2), ops::KernelParams{});  // nothing splits it
+  EXPECT_EQ(ops::cpu_gemm_blocks(3, 128, 128, 2), (ops::KernelParams{{"BM", "96"}}));
+  EXPECT_EQ(ops::cpu_gemm_blocks(1, 5000, 5000, 64), ops::KernelParams{});
+  RefTensor xt = random_ref({k, m}, 11), w = random_ref({n, k}, 12), b = random_ref({n}, 13),
+            r = random_ref({m, n}, 14);
+  auto x_at = [&](int64_t i, int64_t p) { return xt.values[p * m + i]; };
+  std::vector<double> y(m * n), dx(m * k, 0.0), dw(n * k, 0.0);  // L = sum(r * (x w^T + b))
+  for (int64_t i = 0; i < m; ++i)
+    for (int64_t j = 0; j < n; ++j) {
+      double s = b.values[j];
+      for (int64_t p = 0; p < k; ++p) {
+        s += x_at(i, p) * w.values[j * k + p];
+        dx[i * k + p] += r.values[i * n + j] * w.values[j * k + p];
+        dw[j * k + p] += 2 * r.values[i * n + j] * x_at(i, p);  // two backwards
+      }
+      y[i * n + j] = s;
+    }
+  for (Device* device : test_devices()) {
+    SCOPED_TRACE(device->id());
+    Variable xv(device_tensor(xt, device).transpose(0, 1).value(), true);
+    Variable wv(device_tensor(w, device), true), bv(device_tensor(b, device), true);
+    wv.state()->grad = Tensor::zeros({n, k}, DType::kF32, device).value();
+    Variable rv(device_tensor(r, device));
+    for (int round = 0; round < 2; ++round) {
+      Variable out = linear(xv, wv, bv).value();
+      if (round == 0) expect_close(out.data(), y, "y");
+      ASSERT_TRUE(sum(mul(out, rv).value()).value().backward().ok());
+    }
+    std::vector<double> dx2(dx);
+    for (double& v : dx2)
+      v *= 2;
+    expect_close(xv.grad(), dx2, "dX after two backwards");
+    expect_close(wv.grad(), dw, "dW accumulated twice");
   }
 }
 

@@ -56,12 +56,14 @@ class OneDnn : public GemmPeer {
   // libgomp's workers spin GOMP_SPINCOUNT (300000) rounds before they sleep: a few ms.
   double settle_seconds() const override { return 0.02; }
   Status run(const PeerGemmCall& c) override {
+    const char ta = c.trans_a ? 'T' : 'N', tb = c.trans_b ? 'T' : 'N';
+    const int64_t lda = c.trans_a ? c.m : c.k, ldb = c.trans_b ? c.k : c.n;
     const int status =
         c.input == GemmInput::kF32
-            ? sgemm_('N', 'N', c.m, c.n, c.k, 1.0f, static_cast<const float*>(c.a), c.k,
-                     static_cast<const float*>(c.b), c.n, 0.0f, c.c, c.n)
-            : gemm_bf16_('N', 'N', c.m, c.n, c.k, 1.0f, static_cast<const uint16_t*>(c.a), c.k,
-                         static_cast<const uint16_t*>(c.b), c.n, 0.0f, c.c, c.n);
+            ? sgemm_(ta, tb, c.m, c.n, c.k, 1.0f, static_cast<const float*>(c.a), lda,
+                     static_cast<const float*>(c.b), ldb, 0.0f, c.c, c.n)
+            : gemm_bf16_(ta, tb, c.m, c.n, c.k, 1.0f, static_cast<const uint16_t*>(c.a), lda,
+                         static_cast<const uint16_t*>(c.b), ldb, 0.0f, c.c, c.n);
     if (status != 0) return internal_error("oneDNN gemm returned status {}", status);
     return ok_status();
   }
@@ -91,7 +93,7 @@ class OneDnn : public GemmPeer {
 
 class OpenBlas : public GemmPeer {
  public:
-  static constexpr int kRowMajor = 101, kNoTrans = 111;
+  static constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112;
   using Sgemm = void (*)(int, int, int, int, int, int, float, const float*, int, const float*, int,
                          float, float*, int);
   using Sbgemm = void (*)(int, int, int, int, int, int, float, const uint16_t*, int,
@@ -120,12 +122,14 @@ class OpenBlas : public GemmPeer {
     if (c.m > INT32_MAX || c.n > INT32_MAX || c.k > INT32_MAX)
       return unimplemented("OpenBLAS takes 32-bit sizes");
     const int m = int(c.m), n = int(c.n), k = int(c.k);
+    const int ta = c.trans_a ? kTrans : kNoTrans, tb = c.trans_b ? kTrans : kNoTrans;
+    const int lda = c.trans_a ? m : k, ldb = c.trans_b ? k : n;
     if (c.input == GemmInput::kF32)
-      sgemm_(kRowMajor, kNoTrans, kNoTrans, m, n, k, 1.0f, static_cast<const float*>(c.a), k,
-             static_cast<const float*>(c.b), n, 0.0f, c.c, n);
+      sgemm_(kRowMajor, ta, tb, m, n, k, 1.0f, static_cast<const float*>(c.a), lda,
+             static_cast<const float*>(c.b), ldb, 0.0f, c.c, n);
     else
-      sbgemm_(kRowMajor, kNoTrans, kNoTrans, m, n, k, 1.0f, static_cast<const uint16_t*>(c.a), k,
-              static_cast<const uint16_t*>(c.b), n, 0.0f, c.c, n);
+      sbgemm_(kRowMajor, ta, tb, m, n, k, 1.0f, static_cast<const uint16_t*>(c.a), lda,
+              static_cast<const uint16_t*>(c.b), ldb, 0.0f, c.c, n);
     return ok_status();
   }
 

@@ -17,13 +17,16 @@
 
 namespace tessel::cli {
 
-// C[m x n] = A[m x k] * B[k x n], all row-major and contiguous; A and B are f32 or bf16 bits.
+// C[m x n] = op(A) * op(B), all row-major and contiguous; A and B are f32 or bf16 bits. op(A) is A
+// [m x k], or with trans_a the transpose of A stored as [k x m]; op(B) is B [k x n], or with
+// trans_b the transpose of B stored as [n x k] (a linear layer's weight).
 struct PeerGemmCall {
   int64_t m = 0, n = 0, k = 0;
   tile::GemmInput input = tile::GemmInput::kF32;
   const void* a = nullptr;
   const void* b = nullptr;
   float* c = nullptr;
+  bool trans_a = false, trans_b = false;
 };
 
 class GemmPeer {

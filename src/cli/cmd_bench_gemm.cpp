@@ -17,12 +17,18 @@
 // is checked against the first peer's (tessel-cpu's when no peer loads).
 // `--reference-loop` adds the CPU gemm templates run by the hand-written block loop
 // (templates/reference_gemm.h), for tuning the templates apart from the compiler.
+// `--layouts nn,nt,tn` times the operand layouts a training step launches: nt is x @ W^T (a linear
+// layer's forward, the tied head's logits), tn is dY^T @ X (a weight's gradient, A transposed),
+// tessel reading the transposed operand as a strided view and the peers told to transpose it.
+// `--batched` adds tessel-cpu-batched: kernels/batched_gemm.tile with Z = 1, what matmul launches
+// for 2-d operands (a linear layer's backward).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <map>
 #include <memory>
@@ -76,7 +82,28 @@ struct Options {
   bool no_opencl = false;
   int64_t opencl_max = 1024;               // PoCL on a few cores takes seconds per call above this
   std::vector<std::string> opencl_params;  // NAME=VALUE for tessel-opencl; empty: gemm.tile's
+  std::vector<std::string> layouts = {"nn"};
+  std::string clock = "wall";  // or "cpu": the calling thread's CPU time (one thread only)
+  bool batched = false;        // also time batched_gemm.tile with Z = 1
 };
+
+// How A and B lie in memory: nn is A [M, K] and B [K, N] row-major; a `t` means that operand is
+// stored transposed (A as [K, M], B as [N, K]) and read as a strided view.
+struct Layout {
+  std::string name;
+  bool trans_a = false, trans_b = false;
+};
+
+Expected<std::vector<Layout>> parse_layouts(const std::vector<std::string>& names) {
+  std::vector<Layout> out;
+  for (const std::string& name : names) {
+    if (name.size() != 2 || (name[0] != 'n' && name[0] != 't') ||
+        (name[1] != 'n' && name[1] != 't'))
+      return invalid_argument("--layouts: '{}' is not one of nn, nt, tn, tt", name);
+    out.push_back({name, name[0] == 't', name[1] == 't'});
+  }
+  return out;
+}
 
 // "2048" is 2048^3; "MxNxK" any shape.
 Expected<std::vector<Workload>> parse_sizes(const std::vector<std::string>& tokens) {
@@ -139,6 +166,16 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// The calling thread's CPU time (`--clock cpu`, single-threaded runs only): on a machine shared
+// by several builds, wall time measured the neighbours as much as the gemm (oneDNN's fastest turn
+// at one shape spread 28-75 GFLOP/s across runs minutes apart at load 6 on 2 cores); the time a
+// thread actually ran does not count the time it waited for a core.
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 // Calls shorter than this get untimed calls first in their turn, for at least kWakeUpSeconds:
 // on this VM a thread that slept for a while sits on a halted virtual CPU, which takes
 // milliseconds to come back, and one untimed call was not enough (a pool whose workers sleep
@@ -163,15 +200,32 @@ tile::ScalarType scalar_type(GemmInput dtype) {
   return dtype == GemmInput::kBf16 ? tile::ScalarType::kBF16 : tile::ScalarType::kF32;
 }
 
+// The strides of A [M, K] and B [K, N] as views of their storage in `layout`.
+std::vector<int64_t> a_strides(const Workload& w, const Layout& layout) {
+  return layout.trans_a ? std::vector<int64_t>{1, w.m} : std::vector<int64_t>{w.k, 1};
+}
+std::vector<int64_t> b_strides(const Workload& w, const Layout& layout) {
+  return layout.trans_b ? std::vector<int64_t>{1, w.k} : std::vector<int64_t>{w.n, 1};
+}
+
 // kernels/gemm.tile's launch arguments: C = A @ B (alpha 1, beta 0, no bias).
-std::vector<tile::LaunchArg> gemm_args(const Workload& w, GemmInput dtype, void* a, void* b,
-                                       void* c) {
-  return {tile::TensorArg{a, scalar_type(dtype), {w.m, w.k}, {}, 0},
-          tile::TensorArg{b, scalar_type(dtype), {w.k, w.n}, {}, 0},
+std::vector<tile::LaunchArg> gemm_args(const Workload& w, const Layout& layout, GemmInput dtype,
+                                       void* a, void* b, void* c) {
+  return {tile::TensorArg{a, scalar_type(dtype), {w.m, w.k}, a_strides(w, layout), 0},
+          tile::TensorArg{b, scalar_type(dtype), {w.k, w.n}, b_strides(w, layout), 0},
           tile::TensorArg{c, tile::ScalarType::kF32, {w.m, w.n}, {}, 0},
           tile::TensorArg{nullptr, tile::ScalarType::kF32, {w.n}, {}, 0},
           1.0,
           0.0};
+}
+
+// kernels/batched_gemm.tile's, with Z = 1 (batch stride 0), as matmul launches a 2-d product.
+std::vector<tile::LaunchArg> batched_gemm_args(const Workload& w, const Layout& layout,
+                                               GemmInput dtype, void* a, void* b, void* c) {
+  const std::vector<int64_t> as = a_strides(w, layout), bs = b_strides(w, layout);
+  return {tile::TensorArg{a, scalar_type(dtype), {1, w.m, w.k}, {0, as[0], as[1]}, 0},
+          tile::TensorArg{b, scalar_type(dtype), {1, w.k, w.n}, {0, bs[0], bs[1]}, 0},
+          tile::TensorArg{c, tile::ScalarType::kF32, {1, w.m, w.n}, {0, w.n, 1}, 0}, 1.0, 0.0};
 }
 
 std::map<std::string, std::string> gemm_params(GemmInput dtype, const std::string& tiles) {
@@ -206,11 +260,17 @@ Expected<std::unique_ptr<DeviceMemory>> device_memory(Device* device, size_t byt
 Status run_bench(const Options& options) {
   TESSEL_ASSIGN_OR_RETURN(std::vector<Workload> workloads, parse_sizes(options.sizes));
   TESSEL_ASSIGN_OR_RETURN(std::vector<GemmInput> dtypes, parse_dtypes(options.dtypes));
+  TESSEL_ASSIGN_OR_RETURN(std::vector<Layout> layouts, parse_layouts(options.layouts));
   if (options.threads < 0) return invalid_argument("--threads: {} is negative", options.threads);
   if (!(options.seconds > 0)) return invalid_argument("--seconds must be positive");
   if (options.stat != "median" && options.stat != "min")
     return invalid_argument("--stat: '{}' is not one of median, min", options.stat);
   const bool fastest_turn = options.stat == "min";
+  if (options.clock != "wall" && options.clock != "cpu")
+    return invalid_argument("--clock: '{}' is not one of wall, cpu", options.clock);
+  if (options.clock == "cpu" && options.threads != 1)
+    return invalid_argument("--clock cpu needs --threads 1 (it times the calling thread only)");
+  double (*const clock_seconds)() = options.clock == "cpu" ? thread_cpu_seconds : now_seconds;
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, host_cpu_info().topology.usable_cores);
   // tessel-cpu runs on the process-wide pool, which is sized once, from TESSEL_THREADS, when it is
@@ -250,6 +310,7 @@ Status run_bench(const Options& options) {
       tile::Kernel gemm_tile,
       tile::parse_kernel(ops::embedded_kernel_files().at("gemm.tile"), "kernels/gemm.tile"));
   std::map<GemmInput, std::shared_ptr<ops::DeviceKernel>> cpu_kernels;
+  std::map<GemmInput, std::shared_ptr<ops::DeviceKernel>> batched_kernels;
   std::map<GemmInput, std::shared_ptr<ops::DeviceKernel>> opencl_kernels;
   Device* opencl = nullptr;
   if (!options.no_opencl) {
@@ -272,6 +333,17 @@ Status run_bench(const Options& options) {
         ops::DeviceKernel k,
         ops::DeviceKernel::compile(gemm_tile, cpu_device(), gemm_params(dtype, options.tiles)));
     cpu_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(k));
+    if (options.batched) {
+      TESSEL_ASSIGN_OR_RETURN(
+          tile::Kernel batched_tile,
+          tile::parse_kernel(ops::embedded_kernel_files().at("batched_gemm.tile"),
+                             "kernels/batched_gemm.tile"));
+      std::map<std::string, std::string> params = gemm_params(dtype, options.tiles);
+      params.erase("U");
+      TESSEL_ASSIGN_OR_RETURN(ops::DeviceKernel kb,
+                              ops::DeviceKernel::compile(batched_tile, cpu_device(), params));
+      batched_kernels[dtype] = std::make_shared<ops::DeviceKernel>(std::move(kb));
+    }
     if (opencl) {
       std::map<std::string, std::string> params = gemm_params(dtype, "");
       for (const std::string& p : options.opencl_params) {
@@ -301,8 +373,9 @@ Status run_bench(const Options& options) {
   if (!options.json) {
     std::printf(
         "tessel bench gemm: C = A * B, row-major, %d threads (tessel-cpu %d); GFLOP/s, %s "
-        "after one warm-up, implementations taking turns in each repetition\n",
-        threads, tessel_threads, fastest_turn ? "fastest turn" : "median");
+        "after one warm-up, implementations taking turns in each repetition%s\n",
+        threads, tessel_threads, fastest_turn ? "fastest turn" : "median",
+        options.clock == "cpu" ? "; thread CPU time" : "");
     std::printf("  tessel-cpu: kernels/gemm.tile compiled for the CPU (%s, %s tiles)\n",
                 isa.name.c_str(), options.tiles.empty() ? "default" : options.tiles.c_str());
     if (opencl)
@@ -327,8 +400,9 @@ Status run_bench(const Options& options) {
     if (!tuned.empty())
       std::printf("  tessel-cpu: block sizes from the tuning database %s where it has them\n",
                   tune::default_tune_db_path().c_str());
-    std::printf("\n%-5s %5s %5s %5s  %10s", "dtype", "m", "n", "k", "tessel-cpu");
+    std::printf("\n%-5s %-6s %5s %5s %5s  %10s", "dtype", "layout", "m", "n", "k", "tessel-cpu");
     if (!tuned.empty()) std::printf(" %18s", "tessel-cpu-default");
+    if (options.batched) std::printf(" %18s", "tessel-cpu-batched");
     if (opencl) std::printf(" %13s", "tessel-opencl");
     if (clblast) std::printf(" %9s", "clblast");
     if (reference_loop) std::printf(" %15s", "tessel-ref-loop");
@@ -360,7 +434,13 @@ Status run_bench(const Options& options) {
     void* a = bf16 ? static_cast<void*>(a_bf16.data()) : a_f32.data();
     void* b = bf16 ? static_cast<void*>(b_bf16.data()) : b_f32.data();
     const size_t in_bytes = bf16 ? 2 : 4;
-    for (const Workload& w : workloads) {
+    std::vector<std::pair<Layout, Workload>> cases;  // every workload in every layout
+    for (const Layout& layout : layouts)
+      for (const Workload& w : workloads)
+        cases.emplace_back(layout, w);
+    for (const auto& one : cases) {
+      const Layout& layout = one.first;
+      const Workload& w = one.second;
       std::vector<Contender> contenders;
       std::vector<bool> peer_present(peers.size());
       for (size_t p = 0; p < peers.size(); ++p) {
@@ -370,7 +450,7 @@ Status run_bench(const Options& options) {
         contenders.emplace_back(
             peer->name(),
             [=, &w](float* c) {
-              return peer->run({w.m, w.n, w.k, dtype, a, b, c});
+              return peer->run({w.m, w.n, w.k, dtype, a, b, c, layout.trans_a, layout.trans_b});
             },
             peer->settle_seconds());
       }
@@ -381,7 +461,9 @@ Status run_bench(const Options& options) {
           tuned_here == tuned.end() ? cpu : tuned_here->second.kernel.get();
       contenders.emplace_back(
           "tessel-cpu",
-          [=, &w](float* c) { return tuned_cpu->launch(gemm_args(w, dtype, a, b, c)); },
+          [=, &w, &layout](float* c) {
+            return tuned_cpu->launch(gemm_args(w, layout, dtype, a, b, c));
+          },
           kPoolSettleSeconds);
       contenders.back().is_tessel = true;
       if (tuned_here != tuned.end()) {
@@ -391,7 +473,19 @@ Status run_bench(const Options& options) {
       if (!tuned.empty()) {
         contenders.emplace_back(
             "tessel-cpu-default",
-            [=, &w](float* c) { return cpu->launch(gemm_args(w, dtype, a, b, c)); },
+            [=, &w, &layout](float* c) {
+              return cpu->launch(gemm_args(w, layout, dtype, a, b, c));
+            },
+            kPoolSettleSeconds);
+        contenders.back().is_tessel = true;
+      }
+      if (options.batched) {
+        ops::DeviceKernel* batched = batched_kernels.at(dtype).get();
+        contenders.emplace_back(
+            "tessel-cpu-batched",
+            [=, &w, &layout](float* c) {
+              return batched->launch(batched_gemm_args(w, layout, dtype, a, b, c));
+            },
             kPoolSettleSeconds);
         contenders.back().is_tessel = true;
       }
@@ -409,8 +503,8 @@ Status run_bench(const Options& options) {
         // Launches are queued: the timed call waits for the kernel.
         contenders.emplace_back(
             "tessel-opencl",
-            [=, &w](float*) {
-              TESSEL_TRY(kernel->launch(gemm_args(w, dtype, am, bm, cm)));
+            [=, &w, &layout](float*) {
+              TESSEL_TRY(kernel->launch(gemm_args(w, layout, dtype, am, bm, cm)));
               return dev->synchronize();
             },
             /*settle=*/0.001);
@@ -447,11 +541,11 @@ Status run_bench(const Options& options) {
               call.k = w.k;
               call.input = dtype;
               call.a = a;
-              call.a_row_stride = w.k;
-              call.a_col_stride = 1;
+              call.a_row_stride = a_strides(w, layout)[0];
+              call.a_col_stride = a_strides(w, layout)[1];
               call.b = b;
-              call.b_row_stride = w.n;
-              call.b_col_stride = 1;
+              call.b_row_stride = b_strides(w, layout)[0];
+              call.b_col_stride = b_strides(w, layout)[1];
               call.c = c;
               call.ldc = w.n;
               call.threads = threads;
@@ -484,9 +578,9 @@ Status run_bench(const Options& options) {
               TESSEL_TRY(x.run(x.c.data()));
             } while (now_seconds() - wake_start < kWakeUpSeconds);
           }
-          const double start = now_seconds();
+          const double start = clock_seconds();
           TESSEL_TRY(x.run(x.c.data()));
-          x.seconds.push_back(now_seconds() - start);
+          x.seconds.push_back(clock_seconds() - start);
           settle(x.settle_seconds);
         }
       for (Contender& x : contenders)
@@ -524,11 +618,13 @@ Status run_bench(const Options& options) {
           const Contender& c = contenders[x];
           nlohmann::json row = {{"impl", c.impl},
                                 {"dtype", tile::gemm_input_name(dtype)},
+                                {"layout", layout.name},
                                 {"m", w.m},
                                 {"n", w.n},
                                 {"k", w.k},
                                 {"gflops", std::round(c.gflops * 10) / 10},
                                 {"stat", options.stat},
+                                {"clock", options.clock},
                                 {"gflops_median", std::round(c.gflops_median * 10) / 10},
                                 {"gflops_min_time", std::round(c.gflops_min_time * 10) / 10},
                                 {"threads", c.impl == "tessel-cpu" ? tessel_threads : threads},
@@ -548,9 +644,11 @@ Status run_bench(const Options& options) {
             if (c.impl == name) return &c;
           return nullptr;
         };
-        std::printf("%-5s %5lld %5lld %5lld  %10.1f", tile::gemm_input_name(dtype), (long long)w.m,
-                    (long long)w.n, (long long)w.k, find("tessel-cpu")->gflops);
+        std::printf("%-5s %-6s %5lld %5lld %5lld  %10.1f", tile::gemm_input_name(dtype),
+                    layout.name.c_str(), (long long)w.m, (long long)w.n, (long long)w.k,
+                    find("tessel-cpu")->gflops);
         if (const Contender* d = find("tessel-cpu-default")) std::printf(" %18.1f", d->gflops);
+        if (const Contender* d = find("tessel-cpu-batched")) std::printf(" %18.1f", d->gflops);
         const Contender* cl = find("tessel-opencl");
         if (opencl) {
           if (cl)
@@ -573,6 +671,8 @@ Status run_bench(const Options& options) {
             std::printf(" %9s", "n/a");
         }
         if (best_peer > 0) std::printf("  %.2fx", ratio(*find("tessel-cpu")));
+        if (const Contender* d = find("tessel-cpu-batched"); d && best_peer > 0)
+          std::printf(" (batched %.2fx)", ratio(*d));
         if (cl && peer_of(*cl) > 0) std::printf(", %.2fx", ratio(*cl));
         const Contender* cpu = find("tessel-cpu");
         if (const Contender* d = find("tessel-cpu-default"); d && d->gflops > 0)
@@ -613,6 +713,12 @@ void add_bench_gemm_command(CLI::App& bench) {
   gemm->add_flag("--reference-loop", options->reference_loop,
                  "Also time the CPU templates through the hand-written block loop");
   gemm->add_flag("--no-opencl", options->no_opencl, "Leave tessel-opencl out");
+  gemm->add_option("--layouts", options->layouts,
+                   "Operand layouts, comma-separated: nn (default), nt (B stored transposed, as a "
+                   "linear weight), tn (A stored transposed, as in a weight gradient), tt")
+      ->delimiter(',');
+  gemm->add_flag("--batched", options->batched,
+                 "Also time kernels/batched_gemm.tile with Z = 1 (what matmul launches)");
   gemm->add_option("--opencl-params", options->opencl_params,
                    "tessel-opencl's compile-time parameters NAME=VALUE, comma-separated (e.g. "
                    "BM=32,BN=64,TM=4,TN=16; default: gemm.tile's `on opencl` values)")
@@ -622,6 +728,9 @@ void add_bench_gemm_command(CLI::App& bench) {
   gemm->add_option("--stat", options->stat,
                    "The turn each figure and ratio stands on: median (default) or min, the "
                    "fastest turn (least disturbed on a shared machine); JSON carries both");
+  gemm->add_option("--clock", options->clock,
+                   "wall (default) or cpu: the calling thread's CPU time, with --threads 1, so "
+                   "that time spent waiting for a core on a loaded machine is not counted");
   gemm->add_option("--seconds", options->seconds,
                    "Time per implementation and workload, which sets the repetitions (5..41)");
   gemm->callback([options] {

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -71,6 +72,34 @@ TEST(BenchGemm, ThreadsSizesTesselsPoolToo) {
     if (row["impl"] == "tessel-cpu") ++tessel_rows;
   }
   EXPECT_EQ(tessel_rows, 1) << r.output;
+}
+
+// --layouts times each shape with A or B stored transposed (tessel reading strided views, the
+// peers told to transpose); every row names its layout and agrees with the first peer's result
+// (or tessel-cpu's own where no peer loads), and --batched adds batched_gemm with Z = 1.
+// --clock cpu is refused without --threads 1.
+TEST(BenchGemm, LayoutsTransposeOperandsAndAgree) {
+  Result r = run_tessel(
+      "bench gemm --no-opencl --sizes 33x20x17 --dtypes f32 --threads 1 --seconds 0.01 --json "
+      "--layouts nt,tn --batched --clock cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::map<std::string, int> tessel_rows;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] != '{') continue;
+    const nlohmann::json row = nlohmann::json::parse(line);
+    EXPECT_TRUE(bool(row["agrees"])) << line;
+    EXPECT_EQ(row["clock"], "cpu") << line;
+    if (row["impl"] == "tessel-cpu" || row["impl"] == "tessel-cpu-batched")
+      ++tessel_rows[std::string(row["layout"])];
+  }
+  for (const char* layout : {"nt", "tn"})
+    EXPECT_EQ(tessel_rows[layout], 2) << layout << "\n" << r.output;
+  Result bad = run_tessel("bench gemm --no-opencl --sizes 8 --dtypes f32 --layouts nx");
+  EXPECT_EQ(bad.exit_code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("--layouts: 'nx'"), std::string::npos) << bad.output;
+  Result two = run_tessel("bench gemm --no-opencl --sizes 8 --dtypes f32 --threads 2 --clock cpu");
+  EXPECT_EQ(two.exit_code, 1) << two.output;
 }
 
 // --stat min makes each figure the fastest turn: `gflops` is then `gflops_min_time`, which no

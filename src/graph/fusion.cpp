@@ -43,7 +43,7 @@ const std::vector<EpilogueProducer>& epilogue_producers() {
        "      C[r, c] = ",
        "[r, c]",
        "U[M, N]",
-       {"BIAS", "ACT"},
+       {"BIAS", "ACT", "BM", "BN", "BK"},  // blocks: ops/gemm_precision.h cpu_gemm_blocks
        [](const Node& n) { return n.scalars.size() == 2 && n.scalars[1] == 0.0; }},
       // C[z] = alpha A[z] B[z] + beta C[z]: matmul's products and gradients (beta = 0 only).
       {"batched_gemm",

@@ -62,7 +62,7 @@ struct EpilogueProducer {
   std::string store;        // "      C[r, c] = "
   std::string index;        // "[r, c]"
   std::string tensor_type;  // of the chain's tensors, seen in the output's layout: "U[M, N]"
-  std::vector<std::string> params;  // compile-time parameters a launch may set (BIAS, ACT)
+  std::vector<std::string> params;  // compile-time parameters a launch may set (BIAS, ACT, BM)
   std::function<bool(const Node&)> accepts;
 };
 const std::vector<EpilogueProducer>& epilogue_producers();

@@ -35,6 +35,12 @@ Expected<Tensor> gemm_operand(const Tensor& t, DType compute);
 std::pair<std::string, KernelParams> gemm_kernel(bool batched, const Tensor& a, const Tensor& b,
                                                  DType compute, KernelParams params);
 
+// The CPU block sizes of a gemm launch of `batch` products of [m, k] @ [k, n] on `threads`
+// threads, when the op has no reason of its own: the kernels' defaults (192 x 256 x 256, empty
+// params) while they give every thread at least two blocks, else smaller blocks, BM halved down
+// to 48 first, then BN down to 64, until they do. A tuning database's choice still overrides it.
+KernelParams cpu_gemm_blocks(int64_t batch, int64_t m, int64_t n, int threads);
+
 // A reference value rounded as the compute dtype rounds operands (tests only).
 double round_to(double v, DType compute);
 

@@ -8,14 +8,18 @@
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
 #include "ops/reference_util.h"
+#include "support/thread_pool.h"
 
 namespace tessel::ops {
 namespace {
 
-// Block sizes per device kind: the CPU keeps the kernels' defaults (tuned for its caches), and so
-// does OpenCL (the kernels' `on opencl` blocks, measured on PoCL); CUDA takes small blocks that
-// fit any GPU's registers and shared memory (kernels/gpu.txt lists them).
-KernelParams gemm_params(const Tensor& t) {
+// Block sizes per device kind for `batch` products of [m, k] @ [k, n]: the CPU keeps the kernels'
+// defaults (tuned for its caches) unless they leave its threads without blocks to share
+// (cpu_gemm_blocks); OpenCL keeps the kernels' `on opencl` blocks (measured on PoCL); CUDA takes
+// small blocks that fit any GPU's registers and shared memory (kernels/gpu.txt lists them).
+KernelParams gemm_params(const Tensor& t, int64_t batch, int64_t m, int64_t n) {
+  if (t.device()->kind() == DeviceKind::kCpu)
+    return cpu_gemm_blocks(batch, m, n, ThreadPool::global().num_threads());
   if (t.device()->kind() != DeviceKind::kCuda) return {};
   return {{"BM", "32"}, {"BN", "32"}, {"BK", "8"}};
 }
@@ -24,10 +28,10 @@ KernelParams gemm_params(const Tensor& t) {
 // a block clears and writes back its whole [BM, BN] accumulator, and the default 192 x 256 one
 // is 12 times a 64 x 64 product. 72 x 64 is a multiple of every CPU micro-tile (12 x 32, 6 x 16,
 // 4 x 16) and holds T = 64 in one block.
-KernelParams batched_gemm_params(const Tensor& c, int64_t m, int64_t n) {
+KernelParams batched_gemm_params(const Tensor& c, int64_t batch, int64_t m, int64_t n) {
   if (c.device()->kind() == DeviceKind::kCpu && m <= 96 && n <= 128)
     return {{"BM", "72"}, {"BN", "64"}};
-  return gemm_params(c);
+  return gemm_params(c, batch, m, n);
 }
 
 // The [M, N] matrix `m` of a tensor [..., M, N] as a 3-d view [Z, M, N] over `batch` (the
@@ -107,7 +111,8 @@ Expected<Tensor> matmul_forward(const std::vector<Tensor>& in, const Attrs& attr
       View av{*a2, {1, rows, k}, {0, a2->strides()[0], a2->strides()[1]}};
       View bv{b16, {1, k, n}, {0, b16.strides()[0], b16.strides()[1]}};
       View cv{c, {1, rows, n}, {0, n, 1}};
-      auto [kernel, params] = gemm_kernel(true, a16, b16, compute, batched_gemm_params(c, rows, n));
+      auto [kernel, params] =
+          gemm_kernel(true, a16, b16, compute, batched_gemm_params(c, 1, rows, n));
       TESSEL_TRY(launch_kernel(kernel, params, {av, bv, cv, 1.0, 0.0}));
       return c;
     }
@@ -115,7 +120,8 @@ Expected<Tensor> matmul_forward(const std::vector<Tensor>& in, const Attrs& attr
   TESSEL_ASSIGN_OR_RETURN(View a, batched_view(a16, batch));
   TESSEL_ASSIGN_OR_RETURN(View b, batched_view(b16, batch));
   View cv{c, {shape_numel(batch), m, n}, {m * n, n, 1}};
-  auto [kernel, params] = gemm_kernel(true, a16, b16, compute, batched_gemm_params(c, m, n));
+  auto [kernel, params] =
+      gemm_kernel(true, a16, b16, compute, batched_gemm_params(c, shape_numel(batch), m, n));
   TESSEL_TRY(launch_kernel(kernel, params, {a, b, cv, 1.0, 0.0}));
   return c;
 }
@@ -232,7 +238,7 @@ Expected<Tensor> linear_forward(const std::vector<Tensor>& in, const Attrs& attr
   const int64_t m = x.shape[0], n = w.size(0), k = w.size(1);
   View wt{w, {k, n}, {w.strides()[1], w.strides()[0]}};
   View yv{y, {m, n}, {n, 1}};
-  KernelParams params = gemm_params(y);
+  KernelParams params = gemm_params(y, 1, m, n);
   params["BIAS"] = "1";
   auto [kernel, kernel_params] = gemm_kernel(false, x16, w, compute, std::move(params));
   TESSEL_TRY(launch_kernel(kernel, kernel_params, {x, wt, yv, bias, 1.0, 0.0}));
@@ -285,7 +291,7 @@ OpDef linear_op() {
         View a{g16, {1, n, m}, {0, g16.strides()[0], g16.strides()[1]}};
         View x{x16, {1, m, k}, {0, x16.strides()[0], x16.strides()[1]}};
         View c{into, {1, n, k}, {0, k, 1}};
-        auto [kernel, params] = gemm_kernel(true, g16, x16, compute, gemm_params(into));
+        auto [kernel, params] = gemm_kernel(true, g16, x16, compute, gemm_params(into, 1, n, k));
         TESSEL_TRY(launch_kernel(kernel, params, {a, x, c, 1.0, 1.0}));
       } else {
         TESSEL_ASSIGN_OR_RETURN(Tensor dw, matmul(gt, x2, compute));
