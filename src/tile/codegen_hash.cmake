@@ -1,7 +1,7 @@
 # Writes OUT, a C++ file defining tile::codegen_hash(): one SHA-256 over the code that turns a
 # kernel into target code (the passes and the renderers, FILES separated by '|'). Tuning database
 # keys carry it, because a specialisation measured fastest under one code generator need not be
-# under the next (docs/DESIGN.md, "Auto-tuning").
+# under the next (docs/TUNING.md).
 string(REPLACE "|" ";" FILES "${FILES}")
 list(SORT FILES)
 set(all "")
