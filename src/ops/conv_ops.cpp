@@ -360,6 +360,17 @@ StoreTarget store_target(const Tensor& y, const TapGrid& g, int64_t groups) {
           y.size(1) * l};
 }
 
+// conv_implicit's block rows for a gemm of m rows per group: 64 or 128 where that makes no more
+// blocks than the kernel's 192 (m = 64, 128, 256: ResNet's narrow layers), else 192. A block
+// clears the rows of its accumulator past m before its epilogue (clear_outside, a memset of 128
+// x 256 floats per block at m = 64: 14% of resnet50.layer1.0.conv1's forward, perf), and
+// packs B for fewer rows than it could hold.
+int64_t implicit_block_rows(int64_t m) {
+  for (int64_t bm : {64, 128})
+    if (ceil_div(m, bm) == ceil_div(m, 192)) return bm;
+  return 192;
+}
+
 // One conv_implicit launch: the convolution of `input` (already viewed) by `taps` into `out`.
 Status launch_implicit(const View& taps, const View& input, const StoreTarget& out,
                        const View& bias, bool has_bias, bool transposed, const Window& w,
@@ -376,6 +387,8 @@ Status launch_implicit(const View& taps, const View& input, const StoreTarget& o
                       {"UNIT_STRIDE", transposed && phases.every_tap ? "1" : "0"},
                       {"DENSE", out.dense ? "1" : "0"},
                       {"ROWS", rows ? "1" : "0"}};
+  if (taps.tensor.device()->kind() == DeviceKind::kCpu)
+    params.emplace("BM", std::to_string(implicit_block_rows(taps.shape[2])));
   std::vector<KernelArg> args{taps, input, out.view,  bias,   w.kw,   w.dh,       w.dw,     w.sh,
                               w.sw, w.ph,  w.pw,      ty0,    tx0,    phases.y,   phases.x, oy,
                               ox,   g.ww,  g.plane(), out.yh, out.yw, out.ostride};
