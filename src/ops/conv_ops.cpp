@@ -289,6 +289,19 @@ Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t s
     TESSEL_TRY(tail.fill(0.0));
   }
   const int64_t px = g.phases_x * unfold, plane_stride = n * g.plane();
+  if (sh == 1 && sw == 1 && unfold == 1 && g.phases_y == 1 && g.phases_x == 1 && pw <= g.ww) {
+    // One phase: whole rows, their padding columns apart (conv_relayout_unit). A block as wide
+    // as the rows (up to 64), so that a row inside x is one unmasked copy.
+    const int64_t width = x.size(3), bn = width <= 64 ? width : 32;
+    View whole{buf, {x.size(1), n, g.hh, g.ww}, {per_channel, g.plane(), g.ww, 1}};
+    View inner = whole;
+    inner.shape[3] = g.ww - pw;
+    TESSEL_ASSIGN_OR_RETURN(inner.tensor, buf.slice(0, pw, buf.size(0)));
+    TESSEL_TRY(launch_kernel("conv_relayout_unit",
+                             {{"U", dtype_name(to)}, {"BN", std::to_string(bn)}},
+                             {x, whole, inner, ph, pw}));
+    return buf;
+  }
   View p{buf,
          {x.size(1), g.phases_y, px, n, g.hh, g.ww},
          {unfold * per_channel, g.phases_x * plane_stride, unfold > 1 ? per_channel : plane_stride,

@@ -989,6 +989,10 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{1, 32, 20, 21}, 144, 3, 3, 1, 1, 1, 1, 2, false},
       {{1, 400, 14, 15}, 32, 1, 1, 1, 1, 0, 0, 2, true},
       {{2, 200, 9, 11}, 16, 3, 3, 2, 2, 1, 1, 1, true},
+      // conv_relayout_unit (unit strides): rows wider than 64 (32-column blocks, the last
+      // ragged), padding wider than the window's reach (pad 2 under a 3x3), batch 1 and 2.
+      {{1, 16, 5, 70}, 16, 3, 3, 1, 1, 1, 1, 1, false},
+      {{2, 16, 9, 12}, 24, 3, 3, 1, 1, 2, 2, 1, true},
   };
   for (const LoopConv& c : cases)
     testing::for_each_device("conv2d", {DType::kF32, DType::kF32, DType::kF32},
