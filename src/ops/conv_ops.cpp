@@ -639,15 +639,16 @@ Expected<GradOnGrid> grad_on_grid(const Tensor& g, const TapGrid& grid, const Co
 // every thread busy. The result is flat, [O, cg, taps].
 Expected<Tensor> weight_grad_gemms(const View& a, const View& x_qk, int64_t positions,
                                    const Window& w, int64_t groups, int64_t og, int64_t cg,
-                                   const Tensor& like) {
+                                   const Tensor& like, bool columns = false) {
   const int64_t taps = w.kh * w.kw, o = og * groups;
   const bool cpu = like.device()->kind() == DeviceKind::kCpu;
   // Windows of several taps on the CPU run transposed (conv_implicit_weight_grad_t: the input's
   // tap views read in place, the output gradient packed once for every tap instead of the input
-  // transposed once per tap), with blocks fitted to the channels. One tap keeps the plain form:
+  // transposed once per tap; `columns`: kh kw taps deep), with blocks fitted to the channels.
+  // One tap keeps the plain form:
   // resnet50.layer4.1.conv1 (1x1, 2048 -> 512 over 7 x 7) ran 0.67 -> 0.56x oneDNN transposed
   // (bench conv, 1 thread, CPU clock).
-  const bool transposed = cpu && taps > 1;
+  const bool transposed = cpu && (taps > 1 || columns);
   int64_t bm = cpu ? 192 : 64, bn = cpu ? 256 : 64;
   const int64_t bk = cpu ? 256 : 16;
   if (transposed) {
@@ -706,7 +707,12 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
     TESSEL_ASSIGN_OR_RETURN(Tensor cols, columns(x, w, s));
     TESSEL_ASSIGN_OR_RETURN(GradOnGrid dy, grad_on_grid(g, column_grid(s), s, compute));
     const View cols_qk{cols, {1, s.groups, 1, 1, 1, 1, q, s.k}, {0, s.k * q, 0, 0, 0, 0, 1, q}};
-    return weight_grad_gemms(dy.view, cols_qk, q, kPointwise, s.groups, og, s.k, x);
+    // Transposed (weight_grad_gemms) over 1,024 or more positions: bench conv, 1 thread, CPU
+    // clock, two rounds, tessel GFLOP/s against the plain form: resnet50.layer3.1.conv2 (1,568
+    // positions) 67-71 / 59-62, resnet18.layer3.0.conv2 (2,048) 67-68 / 55-56; fewer were
+    // slower, resnet50.layer4.1.conv2 (392) 51-52 / 57-58, resnet18.layer4.0.conv2 (512) 50-57 /
+    // 60-61.
+    return weight_grad_gemms(dy.view, cols_qk, q, kPointwise, s.groups, og, s.k, x, q >= 1024);
   }
   if (grid.direct) {
     TESSEL_ASSIGN_OR_RETURN(Tensor input, contiguous_on_device(x));

@@ -993,6 +993,9 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       // ragged), padding wider than the window's reach (pad 2 under a 3x3), batch 1 and 2.
       {{1, 16, 5, 70}, 16, 3, 3, 1, 1, 1, 1, 1, false},
       {{2, 16, 9, 12}, 24, 3, 3, 1, 1, 2, 2, 1, true},
+      // The weight gradient over columns of 1,024 or more positions, transposed
+      // (conv_implicit_weight_grad_t with one tap): 6 images of 14 x 13, groups.
+      {{6, 32, 14, 13}, 64, 3, 3, 1, 1, 1, 1, 2, false},
   };
   for (const LoopConv& c : cases)
     testing::for_each_device("conv2d", {DType::kF32, DType::kF32, DType::kF32},
