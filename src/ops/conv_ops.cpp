@@ -373,15 +373,15 @@ StoreTarget store_target(const Tensor& y, const TapGrid& g, int64_t groups) {
           y.size(1) * l};
 }
 
-// conv_implicit's block rows for a gemm of m rows per group: 64 or 128 where that makes no more
-// blocks than the kernel's 192 (m = 64, 128, 256: ResNet's narrow layers), else 192. A block
-// clears the rows of its accumulator past m before its epilogue (clear_outside, a memset of 128
-// x 256 floats per block at m = 64: 14% of resnet50.layer1.0.conv1's forward, perf), and
-// packs B for fewer rows than it could hold.
+// conv_implicit's block rows for a gemm of m rows per group: 64 or 128 where one such block
+// holds them all (m <= 64, <= 128: ResNet's narrow layers), else 192. A block clears the rows of
+// its accumulator past m before its epilogue (clear_outside, a memset of 128 x 256 floats per
+// block at m = 64: 14% of resnet50.layer1.0.conv1's forward, perf). Not for more rows: 128-row
+// blocks over m = 256 end in a 2-row micro-tile each (AVX2 tiles are 6 rows), and 1x1 forwards
+// of 256 rows ran slower with them (bench conv, 1 thread, CPU clock: layer3.0.conv1 0.81-0.83
+// -> 0.74-0.77x oneDNN).
 int64_t implicit_block_rows(int64_t m) {
-  for (int64_t bm : {64, 128})
-    if (ceil_div(m, bm) == ceil_div(m, 192)) return bm;
-  return 192;
+  return m <= 64 ? 64 : m <= 128 ? 128 : 192;
 }
 
 // One conv_implicit launch: the convolution of `input` (already viewed) by `taps` into `out`.

@@ -980,8 +980,8 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{9, 3, 9, 10}, 16, 3, 3, 1, 1, 1, 1, 1, false},
       {{1, 4, 13, 17}, 32, 3, 3, 2, 3, 1, 2, 2, true},
       {{3, 3, 12, 11}, 16, 5, 5, 1, 2, 2, 0, 1, false},
-      // conv_implicit's block rows fitted to the gemm's rows per group (64 or 128 where that
-      // makes no more blocks than 192): 72 rows in one 128-row block, 200 in two (the second
+      // conv_implicit's block rows fitted to the gemm's rows per group (64 or 128 where one
+      // block holds them): 72 rows in one 128-row block, 200 in two of 192 (the second
       // ragged); forward over a 1x1 read in place (dense stores) and a 3x3 (row stores, groups),
       // input gradients of a 1x1 read in place (groups, batch 1) and of a strided 3x3 (phase
       // planes, indexed stores), odd sizes, zero and random bias.
