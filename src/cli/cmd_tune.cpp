@@ -187,9 +187,9 @@ Expected<RecordedStep> workload_step(const std::string& name, const std::string&
 
 // The blocks an op passes for a kernel launch named on the command line: matmul's and linear's
 // rule for the gemm kernels (ops/gemm_precision.h), else the kernel's own defaults (none).
-Expected<ops::KernelParams> named_launch_baseline(
-    const std::string& kernel, const std::string& device_id,
-    const std::map<std::string, int64_t>& sizes) {
+Expected<ops::KernelParams> named_launch_baseline(const std::string& kernel,
+                                                  const std::string& device_id,
+                                                  const std::map<std::string, int64_t>& sizes) {
   const bool gemm = kernel == "gemm" || kernel == "gemm_rounded";
   if (!gemm && kernel != "batched_gemm" && kernel != "batched_gemm_rounded")
     return ops::KernelParams{};

@@ -206,7 +206,7 @@ Expected<TuneOutcome> tune_target(const TuneTarget& target, const TuneLimits& li
     const int p = search.next();
     if (p < 0) break;
     TrialRequest request{target.kernel, target.device, target.fixed, target.sizes};
-      request.baseline = target.baseline;
+    request.baseline = target.baseline;
     for (const auto& [name, value] : space.points[p])
       request.params[name] = value;
     request.versus_defaults = true;

@@ -25,8 +25,8 @@ namespace tessel::cli {
 namespace {
 
 nlohmann::json request_json(const TrialRequest& r) {
-  return {{"kernel", r.kernel}, {"device", r.device},   {"params", r.params},
-          {"sizes", r.sizes},   {"seconds", r.seconds}, {"versus_defaults", r.versus_defaults},
+  return {{"kernel", r.kernel},    {"device", r.device},   {"params", r.params},
+          {"sizes", r.sizes},      {"seconds", r.seconds}, {"versus_defaults", r.versus_defaults},
           {"baseline", r.baseline}};
 }
 

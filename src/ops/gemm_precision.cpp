@@ -88,7 +88,8 @@ KernelParams cpu_gemm_blocks(int64_t batch, int64_t m, int64_t n, int threads) {
 }
 
 KernelParams gemm_launch_blocks(DeviceKind kind, int64_t batch, int64_t m, int64_t n) {
-  if (kind == DeviceKind::kCpu) return cpu_gemm_blocks(batch, m, n, ThreadPool::global().num_threads());
+  if (kind == DeviceKind::kCpu)
+    return cpu_gemm_blocks(batch, m, n, ThreadPool::global().num_threads());
   if (kind != DeviceKind::kCuda) return {};
   return {{"BM", "32"}, {"BN", "32"}, {"BK", "8"}};
 }

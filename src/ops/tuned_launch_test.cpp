@@ -113,9 +113,8 @@ TEST_F(TunedLaunchTest, AChoiceOfTheKernelsDefaultsKeepsTheBlocksTheOpPassed) {
   ASSERT_TRUE(launch.ok()) << launch.status().message();
   EXPECT_EQ(launch->baseline, (KernelParams{{"BM", "48"}, {"BN", "64"}}));
   EXPECT_EQ(launch->fixed, (KernelParams{{"T", "f32"}}));
-  const std::string defaults = tune::params_string(
-      tune::kernel_space_defaults(*tile::find_space(kernel_tune_spaces(), "gemm", "cpu"),
-                                  **kernel, "cpu"));
+  const std::string defaults = tune::params_string(tune::kernel_space_defaults(
+      *tile::find_space(kernel_tune_spaces(), "gemm", "cpu"), **kernel, "cpu"));
   EXPECT_EQ(defaults, "BK=256 BM=192 BN=256");
   auto chosen_after = [&](const std::string& choice, KernelParams params) {
     {
