@@ -20,6 +20,8 @@ namespace {
 struct TuningTables {
   std::vector<tile::TuneSpace> spaces;
   std::map<std::string, std::string> hash_by_kernel;
+  // The kernel's own defaults as a choice's params string, by "kernel@target" of each space.
+  std::map<std::string, std::string> default_choice;
   Status status;
 };
 
@@ -38,8 +40,13 @@ const TuningTables& tables() {
       }
       for (const tile::Kernel& k : *kernels)
         out.hash_by_kernel[k.name] = hash;
-      for (tile::TuneSpace& s : *spaces)
+      for (tile::TuneSpace& s : *spaces) {
+        for (const tile::Kernel& k : *kernels)
+          if (k.name == s.kernel)
+            out.default_choice[s.kernel + "@" + s.target] =
+                tune::params_string(tune::kernel_space_defaults(s, k, s.target));
         out.spaces.push_back(std::move(s));
+      }
     }
     return out;
   }();
@@ -165,12 +172,13 @@ Status apply_tuned_params(Device* device, const tile::Kernel& kernel,
     return ok_status();
   }
   // The op chose its own blocks: a choice of the kernel's defaults does not override them.
-  const std::map<std::string, std::string> tuned = tune::parse_params(chosen);
   const tile::TuneSpace* space =
       tile::find_space(kernel_tune_spaces(), kernel.name, tune_target_name(device->kind()));
-  if (space != nullptr &&
-      tuned == tune::kernel_space_defaults(*space, kernel, tune_target_name(device->kind())))
-    return ok_status();
+  if (space != nullptr) {
+    auto it = tables().default_choice.find(space->kernel + "@" + space->target);
+    if (it != tables().default_choice.end() && it->second == chosen) return ok_status();
+  }
+  const std::map<std::string, std::string> tuned = tune::parse_params(chosen);
   for (const auto& [name, value] : tuned)
     params[name] = value;
   return ok_status();
