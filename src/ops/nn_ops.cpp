@@ -363,27 +363,16 @@ Expected<Tensor> layer_norm_forward(const std::vector<Tensor>& in, const Attrs& 
 Expected<std::vector<Tensor>> layer_norm_backward(const BackwardArgs& b) {
   const Tensor& x = b.inputs[0];
   const int64_t n = x.shape().back(), m = n == 0 ? 0 : x.numel() / n;
-  // layernorm_grad_sums: dX, and gamma's and beta's gradients as column sums over groups of
-  // kRows S rows (S of the kernel's 4-row blocks: 8 on a CPU, where a block is a task and fewer
-  // partial rows are less to sum; 1 on GPUs, whose blocks are their parallelism).
-  constexpr int64_t kRows = 4;
-  const int64_t groups_of = x.device()->kind() == DeviceKind::kCpu ? 8 : 1;
-  const int64_t g = (m + kRows * groups_of - 1) / (kRows * groups_of);
-  TESSEL_ASSIGN_OR_RETURN(View xv, rows_view(x));
-  TESSEL_ASSIGN_OR_RETURN(View dyv, rows_view(b.grad_output));
-  TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x.shape(), x.dtype(), x));
-  TESSEL_ASSIGN_OR_RETURN(Tensor sums_gamma, empty_like_device({g, n}, DType::kF32, x));
-  TESSEL_ASSIGN_OR_RETURN(Tensor sums_beta, empty_like_device({g, n}, DType::kF32, x));
-  KernelParams params = row_tile_params(x, n, {{"S", std::to_string(groups_of)}});
-  TESSEL_TRY(launch_kernel("layernorm_grad_sums", params,
-                           {xv, b.inputs[1], dyv, View{dx, {m, n}, {n, 1}}, sums_gamma, sums_beta,
-                            b.attrs.get_double("eps", 1e-5)}));
-  std::vector<Tensor> grads{dx, Tensor(), Tensor()};
+  TESSEL_ASSIGN_OR_RETURN(
+      auto d, row_norm_grad("layernorm_grad", row_tile_params(x, n), x, b.inputs[1], b.grad_output,
+                            b.attrs.get_double("eps", 1e-5)));
+  std::vector<Tensor> grads{d.first, Tensor(), Tensor()};
   if (b.needs_grad[1]) {
-    TESSEL_ASSIGN_OR_RETURN(grads[1], sum(sums_gamma, {0}));
+    TESSEL_ASSIGN_OR_RETURN(grads[1], sum(d.second, {0}));
   }
   if (b.needs_grad[2]) {
-    TESSEL_ASSIGN_OR_RETURN(grads[2], sum(sums_beta, {0}));
+    TESSEL_ASSIGN_OR_RETURN(Tensor g2, reshape(b.grad_output, {m, n}));
+    TESSEL_ASSIGN_OR_RETURN(grads[2], sum(g2, {0}));
   }
   return grads;
 }
