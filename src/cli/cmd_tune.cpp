@@ -27,6 +27,7 @@
 #include "cli/tune_session.h"
 #include "cli/tune_trial.h"
 #include "ops/algorithm_choice.h"
+#include "ops/gemm_precision.h"
 #include "ops/tuned_launch.h"
 #include "train/trainer.h"
 #include "train/workloads.h"
@@ -147,7 +148,7 @@ Expected<RecordedStep> record_step(const std::function<Status()>& step) {
   TESSEL_TRY(ran);
   RecordedStep out;
   for (const ops::TunableLaunch& l : ops::recorded_tunable_launches())
-    out.targets.push_back(TuneTarget{l.key.kernel, l.device, l.fixed, l.sizes});
+    out.targets.push_back(TuneTarget{l.key.kernel, l.device, l.fixed, l.sizes, l.baseline});
   out.algorithms = ops::recorded_algorithm_launches();
   return out;
 }
@@ -182,6 +183,22 @@ Expected<RecordedStep> workload_step(const std::string& name, const std::string&
   });
   if (!step.ok()) return step.status().with_context("running one step of workload {}", name);
   return step;
+}
+
+// The blocks an op passes for a kernel launch named on the command line: matmul's and linear's
+// rule for the gemm kernels (ops/gemm_precision.h), else the kernel's own defaults (none).
+Expected<ops::KernelParams> named_launch_baseline(const std::string& kernel,
+                                                  const std::string& device_id,
+                                                  const std::map<std::string, int64_t>& sizes) {
+  const bool gemm = kernel == "gemm" || kernel == "gemm_rounded";
+  if (!gemm && kernel != "batched_gemm" && kernel != "batched_gemm_rounded")
+    return ops::KernelParams{};
+  TESSEL_ASSIGN_OR_RETURN(Device * device, get_device(device_id));
+  auto size = [&](const char* name) {
+    auto it = sizes.find(name);
+    return it == sizes.end() ? int64_t{1} : it->second;
+  };
+  return ops::gemm_launch_blocks(device->kind(), gemm ? 1 : size("Z"), size("M"), size("N"));
 }
 
 // A launch at an algorithm choice point named on the command line: 14 sizes for conv2d's.
@@ -288,7 +305,9 @@ Status run(const Options& o) {
         fixed[name] = value;
     for (const std::string& s : o.shapes) {
       TESSEL_ASSIGN_OR_RETURN(auto sizes, parse_sizes_for(o.kernel, s));
-      targets.push_back(TuneTarget{o.kernel, o.device, fixed, sizes});
+      TESSEL_ASSIGN_OR_RETURN(ops::KernelParams baseline,
+                              named_launch_baseline(o.kernel, o.device, sizes));
+      targets.push_back(TuneTarget{o.kernel, o.device, fixed, sizes, baseline});
     }
   }
   TuneLimits limits;

@@ -95,7 +95,7 @@ Expected<PreparedTarget> prepare_target(const TuneTarget& target) {
                                                          : limits.compute_units;
   PreparedTarget out;
   TESSEL_ASSIGN_OR_RETURN(out.space, tune::space_points(*space, *kernel, target.fixed, kind, limits,
-                                                        workers, target.sizes));
+                                                        workers, target.sizes, target.baseline));
   out.space_loc = space->loc.to_string();
   // The key as the op library computes it at launch.
   out.key.kernel = target.kernel;
@@ -134,6 +134,7 @@ Status confirm_best(const TuneTarget& target, const PreparedTarget& prepared,
     std::vector<double> best_times, default_times;
     for (int round = 0; round < limits.confirm_rounds; ++round) {
       TrialRequest request{target.kernel, target.device, target.fixed, target.sizes};
+      request.baseline = target.baseline;
       for (const auto& [name, value] : space.points[best])
         request.params[name] = value;
       request.seconds = limits.confirm_seconds;
@@ -205,6 +206,7 @@ Expected<TuneOutcome> tune_target(const TuneTarget& target, const TuneLimits& li
     const int p = search.next();
     if (p < 0) break;
     TrialRequest request{target.kernel, target.device, target.fixed, target.sizes};
+    request.baseline = target.baseline;
     for (const auto& [name, value] : space.points[p])
       request.params[name] = value;
     request.versus_defaults = true;

@@ -21,6 +21,9 @@ struct TuneTarget {
   std::string device = "cpu";
   std::map<std::string, std::string> fixed;  // T and the untuned parameters
   std::map<std::string, int64_t> sizes;
+  // The tuned parameters the op passed at this launch (--model, --workload): the search's
+  // baseline instead of the kernel's defaults (tune/space_points.h).
+  std::map<std::string, std::string> baseline = {};
 };
 
 struct TuneLimits {

@@ -25,8 +25,9 @@ namespace tessel::cli {
 namespace {
 
 nlohmann::json request_json(const TrialRequest& r) {
-  return {{"kernel", r.kernel}, {"device", r.device},   {"params", r.params},
-          {"sizes", r.sizes},   {"seconds", r.seconds}, {"versus_defaults", r.versus_defaults}};
+  return {{"kernel", r.kernel},    {"device", r.device},   {"params", r.params},
+          {"sizes", r.sizes},      {"seconds", r.seconds}, {"versus_defaults", r.versus_defaults},
+          {"baseline", r.baseline}};
 }
 
 // The kernel's arguments at `sizes`: tensors with random values (zeros for outputs are not
@@ -217,13 +218,16 @@ Status trial(const TrialRequest& r, TrialResult* result) {
       tile::specialize(*kernel, r.params, ops::tune_target_name(device->kind())));
   TESSEL_TRY(ops::prepare_kernel(device, r.kernel, r.params));
   result->status = "error";
-  // The default specialisation: the parameters that are not tuned, the kernel's own block sizes.
+  // The default specialisation: the parameters that are not tuned, the baseline's block sizes
+  // (the op's rule) or else the kernel's own.
   ops::KernelParams defaults = r.params;
   const tile::TuneSpace* space =
       tile::find_space(ops::kernel_tune_spaces(), r.kernel, ops::tune_target_name(device->kind()));
   if (space != nullptr)
     for (const tile::SpaceParam& p : space->params)
       defaults.erase(p.name);
+  for (const auto& [name, value] : r.baseline)
+    defaults[name] = value;
   TESSEL_ASSIGN_OR_RETURN(std::vector<ops::KernelArg> ref_args,
                           make_args(specialised, r.sizes, device, 1));
   TESSEL_ASSIGN_OR_RETURN(std::vector<ops::KernelArg> args,
@@ -320,6 +324,7 @@ int run_trial_child(const std::string& request_json) {
   r.sizes = j["sizes"].get<std::map<std::string, int64_t>>();
   r.seconds = j.value("seconds", 0.15);
   r.versus_defaults = j.value("versus_defaults", false);
+  if (j.contains("baseline")) r.baseline = j["baseline"].get<std::map<std::string, std::string>>();
   Status s = trial(r, &result);
   if (!s.ok()) result.detail = s.message();
   nlohmann::json answer = {

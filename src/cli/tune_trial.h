@@ -25,6 +25,9 @@ struct TrialRequest {
   // Also time the kernel's defaults, taking turns with the candidate launch by launch (the
   // tuner's confirmation: a neighbour's load then hits both alike).
   bool versus_defaults = false;
+  // The tuned parameters of "the defaults" where they are not the kernel's own: the op's rule
+  // at the launch being tuned (TuneTarget::baseline).
+  std::map<std::string, std::string> baseline = {};
 };
 
 struct TrialResult {

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ops/kernel_util.h"
+#include "support/thread_pool.h"
 
 namespace tessel::ops {
 namespace {
@@ -34,11 +35,29 @@ Status flash_attention_forward(const AttentionHeads& in, const View& o, const Vi
                        {in.q, in.k, in.v, o, lse, scale});
 }
 
+FlashBackward flash_backward_choice(const Device* device, int64_t batch_heads) {
+  // A block of the per-head kernel is a whole (batch, head): it does 5 block gemms per block pair
+  // where the split kernels do 7, but it has only B H blocks. From two per thread the threads'
+  // uneven shares (at worst one block in three) cost less than the split kernels' extra gemms;
+  // GPUs want the split kernels' many small blocks.
+  if (device == nullptr || device->kind() != DeviceKind::kCpu) return FlashBackward::kSplit;
+  return batch_heads >= 2 * ThreadPool::global().num_threads() ? FlashBackward::kPerHead
+                                                               : FlashBackward::kSplit;
+}
+
 Status flash_attention_backward(const AttentionHeads& in, const View& o, const View& d_o,
-                                const View& lse, const AttentionHeads& grads, double scale) {
+                                const View& lse, const AttentionHeads& grads, double scale,
+                                std::optional<FlashBackward> choice) {
   const KernelParams params = params_for(in.q.shape[3]);
   TESSEL_ASSIGN_OR_RETURN(Tensor d_rows, empty_like_device(lse.shape, DType::kF32, lse.tensor));
   const View dv{d_rows, lse.shape, {lse.shape[1] * lse.shape[2], lse.shape[2], 1}};
+  const FlashBackward how =
+      choice ? *choice : flash_backward_choice(lse.tensor.device(), in.q.shape[0] * in.q.shape[1]);
+  if (how == FlashBackward::kPerHead) {
+    TESSEL_TRY(launch_kernel("flash_attention_rowdot", params, {o, d_o, dv}));
+    return launch_kernel("flash_attention_grad", params,
+                         {in.q, in.k, in.v, d_o, lse, dv, grads.q, grads.k, grads.v, scale});
+  }
   TESSEL_TRY(launch_kernel("flash_attention_grad_q", params,
                            {in.q, in.k, in.v, o, d_o, lse, dv, grads.q, scale}));
   return launch_kernel("flash_attention_grad_kv", params,

@@ -34,9 +34,18 @@ bool flash_attention_supported(const Device* device, int64_t e);
 Status flash_attention_forward(const AttentionHeads& in, const View& o, const View& lse,
                                double scale);
 
-// The gradients of q, k and v from the forward's o and lse and the output gradient d_o.
+// Which kernels run the backward: the split ones (flash_attention_grad_q, then _grad_kv: blocks
+// of BQ / BKV rows, S and dP computed in both) or the per-head one (flash_attention_grad: one
+// block per (batch, head), S and dP once). The per-head kernel is for CPUs with B H at least
+// twice their threads; flash_backward_choice says which for a device and B H.
+enum class FlashBackward { kSplit, kPerHead };
+FlashBackward flash_backward_choice(const Device* device, int64_t batch_heads);
+
+// The gradients of q, k and v from the forward's o and lse and the output gradient d_o, by the
+// kernels `choice` names (flash_backward_choice when none does: tests run both).
 Status flash_attention_backward(const AttentionHeads& in, const View& o, const View& d_o,
-                                const View& lse, const AttentionHeads& grads, double scale);
+                                const View& lse, const AttentionHeads& grads, double scale,
+                                std::optional<FlashBackward> choice = std::nullopt);
 
 // A tensor laid out as [B, H, N, E] (its shape, or its rank-2 / rank-3 tail with B = H = 1 or
 // B = 1), merging leading dimensions into B where their strides allow; nullopt when they do not.

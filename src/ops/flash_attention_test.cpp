@@ -151,6 +151,58 @@ TEST(FlashAttention, ScaledDotProductAttentionTakesTheFusedKernelsWhenCausal) {
   });
 }
 
+// Both backward kernel sets (the split grad_q / grad_kv pair and the per-head kernel the CPU
+// takes when B H is large enough) on every device, each against the unfused backward, at
+// sequence lengths off the blocks (odd, one past, a ragged last block) and with several
+// (batch, head) blocks, so the per-head kernel's dQ accumulation over key blocks and the causal
+// edge inside a diagonal block are both checked.
+TEST(FlashAttention, BothBackwardKernelsMatchTheUnfusedOps) {
+  const std::vector<DType> f32s{DType::kF32, DType::kF32};
+  const std::vector<Case> list{{1, 1, 1, 16, 1.0f},  {2, 37, 3, 32, 1.0f},  {1, 65, 2, 16, 2.0f},
+                               {3, 64, 2, 32, 3.0f}, {1, 130, 2, 64, 1.0f}, {2, 193, 1, 8, 1.0f},
+                               {1, 256, 2, 64, 1.0f}};
+  for_each_device("causal_attention", f32s, [&](Device* d) {
+    uint32_t seed = 300;
+    for (const Case& c : list) {
+      SCOPED_TRACE(fmt::format("B {} T {} H {} E {}", c.b, c.t, c.h, c.e));
+      const Shape shape{c.b, c.h, c.t, c.e};
+      const int64_t n = c.b * c.h * c.t * c.e;
+      auto view = [&](const Tensor& t) { return View{t, shape, t.strides()}; };
+      std::vector<Tensor> in;
+      for (int i = 0; i < 3; ++i)
+        in.push_back(floats(d, uniform(n, c.spread, seed++), shape));
+      Tensor o = Tensor::zeros(shape, DType::kF32, d).value();
+      Tensor lse = Tensor::zeros({c.b, c.h, c.t}, DType::kF32, d).value();
+      const View lse_view{lse, lse.shape(), lse.strides()};
+      const double scale = 1.0 / std::sqrt(static_cast<double>(c.e));
+      const AttentionHeads heads{view(in[0]), view(in[1]), view(in[2])};
+      ASSERT_TRUE(flash_attention_forward(heads, view(o), lse_view, scale).ok());
+      Tensor gy = floats(d, uniform(n, 1.0f, seed++), shape);
+
+      std::vector<Tensor> unfused = in;
+      unfused.push_back(causal_mask(d, c.t));
+      const Attrs masked = Attrs().set("mask", 2).set("scale", scale);
+      std::vector<Tensor> g_ref = backward_of("scaled_dot_product_attention", unfused, gy, masked);
+      for (FlashBackward how : {FlashBackward::kSplit, FlashBackward::kPerHead}) {
+        SCOPED_TRACE(how == FlashBackward::kSplit ? "split" : "per head");
+        std::vector<Tensor> g;
+        for (int i = 0; i < 3; ++i)
+          g.push_back(floats(d, std::vector<float>(n, NAN), shape));  // every element written
+        ASSERT_TRUE(flash_attention_backward(heads, view(o), view(gy), lse_view,
+                                             {view(g[0]), view(g[1]), view(g[2])}, scale, how)
+                        .ok());
+        for (int i = 0; i < 3; ++i) {
+          std::vector<float> got = host(g[i]), want = host(g_ref[i]);
+          ASSERT_EQ(got.size(), want.size());
+          for (size_t j = 0; j < got.size(); ++j)
+            ASSERT_NEAR(got[j], want[j], 1e-4 + 1e-3 * std::fabs(want[j]))
+                << "gradient of input " << i << " at " << j;
+        }
+      }
+    }
+  });
+}
+
 // Rank-5 batch dimensions merge into B when their strides allow, else the op copies (the
 // views of heads_view), and the kernels take every stride the views give.
 TEST(FlashAttention, HeadsViewMergesLeadingDimensions) {

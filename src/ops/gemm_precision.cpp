@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "ops/ops.h"
+#include "support/thread_pool.h"
 
 namespace tessel::ops {
 
@@ -84,6 +85,13 @@ KernelParams cpu_gemm_blocks(int64_t batch, int64_t m, int64_t n, int threads) {
   if (bm != kDefaultBM) params["BM"] = std::to_string(bm);
   if (bn != kDefaultBN) params["BN"] = std::to_string(bn);
   return params;
+}
+
+KernelParams gemm_launch_blocks(DeviceKind kind, int64_t batch, int64_t m, int64_t n) {
+  if (kind == DeviceKind::kCpu)
+    return cpu_gemm_blocks(batch, m, n, ThreadPool::global().num_threads());
+  if (kind != DeviceKind::kCuda) return {};
+  return {{"BM", "32"}, {"BN", "32"}, {"BK", "8"}};
 }
 
 double round_to(double v, DType compute) {

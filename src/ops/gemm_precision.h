@@ -41,6 +41,12 @@ std::pair<std::string, KernelParams> gemm_kernel(bool batched, const Tensor& a, 
 // to 48 first, then BN down to 64, until they do. A tuning database's choice still overrides it.
 KernelParams cpu_gemm_blocks(int64_t batch, int64_t m, int64_t n, int threads);
 
+// The block sizes matmul and linear pass for such a launch on a device of `kind`: the CPU's
+// cpu_gemm_blocks on the global pool's threads; OpenCL keeps the kernels' `on opencl` blocks
+// (measured on PoCL); CUDA takes small blocks that fit any GPU's registers and shared memory
+// (kernels/gpu.txt lists them). `tessel tune gemm --shape` tunes against these.
+KernelParams gemm_launch_blocks(DeviceKind kind, int64_t batch, int64_t m, int64_t n);
+
 // A reference value rounded as the compute dtype rounds operands (tests only).
 double round_to(double v, DType compute);
 

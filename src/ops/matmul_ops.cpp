@@ -13,15 +13,9 @@
 namespace tessel::ops {
 namespace {
 
-// Block sizes per device kind for `batch` products of [m, k] @ [k, n]: the CPU keeps the kernels'
-// defaults (tuned for its caches) unless they leave its threads without blocks to share
-// (cpu_gemm_blocks); OpenCL keeps the kernels' `on opencl` blocks (measured on PoCL); CUDA takes
-// small blocks that fit any GPU's registers and shared memory (kernels/gpu.txt lists them).
+// Block sizes per device kind for `batch` products of [m, k] @ [k, n] (gemm_launch_blocks).
 KernelParams gemm_params(const Tensor& t, int64_t batch, int64_t m, int64_t n) {
-  if (t.device()->kind() == DeviceKind::kCpu)
-    return cpu_gemm_blocks(batch, m, n, ThreadPool::global().num_threads());
-  if (t.device()->kind() != DeviceKind::kCuda) return {};
-  return {{"BM", "32"}, {"BN", "32"}, {"BK", "8"}};
+  return gemm_launch_blocks(t.device()->kind(), batch, m, n);
 }
 
 // Batched products of small matrices (attention: [T, D] @ [D, T] per head) get small CPU blocks:

@@ -186,6 +186,10 @@ std::vector<Case> all_cases() {
   c.push_back({"layer_norm", {real({3, 5}), real({5}), real({5})}, Attrs().set("eps", 1e-3)});
   c.push_back({"layer_norm", {real({2, 2, 300}), real({300}), real({300})}, {}});
   c.push_back({"layer_norm", {real({5, 128}), real({128}), real({128})}, {}});  // one full CPU tile
+  // Past one group of the gradient's column sums (32 rows on a CPU): 70 rows (a partial third
+  // group) and 33 (one row in the second).
+  c.push_back({"layer_norm", {real({2, 35, 130}), real({130}), real({130})}, {}});
+  c.push_back({"layer_norm", {real({33, 128}), real({128}), real({128})}, {}});
   c.push_back({"embedding", {real({7, 5}), ids({4}, 7)}, {}});
   c.push_back({"embedding", {real({5, 3}), ids({2, 3}, 5)}, {}});
   c.push_back({"embedding", {real({1, 3}), ids({2}, 1)}, {}});

@@ -11,6 +11,7 @@
 #include "tile/parse/parser.h"
 #include "tune/choices.h"
 #include "tune/fingerprint.h"
+#include "tune/space_points.h"
 
 namespace tessel::ops {
 
@@ -19,6 +20,8 @@ namespace {
 struct TuningTables {
   std::vector<tile::TuneSpace> spaces;
   std::map<std::string, std::string> hash_by_kernel;
+  // The kernel's own defaults as a choice's params string, by "kernel@target" of each space.
+  std::map<std::string, std::string> default_choice;
   Status status;
 };
 
@@ -37,8 +40,13 @@ const TuningTables& tables() {
       }
       for (const tile::Kernel& k : *kernels)
         out.hash_by_kernel[k.name] = hash;
-      for (tile::TuneSpace& s : *spaces)
+      for (tile::TuneSpace& s : *spaces) {
+        for (const tile::Kernel& k : *kernels)
+          if (k.name == s.kernel)
+            out.default_choice[s.kernel + "@" + s.target] =
+                tune::params_string(tune::kernel_space_defaults(s, k, s.target));
         out.spaces.push_back(std::move(s));
+      }
     }
     return out;
   }();
@@ -120,7 +128,7 @@ Expected<TunableLaunch> tunable_launch(Device* device, const tile::Kernel& kerne
     if (!tuned.count(name) && name != "T" && differs_from_default(kernel, name, value))
       rest[name] = value;
   for (const auto& [name, value] : params)
-    if (!tuned.count(name)) launch.fixed[name] = value;
+    (tuned.count(name) ? launch.baseline : launch.fixed)[name] = value;
   launch.key.kernel = kernel.name;
   launch.key.source_hash = kernel_source_hash(kernel.name);
   launch.key.device = cached_device_fingerprint(device);
@@ -158,7 +166,20 @@ Status apply_tuned_params(Device* device, const tile::Kernel& kernel,
   }
   if (!choices.active()) return ok_status();
   TESSEL_ASSIGN_OR_RETURN(std::string chosen, choices.choose(launch.key));
-  for (const auto& [name, value] : tune::parse_params(chosen))
+  if (chosen.empty() || launch.baseline.empty()) {
+    for (const auto& [name, value] : tune::parse_params(chosen))
+      params[name] = value;
+    return ok_status();
+  }
+  // The op chose its own blocks: a choice of the kernel's defaults does not override them.
+  const tile::TuneSpace* space =
+      tile::find_space(kernel_tune_spaces(), kernel.name, tune_target_name(device->kind()));
+  if (space != nullptr) {
+    auto it = tables().default_choice.find(space->kernel + "@" + space->target);
+    if (it != tables().default_choice.end() && it->second == chosen) return ok_status();
+  }
+  const std::map<std::string, std::string> tuned = tune::parse_params(chosen);
+  for (const auto& [name, value] : tuned)
     params[name] = value;
   return ok_status();
 }

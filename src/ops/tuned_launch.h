@@ -24,6 +24,7 @@ namespace tessel::ops {
 struct TunableLaunch {
   tune::TuneKey key;                     // shape included
   KernelParams fixed;                    // the parameters that are not tuned, T included
+  KernelParams baseline;                 // the tuned parameters the op passed (its own rule)
   std::map<std::string, int64_t> sizes;  // by name
   std::string device;                    // "cpu", "opencl:0"
 };
@@ -53,6 +54,8 @@ bool differs_from_default(const tile::Kernel& kernel, const std::string& name,
 // recorded (one atomic load each, so launches without tuning pay nothing more).
 bool tuning_in_use();
 // Called by launch_kernel: replaces the tuned parameters of `params` by the database's choice.
+// A choice that is the kernel's own defaults (a tuner that found nothing faster than them)
+// leaves the op's block sizes as the op passed them: the op's rule had a reason of its own.
 Status apply_tuned_params(Device* device, const tile::Kernel& kernel,
                           const std::vector<KernelArg>& args, KernelParams& params);
 

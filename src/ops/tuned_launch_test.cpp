@@ -12,6 +12,7 @@
 #include "support/hash.h"
 #include "tile/codegen/render.h"
 #include "tune/choices.h"
+#include "tune/space_points.h"
 
 namespace tessel::ops {
 namespace {
@@ -95,6 +96,73 @@ TEST_F(TunedLaunchTest, RecordsTheTunableLaunchesOfAStep) {
   EXPECT_EQ(launches[0].sizes.at("M"), 5);
   EXPECT_EQ(launches[0].sizes.at("N"), 64);
   EXPECT_EQ(launches[0].device, "cpu");
+}
+
+// The blocks a matmul passes for a small product (ops/gemm_precision.h cpu_gemm_blocks) are the
+// launch's baseline. A database choice of the kernel's own defaults (a tuner that found nothing
+// faster than them) leaves the op's blocks alone; any other choice replaces them.
+TEST_F(TunedLaunchTest, AChoiceOfTheKernelsDefaultsKeepsTheBlocksTheOpPassed) {
+  Expected<const tile::Kernel*> kernel = embedded_kernel("gemm");
+  ASSERT_TRUE(kernel.ok());
+  const Tensor a = random_matrix(100, 40, 4), b = random_matrix(40, 70, 5);
+  const Tensor c = *Tensor::from_vector(std::vector<float>(100 * 70, 0.0f), {100, 70});
+  const Tensor bias = *Tensor::from_vector(std::vector<float>(70, 0.0f), {70});
+  const std::vector<KernelArg> args = {a, b, c, bias, 1.0, 0.0};
+  const KernelParams op_params = {{"T", "f32"}, {"BM", "48"}, {"BN", "64"}};
+  auto launch = tunable_launch(cpu_device(), **kernel, op_params, args);
+  ASSERT_TRUE(launch.ok()) << launch.status().message();
+  EXPECT_EQ(launch->baseline, (KernelParams{{"BM", "48"}, {"BN", "64"}}));
+  EXPECT_EQ(launch->fixed, (KernelParams{{"T", "f32"}}));
+  const std::string defaults = tune::params_string(tune::kernel_space_defaults(
+      *tile::find_space(kernel_tune_spaces(), "gemm", "cpu"), **kernel, "cpu"));
+  EXPECT_EQ(defaults, "BK=256 BM=192 BN=256");
+  auto chosen_after = [&](const std::string& choice, KernelParams params) {
+    {
+      auto db = tune::TuneDb::open(file_);
+      EXPECT_TRUE(db.ok());
+      EXPECT_TRUE((*db)->choose({launch->key, choice, "ok", 1e-6, "chosen: test"}).ok());
+    }
+    tune::TuneChoices::global().use_database(file_);
+    EXPECT_TRUE(apply_tuned_params(cpu_device(), **kernel, args, params).ok());
+    tune::TuneChoices::global().use_database("");
+    return params;
+  };
+  EXPECT_EQ(chosen_after(defaults, op_params), op_params);
+  EXPECT_EQ(chosen_after(defaults, {{"T", "f32"}}),
+            (KernelParams{{"T", "f32"}, {"BK", "256"}, {"BM", "192"}, {"BN", "256"}}));
+  EXPECT_EQ(chosen_after("BK=128 BM=96 BN=128", op_params),
+            (KernelParams{{"T", "f32"}, {"BK", "128"}, {"BM", "96"}, {"BN", "128"}}));
+}
+
+// The tuner searches from the launch's baseline: on the grid it is that point; off the grid
+// (gemm's CPU space has no BM = 48) it is appended as a point of its own, so the search measures
+// it first and a choice has to beat it.
+TEST(TuneSpacePoints, TheBaselineIsThePointTheSearchStartsFrom) {
+  Expected<const tile::Kernel*> kernel = embedded_kernel("gemm");
+  ASSERT_TRUE(kernel.ok());
+  const tile::TuneSpace* space = tile::find_space(kernel_tune_spaces(), "gemm", "cpu");
+  ASSERT_NE(space, nullptr);
+  const std::map<std::string, int64_t> sizes = {{"M", 128}, {"N", 128}, {"K", 768}};
+  const DeviceLimits limits = cpu_device()->limits();
+  auto baseline_of = [&](const std::map<std::string, std::string>& baseline) {
+    auto points =
+        tune::space_points(*space, **kernel, {{"T", "f32"}}, "cpu", limits, 2, sizes, baseline);
+    EXPECT_TRUE(points.ok()) << points.status().message();
+    EXPECT_GE(points->default_index, 0);
+    EXPECT_EQ(points->defaults, points->points[points->default_index]);
+    return tune::params_string(points->points[points->default_index]);
+  };
+  EXPECT_EQ(baseline_of({}), "BK=256 BM=192 BN=256");
+  EXPECT_EQ(baseline_of({{"BM", "96"}, {"BN", "128"}}), "BK=256 BM=96 BN=128");
+
+  auto off_grid = tune::space_points(*space, **kernel, {{"T", "f32"}}, "cpu", limits, 2, sizes,
+                                     {{"BM", "48"}, {"BN", "64"}});
+  ASSERT_TRUE(off_grid.ok());
+  EXPECT_EQ(off_grid->default_index, static_cast<int>(off_grid->points.size()) - 1);
+  EXPECT_EQ(tune::params_string(off_grid->points.back()), "BK=256 BM=48 BN=64");
+  // Its coordinates (BM, BN, BK as declared) are the nearest grid values': 96, 128, 256.
+  EXPECT_EQ(off_grid->coords.back(), (std::vector<int>{0, 0, 1}));
+  EXPECT_EQ(off_grid->features.back().size(), off_grid->features.front().size());
 }
 
 // A kernel's key hash covers its file and the code generator, so choices tuned under another

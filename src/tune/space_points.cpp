@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 
 #include "tile/ir/visitor.h"
@@ -75,15 +76,12 @@ std::vector<double> ir_features(const tile::Kernel& k, const std::map<std::strin
 
 }  // namespace
 
-Expected<SpacePoints> space_points(const tile::TuneSpace& space, const tile::Kernel& kernel,
-                                   const std::map<std::string, std::string>& fixed,
-                                   const std::string& target, const DeviceLimits& limits,
-                                   int workers, const std::map<std::string, int64_t>& sizes) {
-  // The values constraints see: the kernel's defaults on this target, the fixed parameters,
-  // the device's limits; each point adds its own.
-  TESSEL_TRY(tile::specialize(kernel, fixed, target).status());  // names the bad parameter
+namespace {
+
+// The kernel's integer parameters with the target's defaults applied.
+std::map<std::string, int64_t> kernel_int_defaults(const tile::Kernel& kernel,
+                                                   const std::string& target) {
   std::map<std::string, int64_t> env;
-  std::map<std::string, std::string> default_text;
   for (const tile::Param& p : kernel.params)
     if (!p.is_dtype) env[p.name] = p.int_value;
   for (const tile::TargetDefaults& d : kernel.target_defaults) {
@@ -92,8 +90,35 @@ Expected<SpacePoints> space_points(const tile::TuneSpace& space, const tile::Ker
     for (const auto& [name, value] : d.values)
       if (auto* p = kernel.find_param(name); p && !p->is_dtype) env[name] = std::stoll(value);
   }
-  for (const tile::SpaceParam& p : space.params)
-    default_text[p.name] = std::to_string(env[p.name]);
+  return env;
+}
+
+}  // namespace
+
+std::map<std::string, std::string> kernel_space_defaults(const tile::TuneSpace& space,
+                                                         const tile::Kernel& kernel,
+                                                         const std::string& target) {
+  const std::map<std::string, int64_t> env = kernel_int_defaults(kernel, target);
+  std::map<std::string, std::string> out;
+  for (const tile::SpaceParam& p : space.params) {
+    auto it = env.find(p.name);
+    out[p.name] = std::to_string(it == env.end() ? 0 : it->second);
+  }
+  return out;
+}
+
+Expected<SpacePoints> space_points(const tile::TuneSpace& space, const tile::Kernel& kernel,
+                                   const std::map<std::string, std::string>& fixed,
+                                   const std::string& target, const DeviceLimits& limits,
+                                   int workers, const std::map<std::string, int64_t>& sizes,
+                                   const std::map<std::string, std::string>& baseline) {
+  // The values constraints see: the kernel's defaults on this target, the fixed parameters,
+  // the device's limits; each point adds its own.
+  TESSEL_TRY(tile::specialize(kernel, fixed, target).status());  // names the bad parameter
+  std::map<std::string, int64_t> env = kernel_int_defaults(kernel, target);
+  std::map<std::string, std::string> default_text = kernel_space_defaults(space, kernel, target);
+  for (const auto& [name, value] : baseline)
+    if (default_text.count(name)) default_text[name] = value;
   for (const auto& [name, value] : fixed) {
     auto* p = kernel.find_param(name);
     if (p && !p->is_dtype) env[name] = std::stoll(value);
@@ -108,30 +133,56 @@ Expected<SpacePoints> space_points(const tile::TuneSpace& space, const tile::Ker
 
   SpacePoints out;
   out.defaults = default_text;
-  for (int64_t i = 0; i < space.size(); ++i) {
-    std::map<std::string, int64_t> point = space.point(i);
-    std::map<std::string, int64_t> values = env;
+  // One point: its features from the kernel specialised there; false when it does not specialise.
+  auto add_point = [&](const std::map<std::string, int64_t>& point, std::vector<int> coords,
+                       std::vector<double> features) {
     std::map<std::string, std::string> params = fixed, tuned;
-    std::vector<int> coords;
-    std::vector<double> features;
-    for (const tile::SpaceParam& p : space.params) {
-      values[p.name] = point[p.name];
-      params[p.name] = tuned[p.name] = std::to_string(point[p.name]);
-      const int index = static_cast<int>(
-          std::find(p.values.begin(), p.values.end(), point[p.name]) - p.values.begin());
-      coords.push_back(index);
-      features.push_back(p.values.size() > 1 ? index / static_cast<double>(p.values.size() - 1)
-                                             : 0.0);
-    }
-    if (!tile::satisfies(space, values)) continue;
+    for (const tile::SpaceParam& p : space.params)
+      params[p.name] = tuned[p.name] = std::to_string(point.at(p.name));
     Expected<tile::Kernel> k = tile::specialize(kernel, params, target);
-    if (!k.ok()) continue;
+    if (!k.ok()) return false;
     for (double f : ir_features(*k, sizes, workers, limits.fast_memory_bytes))
       features.push_back(f);
     if (tuned == default_text) out.default_index = static_cast<int>(out.points.size());
     out.points.push_back(std::move(tuned));
     out.coords.push_back(std::move(coords));
     out.features.push_back(std::move(features));
+    return true;
+  };
+  // A value's position in a parameter's list, or that of the nearest value (off-grid baselines).
+  auto position = [](const tile::SpaceParam& p, int64_t v) {
+    int best = 0;
+    for (int i = 0; i < static_cast<int>(p.values.size()); ++i)
+      if (std::llabs(p.values[i] - v) < std::llabs(p.values[best] - v)) best = i;
+    return best;
+  };
+  auto coords_and_features = [&](const std::map<std::string, int64_t>& point) {
+    std::pair<std::vector<int>, std::vector<double>> cf;
+    for (const tile::SpaceParam& p : space.params) {
+      const int index = position(p, point.at(p.name));
+      cf.first.push_back(index);
+      cf.second.push_back(p.values.size() > 1 ? index / static_cast<double>(p.values.size() - 1)
+                                              : 0.0);
+    }
+    return cf;
+  };
+  for (int64_t i = 0; i < space.size(); ++i) {
+    std::map<std::string, int64_t> point = space.point(i);
+    std::map<std::string, int64_t> values = env;
+    for (const tile::SpaceParam& p : space.params)
+      values[p.name] = point[p.name];
+    if (!tile::satisfies(space, values)) continue;
+    auto [coords, features] = coords_and_features(point);
+    add_point(point, std::move(coords), std::move(features));
+  }
+  // The baseline is a point whatever the grid and its constraints say: it is what launches
+  // untuned (gemm's CPU defaults take more than a 512 KiB L2, which its `require` rules out).
+  if (out.default_index < 0) {
+    std::map<std::string, int64_t> point;
+    for (const auto& [name, value] : default_text)
+      point[name] = std::stoll(value);
+    auto [coords, features] = coords_and_features(point);
+    add_point(point, std::move(coords), std::move(features));
   }
   if (out.points.empty())
     return invalid_argument("{}: no point of the space of '{}' on {} meets its constraints",

@@ -23,16 +23,30 @@ struct SpacePoints {
   std::vector<std::map<std::string, std::string>> points;  // the tuned parameters of each point
   std::vector<std::vector<int>> coords;                    // index into each parameter's values
   std::vector<std::vector<double>> features;
-  int default_index = -1;  // the kernel's own defaults on this target, when they are a point
-  std::map<std::string, std::string> defaults;  // those defaults' tuned parameters, in any case
+  // The baseline: what a launch runs untuned, the kernel's defaults on this target overridden by
+  // the block sizes the op itself passed (ops/matmul_ops.cpp picks smaller CPU blocks for small
+  // products). The search starts from it and the tuned choice must beat it, so a choice never
+  // replaces an op's rule by something slower. It is always a point: one off the declared grid
+  // (or ruled out by its constraints) is appended at the end, its coordinates those of the
+  // nearest grid values.
+  int default_index = -1;
+  std::map<std::string, std::string> defaults;  // the baseline's tuned parameters
 };
+
+// The kernel's own values of the space's parameters on `target` ("cpu", "opencl", "cuda"):
+// its declared defaults with the target's `on ...` defaults applied.
+std::map<std::string, std::string> kernel_space_defaults(const tile::TuneSpace& space,
+                                                         const tile::Kernel& kernel,
+                                                         const std::string& target);
 
 // `fixed` holds the kernel's other parameters (T, BIAS...), `target` is "cpu", "opencl" or
 // "cuda", `workers` the threads (CPU) or compute units that run blocks at once, `sizes` the
-// kernel's run-time sizes by name. Points whose specialisation fails are left out.
+// kernel's run-time sizes by name, `baseline` the tuned parameters the op passed (empty: the
+// kernel's defaults). Points whose specialisation fails are left out.
 Expected<SpacePoints> space_points(const tile::TuneSpace& space, const tile::Kernel& kernel,
                                    const std::map<std::string, std::string>& fixed,
                                    const std::string& target, const DeviceLimits& limits,
-                                   int workers, const std::map<std::string, int64_t>& sizes);
+                                   int workers, const std::map<std::string, int64_t>& sizes,
+                                   const std::map<std::string, std::string>& baseline = {});
 
 }  // namespace tessel::tune

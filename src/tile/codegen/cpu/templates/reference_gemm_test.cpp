@@ -236,6 +236,21 @@ TEST_P(ReferenceGemmTest, ShapesAcrossDefaultTiles) {
   check({197, 263, 521, GemmInput::kF32, true, false, false}, {call});
 }
 
+// Every width of a last micro-tile panel, N = 1..17 and past two panels: the AVX2 variant runs a
+// half-wide micro-tile on a last panel of at most 8 columns (exactly 8 with whole rows writes
+// acc directly, the rest through the edge copy). M = 12 is whole micro-tiles of 6, 13 is not;
+// K = 37 crosses the small tiles' K step (33), so later steps accumulate; operands plain and
+// transposed (K contiguous, so packing transposes 8 x 8 in registers, with a ragged last group).
+TEST_P(ReferenceGemmTest, EveryLastPanelWidthPlainAndTransposed) {
+  for (int64_t n = 1; n <= 17; ++n)
+    for (int64_t m : {12, 13})
+      for (int t = 0; t < 4; ++t)
+        check({m, n, 37, GemmInput::kF32, false, (t & 1) != 0, (t & 2) != 0}, all_settings());
+  for (int64_t n : {24, 25, 31})
+    for (GemmInput input : kInputs)
+      check({19, n, 40, input, false, false, true}, all_settings());
+}
+
 // Rows of A 4 KiB apart are packed rather than read in place (tile_gemm.h, can_read_a_in_place):
 // that path and the in-place one next to it, plain and transposed B, 1 and 2 threads. A's
 // leading dimension is k + 3 (make_operand), so k = 1021 puts f32 rows 4 KiB apart.

@@ -241,8 +241,9 @@ struct RowsA {
 
 // Each ISA header defines, inside the same namespaces: MicroTile<TPack> {kMR, kNR, kKPack},
 // DefaultTiles<TPack> {kBM, kBN, kBK}, micro_kernel<kAccumulate>(a, b, c, ldc, ksteps) for one
-// whole kMR x kNR tile (`a` a PackedPanelA or RowsA), and pack_panels<R>(...) (below, with fast
-// paths where it has them).
+// whole kMR x kNR tile (`a` a PackedPanelA or RowsA), kNarrowNR<TPack> and micro_kernel_narrow
+// (the left kNarrowNR columns of a tile, for a last panel that narrow; kNarrowNR 0: none), and
+// pack_panels<R>(...) (below, with fast paths where it has them).
 #if defined(TESSEL_CPU_ISA_AVX512BF16) || defined(TESSEL_CPU_ISA_AVX512)
 #include "tile_gemm_avx512.h"
 #elif defined(TESSEL_CPU_ISA_AVX2)
@@ -297,11 +298,21 @@ inline void gemm_tiles(MakeA make_a, const TPack* b_packed, float* acc, int64_t 
         micro_kernel<kAccumulate>(a, b_panel, c, ldacc, ksteps);
         continue;
       }
+      // A last panel of at most kNarrowNR columns runs the ISA's narrower tile (N = 65 ran a
+      // 16-wide tile for one column).
+      const bool narrow = kNarrowNR<TPack> > 0 && cols <= kNarrowNR<TPack>;
+      if (narrow && rows == kMR && cols == kNarrowNR<TPack>) {
+        micro_kernel_narrow<kAccumulate>(a, b_panel, c, ldacc, ksteps);
+        continue;
+      }
       alignas(64) float edge[kMR * kNR] = {};
       if (kAccumulate)
         for (int i = 0; i < rows; ++i)
           std::memcpy(edge + i * kNR, c + i * ldacc, sizeof(float) * cols);
-      micro_kernel<kAccumulate>(a, b_panel, edge, kNR, ksteps);
+      if (narrow)
+        micro_kernel_narrow<kAccumulate>(a, b_panel, edge, kNR, ksteps);
+      else
+        micro_kernel<kAccumulate>(a, b_panel, edge, kNR, ksteps);
       for (int i = 0; i < rows; ++i)
         std::memcpy(c + i * ldacc, edge + i * kNR, sizeof(float) * cols);
     }

@@ -3,7 +3,8 @@
 // registers), the shape BLIS and OpenBLAS use on Haswell-class cores. bf16 has no dot-product
 // instruction here: each K pair is widened to f32 (a shift, a mask) and applied as two FMAs, first
 // the even K step over all rows, then the odd one, so the register budget stays the same.
-// Packing uses the scalar path (plus a straight copy for f32 runs); the micro-kernel dominates.
+// Packing: f32 runs along the panel are copied, f32 runs along K transposed 8 x 8 in registers;
+// other types and strides go element-wise.
 #pragma once
 
 namespace tessel_cpu {
@@ -33,70 +34,83 @@ struct DefaultTiles<bf16> {
 
 namespace detail {
 
-template <int MR, bool kAccumulate, typename AOperand>
+// NV = 2 is the whole 6 x 16 micro-tile; NV = 1 its left half, for a last panel of at most 8
+// columns (N = 65: the 16-wide tile computed one useful column in 16). B's panel keeps its 16
+// columns per K step either way (the packed layout does not change).
+template <int MR, int NV, bool kAccumulate, typename AOperand>
 __attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b, float* c,
                                                       int64_t ldc, int ksteps) {
-  __m256 acc[MR][2];
+  __m256 acc[MR][NV];
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    acc[i][0] = kAccumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-    acc[i][1] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
-  }
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < NV; ++j)
+      acc[i][j] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8 * j) : _mm256_setzero_ps();
   for (int k = 0; k < ksteps; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b), b1 = _mm256_loadu_ps(b + 8);
+    __m256 bv[NV];
+#pragma GCC unroll 2
+    for (int j = 0; j < NV; ++j)
+      bv[j] = _mm256_loadu_ps(b + 8 * j);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_broadcast_ss(a.row(i));
-      acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+#pragma GCC unroll 2
+      for (int j = 0; j < NV; ++j)
+        acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
     }
     a.next();
     b += 16;
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
-    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
-  }
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < NV; ++j)
+      _mm256_storeu_ps(c + i * ldc + 8 * j, acc[i][j]);
 }
 
-template <int MR, bool kAccumulate, typename AOperand>
+template <int MR, int NV, bool kAccumulate, typename AOperand>
 __attribute__((always_inline)) inline void kernel_bf16(AOperand a, const bf16* b, float* c,
                                                        int64_t ldc, int ksteps) {
-  __m256 acc[MR][2];
+  __m256 acc[MR][NV];
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    acc[i][0] = kAccumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-    acc[i][1] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
-  }
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < NV; ++j)
+      acc[i][j] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8 * j) : _mm256_setzero_ps();
   const __m256i high_half = _mm256_set1_epi32(int(0xffff0000u));
   for (int k = 0; k < ksteps; ++k) {
-    const __m256i p0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b));
-    const __m256i p1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
-    __m256 b0 = _mm256_castsi256_ps(_mm256_slli_epi32(p0, 16));
-    __m256 b1 = _mm256_castsi256_ps(_mm256_slli_epi32(p1, 16));
+    __m256i pairs[NV];
+    __m256 bv[NV];
+#pragma GCC unroll 2
+    for (int j = 0; j < NV; ++j) {
+      pairs[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 * j));
+      bv[j] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs[j], 16));
+    }
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_set1_ps(to_float(a.row(i)[0]));
-      acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+#pragma GCC unroll 2
+      for (int j = 0; j < NV; ++j)
+        acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
     }
-    b0 = _mm256_castsi256_ps(_mm256_and_si256(p0, high_half));
-    b1 = _mm256_castsi256_ps(_mm256_and_si256(p1, high_half));
+#pragma GCC unroll 2
+    for (int j = 0; j < NV; ++j)
+      bv[j] = _mm256_castsi256_ps(_mm256_and_si256(pairs[j], high_half));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m256 av = _mm256_set1_ps(to_float(a.row(i)[1]));
-      acc[i][0] = _mm256_fmadd_ps(av, b0, acc[i][0]);
-      acc[i][1] = _mm256_fmadd_ps(av, b1, acc[i][1]);
+#pragma GCC unroll 2
+      for (int j = 0; j < NV; ++j)
+        acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
     }
     a.next();
     b += 32;
   }
 #pragma GCC unroll 8
-  for (int i = 0; i < MR; ++i) {
-    _mm256_storeu_ps(c + i * ldc, acc[i][0]);
-    _mm256_storeu_ps(c + i * ldc + 8, acc[i][1]);
-  }
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 2
+    for (int j = 0; j < NV; ++j)
+      _mm256_storeu_ps(c + i * ldc + 8 * j, acc[i][j]);
 }
 
 }  // namespace detail
@@ -104,20 +118,158 @@ __attribute__((always_inline)) inline void kernel_bf16(AOperand a, const bf16* b
 // One whole MR x NR tile: c (+)= a * b; without kAccumulate the old contents of c are not read.
 template <bool kAccumulate, typename AOperand>
 inline void micro_kernel(const AOperand& a, const float* b, float* c, int64_t ldc, int ksteps) {
-  detail::kernel_f32<MicroTile<float>::kMR, kAccumulate>(a, b, c, ldc, ksteps);
+  detail::kernel_f32<MicroTile<float>::kMR, 2, kAccumulate>(a, b, c, ldc, ksteps);
 }
 template <bool kAccumulate, typename AOperand>
 inline void micro_kernel(const AOperand& a, const bf16* b, float* c, int64_t ldc, int ksteps) {
-  detail::kernel_bf16<MicroTile<bf16>::kMR, kAccumulate>(a, b, c, ldc, ksteps);
+  detail::kernel_bf16<MicroTile<bf16>::kMR, 2, kAccumulate>(a, b, c, ldc, ksteps);
 }
 
-// Layout in tile_gemm.h. Whole f32 runs along the panel are copied; the rest goes element-wise.
+// The left kNarrowNR columns of a micro-tile (gemm_tiles runs it on a last panel that narrow):
+// half the FMAs of the whole tile.
+template <typename TPack>
+inline constexpr int kNarrowNR = 8;
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel_narrow(const AOperand& a, const float* b, float* c, int64_t ldc,
+                                int ksteps) {
+  detail::kernel_f32<MicroTile<float>::kMR, 1, kAccumulate>(a, b, c, ldc, ksteps);
+}
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel_narrow(const AOperand& a, const bf16* b, float* c, int64_t ldc,
+                                int ksteps) {
+  detail::kernel_bf16<MicroTile<bf16>::kMR, 1, kAccumulate>(a, b, c, ldc, ksteps);
+}
+
+namespace detail {
+
+inline int clamp_count(int64_t n, int most) {
+  return n <= 0 ? 0 : n >= most ? most : int(n);
+}
+
+// The first n (0..8) floats at p, zeros after; never reads past them.
+inline __m256 load_lanes(const float* p, int n) {
+  if (n >= 8) return _mm256_loadu_ps(p);
+  if (n <= 0) return _mm256_setzero_ps();
+  const __m256i mask =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  return _mm256_maskload_ps(p, mask);
+}
+
+// Stores the first W lanes of x (W = 8, or 6 for A's panel of 6 rows).
+template <int W>
+inline void store_lanes(float* p, __m256 x) {
+  static_assert(W == 8 || W == 6, "AVX2 panels are 6 or a multiple of 8 wide");
+  if constexpr (W == 8) {
+    _mm256_storeu_ps(p, x);
+  } else {
+    _mm_storeu_ps(p, _mm256_castps256_ps128(x));
+    _mm_storel_pi(reinterpret_cast<__m64*>(p + 4), _mm256_extractf128_ps(x, 1));
+  }
+}
+
+// In-register transpose of 8 x 8 floats: r[i] is row i before, column i after.
+inline void transpose8x8(__m256 r[8]) {
+  __m256 t[8], u[8];
+#pragma GCC unroll 4
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);      // lane pairs of columns 0,1 | 4,5
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // 2,3 | 6,7
+  }
+#pragma GCC unroll 2
+  for (int q = 0; q < 8; q += 4) {  // u[q + c]: column c | c + 4 of rows q .. q+3
+    u[q] = _mm256_shuffle_ps(t[q], t[q + 2], 0x44);
+    u[q + 1] = _mm256_shuffle_ps(t[q], t[q + 2], 0xee);
+    u[q + 2] = _mm256_shuffle_ps(t[q + 1], t[q + 3], 0x44);
+    u[q + 3] = _mm256_shuffle_ps(t[q + 1], t[q + 3], 0xee);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
+// f32 panel whose source runs along K (stride_k == 1: A row-major, or B stored [N, K] as a
+// linear layer's weight): 8 rows x 8 K steps at a time are loaded, transposed and stored as 8 K
+// steps. Element-wise, this was the flash-attention backward's and the nt gemm's packing cost.
+// Each source row is a short run in a page of its own, which the hardware prefetcher does not
+// follow: while a panel is packed, the same K range of the next panel's rows is prefetched.
+template <int R>
+inline void pack_k_contiguous_f32(const float* s, int64_t stride_n, int r_valid, int k_valid,
+                                  int64_t kpad, float* out) {
+  constexpr int kGroup = R < 8 ? R : 8;
+  static_assert(R % kGroup == 0, "a panel is whole groups of 8 rows, or fewer than 8");
+  const float* next_panel = s + R * stride_n;
+  for (int g = 0; g < R; g += kGroup) {
+    const int rows_here = clamp_count(r_valid - g, kGroup);
+    for (int64_t k0 = 0; k0 < kpad; k0 += 8) {
+      const int lanes = clamp_count(k_valid - k0, 8);
+      __m256 t[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i)
+        t[i] = i < rows_here ? load_lanes(s + (g + i) * stride_n + k0, lanes) : _mm256_setzero_ps();
+      if (k0 % 16 == 0)
+        for (int i = 0; i < kGroup; ++i)
+          _mm_prefetch(reinterpret_cast<const char*>(next_panel + (g + i) * stride_n + k0),
+                       _MM_HINT_T0);
+      transpose8x8(t);
+      const int steps = clamp_count(kpad - k0, 8);
+      for (int step = 0; step < steps; ++step)
+        store_lanes<kGroup>(out + (k0 + step) * R + g, t[step]);
+    }
+  }
+}
+
+// f32 operand whose source runs along the panels (stride_n == 1: B row-major, or A stored
+// [K, M] as a weight gradient's dY^T): K is the outer loop, so the source is read one row at a
+// time across all panels (panel-first order touched a page per K step for every panel), and
+// the row kRunPrefetch steps ahead is prefetched, a few lines in a page of its own.
+inline constexpr int kRunPrefetch = 6;
+template <int R>
+inline void pack_n_contiguous_f32(const float* src, int64_t stride_k, int n_valid, int panels,
+                                  int k_valid, int64_t kpad, float* out) {
+  const int full_panels = n_valid / R;
+  const int tail = n_valid - full_panels * R;
+  for (int64_t k = 0; k < kpad; ++k) {
+    if (k + kRunPrefetch < k_valid) {
+      const char* ahead = reinterpret_cast<const char*>(src + (k + kRunPrefetch) * stride_k);
+      for (int64_t line = 0; line < int64_t(n_valid) * 4; line += 64)
+        _mm_prefetch(ahead + line, _MM_HINT_T0);
+    }
+    const float* row = src + k * stride_k;
+    for (int p = 0; p < panels; ++p) {
+      float* d = out + int64_t(p) * R * kpad + k * R;
+      const int lanes = k >= k_valid ? 0 : p < full_panels ? R : p == full_panels ? tail : 0;
+      if (lanes == R) {
+        std::memcpy(d, row + p * R, sizeof(float) * R);
+      } else if constexpr (R % 8 == 0) {
+        for (int v = 0; v < R; v += 8)
+          _mm256_storeu_ps(d + v, load_lanes(row + p * R + v, lanes - v));
+      } else {
+        for (int r = 0; r < R; ++r)
+          d[r] = r < lanes ? row[p * R + r] : 0.0f;
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+// Layout in tile_gemm.h. f32 from f32 takes the vector paths for unit strides (along the panel:
+// copied runs; along K: 8 x 8 transposes); the rest goes element-wise.
 template <int R, typename TSrc, typename TPack>
 inline void pack_panels(const TSrc* src, int64_t stride_n, int64_t stride_k, int n_valid,
                         int k_valid, int n_total, int k_total, TPack* dst) {
-  constexpr bool kSameF32 = sizeof(TSrc) == 4 && sizeof(TPack) == 4;  // float -> float
+  constexpr bool kF32 = std::is_same_v<TSrc, float> && std::is_same_v<TPack, float>;
   const int64_t kpad = round_up(k_total, kKPack<TPack>);
   const int panels = (n_total + R - 1) / R;
+  if constexpr (kF32) {
+    if (stride_n == 1 && n_valid > 0 && k_valid > 0) {
+      detail::pack_n_contiguous_f32<R>(src, stride_k, min_int(n_valid, panels * R), panels, k_valid,
+                                       kpad, dst);
+      return;
+    }
+  }
   for (int p = 0; p < panels; ++p) {
     TPack* out = dst + int64_t(p) * R * kpad;
     const int64_t left = n_valid - int64_t(p) * R;
@@ -127,12 +279,13 @@ inline void pack_panels(const TSrc* src, int64_t stride_n, int64_t stride_k, int
       continue;
     }
     const TSrc* s = src + int64_t(p) * R * stride_n;
-    int64_t k_done = 0;
-    if (kSameF32 && stride_n == 1 && r_valid == R) {
-      for (; k_done < k_valid; ++k_done)
-        std::memcpy(static_cast<void*>(out + k_done * R), s + k_done * stride_k, sizeof(TPack) * R);
+    if constexpr (kF32) {
+      if (stride_k == 1) {
+        detail::pack_k_contiguous_f32<R>(s, stride_n, r_valid, k_valid, kpad, out);
+        continue;
+      }
     }
-    pack_panel_scalar<R>(s, stride_n, stride_k, r_valid, k_valid, k_done, kpad, out);
+    pack_panel_scalar<R>(s, stride_n, stride_k, r_valid, k_valid, 0, kpad, out);
   }
 }
 

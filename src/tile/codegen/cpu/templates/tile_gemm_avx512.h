@@ -416,6 +416,12 @@ inline void micro_kernel(const AOperand& a, const bf16* b, float* c, int64_t ldc
                                                                                     ksteps);
 }
 
+// No narrower micro-tile here: a last panel of few columns runs the whole tile (tile_gemm.h).
+template <typename TPack>
+inline constexpr int kNarrowNR = 0;
+template <bool kAccumulate, typename AOperand, typename TPack>
+inline void micro_kernel_narrow(const AOperand&, const TPack*, float*, int64_t, int) {}
+
 // Packs n_total x k_total (the first n_valid x k_valid from src) into panels of R; layout in
 // tile_gemm.h. Unit strides take the vector paths; anything else, and conversions without one,
 // the scalar path.

@@ -57,6 +57,12 @@ inline void micro_kernel(AOperand a, const TPack* b, float* c, int64_t ldc, int 
       c[i * ldc + j] = acc[i][j];
 }
 
+// No narrower micro-tile here: a last panel of few columns runs the whole tile (tile_gemm.h).
+template <typename TPack>
+inline constexpr int kNarrowNR = 0;
+template <bool kAccumulate, typename AOperand, typename TPack>
+inline void micro_kernel_narrow(const AOperand&, const TPack*, float*, int64_t, int) {}
+
 // Layout in tile_gemm.h.
 template <int R, typename TSrc, typename TPack>
 inline void pack_panels(const TSrc* src, int64_t stride_n, int64_t stride_k, int n_valid,
