@@ -53,6 +53,18 @@ Tensor heads_part(const Tensor& qkv, const Case& c, int64_t part) {
   return contiguous(split.permute({0, 2, 1, 3}).value()).value();
 }
 
+// The three input gradients (q, k, v) against the unfused backward's.
+void expect_gradients_near(const std::vector<Tensor>& got_grads,
+                           const std::vector<Tensor>& want_grads) {
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> got = host(got_grads[i]), want = host(want_grads[i]);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t j = 0; j < got.size(); ++j)
+      ASSERT_NEAR(got[j], want[j], 1e-4 + 1e-3 * std::fabs(want[j]))
+          << "gradient of input " << i << " at " << j;
+  }
+}
+
 // Element (b, t, part, h, e) of [B, T, 3C] next to element (b, h, t, e) of part's [B, H, T, E].
 void expect_parts_match(const std::vector<float>& fused,
                         const std::vector<std::vector<float>>& parts, const Case& c, double abs_tol,
@@ -140,13 +152,7 @@ TEST(FlashAttention, ScaledDotProductAttentionTakesTheFusedKernelsWhenCausal) {
       Tensor gy = floats(d, uniform(n, 1.0f, seed++), shape);
       std::vector<Tensor> g = backward_of("scaled_dot_product_attention", in, gy, causal);
       std::vector<Tensor> g_ref = backward_of("scaled_dot_product_attention", unfused, gy, masked);
-      for (int i = 0; i < 3; ++i) {
-        std::vector<float> got = host(g[i]), want = host(g_ref[i]);
-        ASSERT_EQ(got.size(), want.size());
-        for (size_t j = 0; j < got.size(); ++j)
-          ASSERT_NEAR(got[j], want[j], 1e-4 + 1e-3 * std::fabs(want[j]))
-              << "gradient of input " << i << " at " << j;
-      }
+      expect_gradients_near(g, g_ref);
     }
   });
 }
@@ -191,13 +197,7 @@ TEST(FlashAttention, BothBackwardKernelsMatchTheUnfusedOps) {
         ASSERT_TRUE(flash_attention_backward(heads, view(o), view(gy), lse_view,
                                              {view(g[0]), view(g[1]), view(g[2])}, scale, how)
                         .ok());
-        for (int i = 0; i < 3; ++i) {
-          std::vector<float> got = host(g[i]), want = host(g_ref[i]);
-          ASSERT_EQ(got.size(), want.size());
-          for (size_t j = 0; j < got.size(); ++j)
-            ASSERT_NEAR(got[j], want[j], 1e-4 + 1e-3 * std::fabs(want[j]))
-                << "gradient of input " << i << " at " << j;
-        }
+        expect_gradients_near(g, g_ref);
       }
     }
   });
