@@ -380,8 +380,13 @@ StoreTarget store_target(const Tensor& y, const TapGrid& g, int64_t groups) {
 // blocks over m = 256 end in a 2-row micro-tile each (AVX2 tiles are 6 rows), and 1x1 forwards
 // of 256 rows ran slower with them (bench conv, 1 thread, CPU clock: layer3.0.conv1 0.81-0.83
 // -> 0.74-0.77x oneDNN).
+// 64 or 128 where one such block holds m, else `largest` (also the transposed weight
+// gradient's block columns over the output channels, weight_grad_gemms).
+int64_t block_fitted_to(int64_t m, int64_t largest) {
+  return m <= 64 ? 64 : m <= 128 ? 128 : largest;
+}
 int64_t implicit_block_rows(int64_t m) {
-  return m <= 64 ? 64 : m <= 128 ? 128 : 192;
+  return block_fitted_to(m, 192);
 }
 
 // One conv_implicit launch: the convolution of `input` (already viewed) by `taps` into `out`.
@@ -653,7 +658,7 @@ Expected<Tensor> weight_grad_gemms(const View& a, const View& x_qk, int64_t posi
   const int64_t bk = cpu ? 256 : 16;
   if (transposed) {
     bm = implicit_block_rows(cg);
-    bn = og <= 64 ? 64 : og <= 128 ? 128 : 256;
+    bn = block_fitted_to(og, 256);
   }
   const int64_t blocks = transposed ? ceil_div(cg, bm) * ceil_div(og, bn) * groups * taps
                                     : ceil_div(og, bm) * ceil_div(cg, bn) * groups * taps;
