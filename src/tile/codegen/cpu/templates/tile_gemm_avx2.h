@@ -68,6 +68,27 @@ __attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b
       _mm256_storeu_ps(c + i * ldc + 8 * j, acc[i][j]);
 }
 
+// The K pair (even, odd) of one A row in every 32-bit lane, by one broadcast load; a shift
+// (even step) or a mask (odd step) then widens it to f32. Converting each bf16 through a
+// general register (to_float, then a broadcast) cost 4 instructions per row and K step.
+inline __m256i broadcast_pair(const bf16* p) {
+  int32_t pair;
+  std::memcpy(&pair, p, sizeof(pair));
+  return _mm256_set1_epi32(pair);
+}
+
+// `p`, which the compiler may no longer assume equal to what it was: the odd K step reads its
+// operands again (L1 hits) rather than have them merged with the even step's reads and kept in
+// 8 more registers than the 16 there are, which spilled accumulators to the stack in every K
+// step.
+template <typename P>
+inline P* reread(P* p) {
+  __asm__("" : "+r"(p));
+  return p;
+}
+
+// Each K pair applied as two f32 steps, the even one (B's pairs shifted left 16) over all rows,
+// then the odd one (B's pairs masked): 12 accumulators, 2 for B, one A broadcast and the mask.
 template <int MR, int NV, bool kAccumulate, typename AOperand>
 __attribute__((always_inline)) inline void kernel_bf16(AOperand a, const bf16* b, float* c,
                                                        int64_t ldc, int ksteps) {
@@ -78,27 +99,29 @@ __attribute__((always_inline)) inline void kernel_bf16(AOperand a, const bf16* b
     for (int j = 0; j < NV; ++j)
       acc[i][j] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8 * j) : _mm256_setzero_ps();
   const __m256i high_half = _mm256_set1_epi32(int(0xffff0000u));
+  auto pairs = [](const bf16* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  };
   for (int k = 0; k < ksteps; ++k) {
-    __m256i pairs[NV];
     __m256 bv[NV];
 #pragma GCC unroll 2
-    for (int j = 0; j < NV; ++j) {
-      pairs[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16 * j));
-      bv[j] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs[j], 16));
-    }
+    for (int j = 0; j < NV; ++j)
+      bv[j] = _mm256_castsi256_ps(_mm256_slli_epi32(pairs(b + 16 * j), 16));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m256 av = _mm256_set1_ps(to_float(a.row(i)[0]));
+      const __m256 av = _mm256_castsi256_ps(_mm256_slli_epi32(broadcast_pair(a.row(i)), 16));
 #pragma GCC unroll 2
       for (int j = 0; j < NV; ++j)
         acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
     }
+    const bf16* b_odd = reread(b);
 #pragma GCC unroll 2
     for (int j = 0; j < NV; ++j)
-      bv[j] = _mm256_castsi256_ps(_mm256_and_si256(pairs[j], high_half));
+      bv[j] = _mm256_castsi256_ps(_mm256_and_si256(pairs(b_odd + 16 * j), high_half));
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
-      const __m256 av = _mm256_set1_ps(to_float(a.row(i)[1]));
+      const __m256i pair = broadcast_pair(reread(a.row(i)));
+      const __m256 av = _mm256_castsi256_ps(_mm256_and_si256(pair, high_half));
 #pragma GCC unroll 2
       for (int j = 0; j < NV; ++j)
         acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
