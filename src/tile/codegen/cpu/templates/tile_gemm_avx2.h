@@ -4,7 +4,7 @@
 // instruction here: each K pair is widened to f32 (a shift, a mask) and applied as two FMAs, first
 // the even K step over all rows, then the odd one, so the register budget stays the same.
 // Packing: f32 runs along the panel are copied, f32 runs along K transposed 8 x 8 in registers;
-// other types and strides go element-wise.
+// bf16 the same over K pairs; other types and strides go element-wise.
 #pragma once
 
 namespace tessel_cpu {
@@ -276,20 +276,75 @@ inline void pack_n_contiguous_f32(const float* src, int64_t stride_k, int n_vali
   }
 }
 
+// bf16 panels whose source runs along K (A row-major, B stored [N, K]): a K pair of one row is
+// one 32-bit unit, and the packed layout (R pairs per K pair) is the f32 one over those units,
+// so the f32 transposes move them. Needs an even row stride (whole pairs); an odd last K step
+// goes element-wise, its pair's second half zero. Returns false where it does not apply.
+template <int R>
+inline bool pack_k_contiguous_bf16(const bf16* s, int64_t stride_n, int r_valid, int k_valid,
+                                   int64_t kpad, bf16* out) {
+  if (stride_n % 2 != 0) return false;
+  const int pairs = k_valid / 2;
+  pack_k_contiguous_f32<R>(reinterpret_cast<const float*>(s), stride_n / 2, r_valid, pairs, pairs,
+                           reinterpret_cast<float*>(out));
+  pack_panel_scalar<R>(s, stride_n, int64_t{1}, r_valid, k_valid, int64_t(pairs) * 2, kpad, out);
+  return true;
+}
+
+// bf16 B row-major ([K, N], N contiguous) into 16-column panels: the rows of one K pair are
+// interleaved 16 columns at a time (unpack, then the 128-bit halves put in column order). A
+// ragged last panel and an odd last K step go element-wise.
+inline void pack_n_contiguous_bf16(const bf16* src, int64_t stride_k, int n_valid, int panels,
+                                   int k_valid, int64_t kpad, bf16* out) {
+  constexpr int R = 16;
+  const int full_panels = n_valid / R;
+  const int64_t even_k = k_valid / 2 * 2;
+  for (int64_t k = 0; k < even_k; k += 2) {
+    const bf16* row0 = src + k * stride_k;
+    const bf16* row1 = row0 + stride_k;
+    for (int p = 0; p < full_panels; ++p) {
+      const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row0 + p * R));
+      const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row1 + p * R));
+      const __m256i lo = _mm256_unpacklo_epi16(a, b);  // columns 0-3 | 8-11
+      const __m256i hi = _mm256_unpackhi_epi16(a, b);  // columns 4-7 | 12-15
+      bf16* d = out + int64_t(p) * R * kpad + k * R;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d), _mm256_permute2x128_si256(lo, hi, 0x20));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + 16),
+                          _mm256_permute2x128_si256(lo, hi, 0x31));
+    }
+  }
+  for (int p = 0; p < panels; ++p) {
+    const int64_t left = n_valid - int64_t(p) * R;
+    const int r_valid = left <= 0 ? 0 : left >= R ? R : int(left);
+    const int64_t done = p < full_panels ? even_k : 0;  // K steps the loop above packed
+    pack_panel_scalar<R>(src + int64_t(p) * R, int64_t{1}, stride_k, r_valid, k_valid, done, kpad,
+                         out + int64_t(p) * R * kpad);
+  }
+}
+
 }  // namespace detail
 
-// Layout in tile_gemm.h. f32 from f32 takes the vector paths for unit strides (along the panel:
-// copied runs; along K: 8 x 8 transposes); the rest goes element-wise.
+// Layout in tile_gemm.h. f32 from f32 and bf16 from bf16 take the vector paths for unit strides
+// (along the panel: copied or interleaved runs; along K: 8 x 8 transposes); the rest goes
+// element-wise.
 template <int R, typename TSrc, typename TPack>
 inline void pack_panels(const TSrc* src, int64_t stride_n, int64_t stride_k, int n_valid,
                         int k_valid, int n_total, int k_total, TPack* dst) {
   constexpr bool kF32 = std::is_same_v<TSrc, float> && std::is_same_v<TPack, float>;
+  constexpr bool kBf16 = std::is_same_v<TSrc, bf16> && std::is_same_v<TPack, bf16>;
   const int64_t kpad = round_up(k_total, kKPack<TPack>);
   const int panels = (n_total + R - 1) / R;
   if constexpr (kF32) {
     if (stride_n == 1 && n_valid > 0 && k_valid > 0) {
       detail::pack_n_contiguous_f32<R>(src, stride_k, min_int(n_valid, panels * R), panels, k_valid,
                                        kpad, dst);
+      return;
+    }
+  }
+  if constexpr (kBf16 && R == 16) {
+    if (stride_n == 1 && n_valid > 0 && k_valid > 0) {
+      detail::pack_n_contiguous_bf16(src, stride_k, min_int(n_valid, panels * R), panels, k_valid,
+                                     kpad, dst);
       return;
     }
   }
@@ -307,6 +362,11 @@ inline void pack_panels(const TSrc* src, int64_t stride_n, int64_t stride_k, int
         detail::pack_k_contiguous_f32<R>(s, stride_n, r_valid, k_valid, kpad, out);
         continue;
       }
+    }
+    if constexpr (kBf16) {
+      if (stride_k == 1 &&
+          detail::pack_k_contiguous_bf16<R>(s, stride_n, r_valid, k_valid, kpad, out))
+        continue;
     }
     pack_panel_scalar<R>(s, stride_n, stride_k, r_valid, k_valid, 0, kpad, out);
   }
