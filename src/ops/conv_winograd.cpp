@@ -1,0 +1,89 @@
+// Winograd convolution F(4x4, 3x3) (see conv_winograd.h; the kernels are kernels/winograd.tile).
+//
+// Shapes: input [N, C, H, W] (x, or the output gradient), the convolution's output [N, O, OH, OW],
+// TH x TW = ceil(OH / 4) x ceil(OW / 4) tiles per image, T = N TH TW tiles; U [36, O, C],
+// V [36, C, T] and M [36, O, T] = U V (one gemm per transform element e).
+#include "ops/conv_winograd.h"
+
+#include <atomic>
+
+#include "ops/gemm_precision.h"
+
+namespace tessel::ops {
+namespace {
+
+std::atomic<int64_t> runs{0};
+
+int64_t tiles_along(int64_t size) {
+  return (size + 3) / 4;
+}
+
+// The 36 gemms M[e] = U[e] V[e]: one batched_gemm launch. On the CPU a 64-row gemm keeps a
+// block of 96 rows (kernels/aot.txt has it), not the default 192 rows whose accumulator the
+// block clears and writes back whole.
+Status transformed_products(const Tensor& u, const Tensor& v, const Tensor& m) {
+  const int64_t o = u.size(1), c = u.size(2), t = v.size(2);
+  KernelParams params = gemm_launch_blocks(u.device()->kind(), 36, o, t);
+  if (u.device()->kind() == DeviceKind::kCpu && o <= 96) params = {{"BM", "96"}};
+  return launch_kernel("batched_gemm", params,
+                       {View{u, {36, o, c}, {o * c, c, 1}}, View{v, {36, c, t}, {c * t, t, 1}},
+                        View{m, {36, o, t}, {o * t, t, 1}}, 1.0, 0.0});
+}
+
+// The convolution of `input` by the 3x3 weights `w` ([A, K, 3, 3] as a view: A outputs, K input
+// channels; turned 180 degrees when `flip`), padded (ph, pw), into y of `y_shape`.
+Expected<Tensor> winograd(const Tensor& input, const View& w, bool flip, const View* bias,
+                          int64_t ph, int64_t pw, const Shape& y_shape) {
+  runs.fetch_add(1, std::memory_order_relaxed);
+  const int64_t n = input.size(0), c = input.size(1), o = y_shape[1];
+  const int64_t th = tiles_along(y_shape[2]), tw = tiles_along(y_shape[3]), t = n * th * tw;
+  TESSEL_ASSIGN_OR_RETURN(Tensor u, empty_like_device({36, o, c}, DType::kF32, input));
+  TESSEL_TRY(launch_kernel("winograd_weight",
+                           {{"T", dtype_name(w.tensor.dtype())}, {"FLIP", flip ? "1" : "0"}},
+                           {w, u}));
+  TESSEL_ASSIGN_OR_RETURN(Tensor v, empty_like_device({36, c, t}, DType::kF32, input));
+  TESSEL_TRY(launch_kernel("winograd_input", {{"T", dtype_name(input.dtype())}},
+                           {input, View{v, {36, c, n * th, tw}, {c * t, t, tw, 1}}, th, ph, pw}));
+  TESSEL_ASSIGN_OR_RETURN(Tensor m, empty_like_device({36, o, t}, DType::kF32, input));
+  TESSEL_TRY(transformed_products(u, v, m));
+  TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(y_shape, DType::kF32, input));
+  const View m4{m, {36, o, n * th, tw}, {o * t, t, tw, 1}};
+  const View no_bias{y, {o}, {0}};  // unread with BIAS = 0
+  TESSEL_TRY(launch_kernel("winograd_output", {{"BIAS", bias != nullptr ? "1" : "0"}},
+                           {m4, y, bias != nullptr ? *bias : no_bias, th}));
+  return y;
+}
+
+}  // namespace
+
+Expected<Tensor> winograd_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                  bool has_bias, int64_t ph, int64_t pw, const Shape& y_shape) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor input, contiguous_on_device(x));
+  const Strides& ws = weight.strides();
+  const View w{weight, weight.shape(), ws};
+  const View b{bias, {bias.size(0)}, {bias.strides()[0]}};
+  return winograd(input, w, false, has_bias ? &b : nullptr, ph, pw, y_shape);
+}
+
+Expected<Tensor> winograd_input_grad(const Tensor& g, const Tensor& weight, int64_t ph, int64_t pw,
+                                     const Shape& x_shape) {
+  TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
+  // The weights [O, C, 3, 3] as [C, O, 3, 3]: the input gradient's outputs are x's channels.
+  const Strides& ws = weight.strides();
+  const View w{weight, {weight.size(1), weight.size(0), 3, 3}, {ws[1], ws[0], ws[2], ws[3]}};
+  return winograd(dy, w, true, nullptr, 2 - ph, 2 - pw, x_shape);
+}
+
+bool winograd_by_default(int64_t channels, int64_t outputs, int64_t h, int64_t w) {
+  (void)channels;
+  (void)outputs;
+  (void)h;
+  (void)w;
+  return false;
+}
+
+int64_t winograd_runs() {
+  return runs.load(std::memory_order_relaxed);
+}
+
+}  // namespace tessel::ops
