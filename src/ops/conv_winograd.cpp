@@ -18,6 +18,22 @@ int64_t tiles_along(int64_t size) {
   return (size + 3) / 4;
 }
 
+// The transforms' blocks of tiles along a tile row on the CPU: the power of 2 from 1 to 16 that
+// holds a row (the column pass of a 16-tile block over an 8-tile row would compute 66 columns for
+// 34). 0 on other devices, which keep the kernels' default (kernels/gpu.txt).
+int64_t cpu_tile_block(const Tensor& like, int64_t tw) {
+  if (like.device()->kind() != DeviceKind::kCpu) return 0;
+  int64_t bt = 1;
+  while (bt < tw && bt < 16)
+    bt *= 2;
+  return bt;
+}
+
+KernelParams transform_params(int64_t bt, KernelParams params) {
+  if (bt > 0) params["BT"] = std::to_string(bt);
+  return params;
+}
+
 // The 36 gemms M[e] = U[e] V[e]: one batched_gemm launch. On the CPU a 64-row gemm keeps a
 // block of 96 rows (kernels/aot.txt has it), not the default 192 rows whose accumulator the
 // block clears and writes back whole.
@@ -36,20 +52,30 @@ Expected<Tensor> winograd(const Tensor& input, const View& w, bool flip, const V
                           int64_t ph, int64_t pw, const Shape& y_shape) {
   runs.fetch_add(1, std::memory_order_relaxed);
   const int64_t n = input.size(0), c = input.size(1), o = y_shape[1];
-  const int64_t th = tiles_along(y_shape[2]), tw = tiles_along(y_shape[3]), t = n * th * tw;
+  // On the CPU a tile row is padded to whole blocks (tw 14 -> 16, 7 -> 8): the padding tiles
+  // read zeros past the input and are never stored, and every transform loop runs unmasked.
+  // With a ragged last block the row pass ran masked and GCC made it scalar (perf: half of the
+  // input transform's samples at 56 x 56).
+  const int64_t bt = cpu_tile_block(input, tiles_along(y_shape[3]));
+  const int64_t th = tiles_along(y_shape[2]);
+  const int64_t tw =
+      bt > 0 ? (tiles_along(y_shape[3]) + bt - 1) / bt * bt : tiles_along(y_shape[3]);
+  const int64_t t = n * th * tw;
   TESSEL_ASSIGN_OR_RETURN(Tensor u, empty_like_device({36, o, c}, DType::kF32, input));
   TESSEL_TRY(launch_kernel("winograd_weight",
                            {{"T", dtype_name(w.tensor.dtype())}, {"FLIP", flip ? "1" : "0"}},
                            {w, u}));
   TESSEL_ASSIGN_OR_RETURN(Tensor v, empty_like_device({36, c, t}, DType::kF32, input));
-  TESSEL_TRY(launch_kernel("winograd_input", {{"T", dtype_name(input.dtype())}},
-                           {input, View{v, {36, c, n * th, tw}, {c * t, t, tw, 1}}, th, ph, pw}));
+  TESSEL_TRY(launch_kernel("winograd_input",
+                           transform_params(bt, {{"T", dtype_name(input.dtype())}}),
+                           {input, View{v, {c, n * th, 36, tw}, {t, tw, c * t, 1}}, th, ph, pw}));
   TESSEL_ASSIGN_OR_RETURN(Tensor m, empty_like_device({36, o, t}, DType::kF32, input));
   TESSEL_TRY(transformed_products(u, v, m));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(y_shape, DType::kF32, input));
-  const View m4{m, {36, o, n * th, tw}, {o * t, t, tw, 1}};
-  const View no_bias{y, {o}, {0}};  // unread with BIAS = 0
-  TESSEL_TRY(launch_kernel("winograd_output", {{"BIAS", bias != nullptr ? "1" : "0"}},
+  const View m4{m, {o, n * th, 36, tw}, {t, tw, o * t, 1}};  // kernels/winograd.tile's view
+  const View no_bias{y, {o}, {0}};                           // unread with BIAS = 0
+  TESSEL_TRY(launch_kernel("winograd_output",
+                           transform_params(bt, {{"BIAS", bias != nullptr ? "1" : "0"}}),
                            {m4, y, bias != nullptr ? *bias : no_bias, th}));
   return y;
 }
