@@ -162,7 +162,7 @@ bool winograd_rule(const Tensor& like, const Window& w, const ConvShape& s, int6
                     s.groups == 1 && !im2col_forced() && conv_env() != "direct";
   if (fits && conv_env() == "winograd") return true;
   return fits && like.device()->kind() == DeviceKind::kCpu && compute == DType::kF32 &&
-         winograd_by_default(channels, outputs, s.oh, s.ow);
+         winograd_by_default(channels, outputs);
 }
 
 // The columns of x: [N, G, K, L] (as [N, G K, OH, OW] for the kernel).

@@ -23,10 +23,10 @@ Expected<Tensor> winograd_forward(const Tensor& x, const Tensor& weight, const T
 Expected<Tensor> winograd_input_grad(const Tensor& g, const Tensor& weight, int64_t ph, int64_t pw,
                                      const Shape& x_shape);
 
-// Whether conv2d runs a pass as Winograd by default (the algorithm choice's rule) for a layer of
-// `channels` input channels (forward: C; input gradient: O), `outputs` output channels (O; C)
-// and an output plane of `h` x `w` positions on the CPU in f32.
-bool winograd_by_default(int64_t channels, int64_t outputs, int64_t h, int64_t w);
+// Whether conv2d runs a 3x3 / stride 1 pass as Winograd by default on the CPU in f32 (the
+// algorithm choice's rule): `channels` deep (forward: C; input gradient: O) into `outputs`
+// channels (O; C).
+bool winograd_by_default(int64_t channels, int64_t outputs);
 
 // How many convolutions (forwards or input gradients) this process has run as Winograd: `tessel
 // bench conv` marks the rows that did, whose GFLOP/s count a direct convolution's work.
