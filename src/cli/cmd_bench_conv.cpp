@@ -20,6 +20,7 @@
 
 #include "cli/bench_conv_peer.h"
 #include "cli/commands.h"
+#include "ops/conv_winograd.h"
 #include "ops/op.h"
 #include "ops/ops.h"
 #include "support/log.h"
@@ -225,6 +226,9 @@ Status run_bench(const Options& o) {
     std::printf("# peer: %s\n", dnnl ? dnnl->describe().c_str() : why.c_str());
     // Tuned kernel specialisations and algorithm choices change tessel's rows.
     std::printf("# tuning database: %s\n", tune::TuneChoices::global().describe().c_str());
+    std::printf(
+        "# a pass marked * ran as Winograd F(4x4, 3x3): its GFLOP/s are effective (a direct "
+        "convolution's flops over Winograd's time)\n");
     std::printf("%-32s %-26s %-10s %9s %9s %7s\n", "layer", "shape (n c h w -> o k/s)", "pass",
                 "tessel", "onednn", "ratio");
   } else if (!dnnl) {
@@ -244,7 +248,9 @@ Status run_bench(const Options& o) {
       // side makes an untimed call of the same pass right before its timed one: otherwise a
       // timed call found the caches holding the other side's tensors (and, after a peer's
       // call, its threads' working sets), and the first side of a turn paid for refilling them.
+      const int64_t winograd_before = ops::winograd_runs();
       TESSEL_TRY(tessel->run().with_context("{} {}", layer.name, conv_pass_name(pass)));
+      const bool winograd = ops::winograd_runs() > winograd_before;
       if (peer) TESSEL_TRY(peer->run());
       std::vector<double> t_tessel, t_peer;
       for (int r = 0; r < o.reps; ++r) {
@@ -280,14 +286,16 @@ Status run_bench(const Options& o) {
                               {"stride", s.stride},
                               {"padding", s.pad},
                               {"threads", threads},
-                              {"clock", o.clock}};
+                              {"clock", o.clock},
+                              {"winograd", winograd}};
           std::printf("%s\n", j.dump().c_str());
         };
         row("tessel", gf_tessel);
         if (peer) row("onednn", gf_peer);
       } else {
+        const std::string pass_name = std::string(conv_pass_name(pass)) + (winograd ? "*" : "");
         std::printf("%-32s %-26s %-10s %9.1f %9.1f %7.2f\n", layer.name.c_str(), shape.c_str(),
-                    conv_pass_name(pass), gf_tessel, gf_peer, peer ? gf_tessel / gf_peer : 0.0);
+                    pass_name.c_str(), gf_tessel, gf_peer, peer ? gf_tessel / gf_peer : 0.0);
       }
       std::fflush(stdout);
     }

@@ -91,8 +91,9 @@ AlgorithmPoint conv_point(std::string name, std::vector<std::string> algorithms)
   p.algorithms = std::move(algorithms);
   p.shape_names = {"N", "C", "H", "W", "O"};
   p.fixed_names = {"KH", "KW", "SH", "SW", "PH", "PW", "DH", "DW", "G"};
-  // The algorithms are op code over conv.tile's kernels and gemm.tile's.
-  p.source_hash = algorithm_source_hash(p.name, p.algorithms, {"conv_implicit", "gemm"});
+  // The algorithms are op code over conv.tile's kernels, winograd.tile's and gemm.tile's.
+  p.source_hash =
+      algorithm_source_hash(p.name, p.algorithms, {"conv_implicit", "winograd_input", "gemm"});
   p.applies = [](const std::string& algorithm, Device* device, const std::vector<int64_t>&) {
     return implicit_or_im2col(algorithm, device);
   };
@@ -110,11 +111,18 @@ bool conv_can_unfold(int64_t groups, int64_t kw, int64_t dw) {
   return groups == 1 && kw > 1 && dw == 1;
 }
 
+bool conv_winograd_fits(const std::vector<int64_t>& s) {
+  // N C H W O | KH KW SH SW PH PW DH DW G
+  return s.size() == 14 && s[5] == 3 && s[6] == 3 && s[7] == 1 && s[8] == 1 && s[11] == 1 &&
+         s[12] == 1 && s[13] == 1;
+}
+
 const AlgorithmPoint& conv_forward_point() {
   static const AlgorithmPoint p = [] {
-    AlgorithmPoint q = conv_point("conv2d.forward", {"implicit", "im2col", "unfolded"});
+    AlgorithmPoint q = conv_point("conv2d.forward", {"implicit", "im2col", "unfolded", "winograd"});
     q.applies = [](const std::string& algorithm, Device* device,
                    const std::vector<int64_t>& sizes) {
+      if (algorithm == "winograd") return conv_winograd_fits(sizes);
       if (algorithm != "unfolded") return implicit_or_im2col(algorithm, device);
       return device->kind() == DeviceKind::kCpu && sizes.size() == 14 &&
              conv_can_unfold(sizes[13], sizes[6], sizes[12]);
@@ -125,7 +133,15 @@ const AlgorithmPoint& conv_forward_point() {
 }
 
 const AlgorithmPoint& conv_input_grad_point() {
-  static const AlgorithmPoint p = conv_point("conv2d.input_grad", {"implicit", "im2col"});
+  static const AlgorithmPoint p = [] {
+    AlgorithmPoint q = conv_point("conv2d.input_grad", {"implicit", "im2col", "winograd"});
+    q.applies = [](const std::string& algorithm, Device* device,
+                   const std::vector<int64_t>& sizes) {
+      if (algorithm == "winograd") return conv_winograd_fits(sizes);
+      return implicit_or_im2col(algorithm, device);
+    };
+    return q;
+  }();
   return p;
 }
 

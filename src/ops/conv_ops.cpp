@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "ops/conv_algorithms.h"
+#include "ops/conv_winograd.h"
 #include "ops/gemm_precision.h"
 #include "ops/kernel_util.h"
 #include "ops/ops.h"
@@ -140,6 +141,28 @@ bool im2col_forced() {
 // deep, are the better operand. A tuned choice may overrule it per layer (pass_algorithm).
 bool implicit_gemm(const Tensor& like, int64_t depth) {
   return like.device()->kind() == DeviceKind::kCpu && !im2col_forced() && depth >= 16;
+}
+
+// TESSEL_CONV=winograd: the forward and input gradient of every layer Winograd fits run as
+// Winograd (for comparisons), whatever the rule says; TESSEL_CONV=direct: none does.
+std::string_view conv_env() {
+  static const std::string value = [] {
+    const char* v = std::getenv("TESSEL_CONV");
+    return std::string(v != nullptr ? v : "");
+  }();
+  return value;
+}
+
+// The rule for Winograd (conv_winograd.h): a 3x3 / stride 1 layer of one group on the CPU in f32,
+// where winograd_by_default measured it faster; `channels` deep into `outputs` channels (C and O
+// forward, O and C for the input gradient).
+bool winograd_rule(const Tensor& like, const Window& w, const ConvShape& s, int64_t channels,
+                   int64_t outputs, DType compute) {
+  const bool fits = w.kh == 3 && w.kw == 3 && unit_strides(w) && w.dh == 1 && w.dw == 1 &&
+                    s.groups == 1 && !im2col_forced() && conv_env() != "direct";
+  if (fits && conv_env() == "winograd") return true;
+  return fits && like.device()->kind() == DeviceKind::kCpu && compute == DType::kF32 &&
+         winograd_by_default(channels, outputs);
 }
 
 // The columns of x: [N, G, K, L] (as [N, G K, OH, OW] for the kernel).
@@ -865,12 +888,12 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
 }
 
 // The algorithm of one conv2d pass at `point` (ops/conv_algorithms.h): the op's `rule` unless a
-// forced choice or the tuning database says otherwise; im2col under TESSEL_CONV=im2col and off
-// the CPU, where nothing else runs.
+// forced choice or the tuning database says otherwise (where it applies: off the CPU im2col, or
+// Winograd); im2col under TESSEL_CONV=im2col.
 Expected<std::string> pass_algorithm(const AlgorithmPoint& point, const Tensor& like,
                                      const Window& w, const ConvShape& s, int64_t h, int64_t wd,
                                      const std::string& rule) {
-  if (im2col_forced() || like.device()->kind() != DeviceKind::kCpu) return std::string("im2col");
+  if (im2col_forced()) return std::string("im2col");
   const std::vector<int64_t> sizes{s.n,  s.c,  h,    wd,   s.o,  w.kh, w.kw,
                                    w.sh, w.sw, w.ph, w.pw, w.dh, w.dw, s.groups};
   return choose_algorithm(point, like.device(), like.dtype(), sizes, rule);
@@ -886,11 +909,14 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
   const ConvShape s = conv_shape(x, weight, groups_of(a), w);
   const int64_t og = s.o / s.groups;
   View bias{bias_f32, {s.groups, og}, {og * bias_f32.strides()[0], bias_f32.strides()[0]}};
-  const std::string rule = runs_unfolded(x, w, s)             ? "unfolded"
-                           : implicit_gemm(x, s.c / s.groups) ? "implicit"
-                                                              : "im2col";
+  const std::string rule = runs_unfolded(x, w, s)                      ? "unfolded"
+                           : winograd_rule(x, w, s, s.c, s.o, compute) ? "winograd"
+                           : implicit_gemm(x, s.c / s.groups)          ? "implicit"
+                                                                       : "im2col";
   TESSEL_ASSIGN_OR_RETURN(std::string algorithm, pass_algorithm(conv_forward_point(), x, w, s,
                                                                 x.size(2), x.size(3), rule));
+  if (algorithm == "winograd")
+    return winograd_forward(x, weight, bias_f32, true, w.ph, w.pw, out.shape);
   if (algorithm == "unfolded") return conv_forward_unfolded(x, weight, bias, w, s, compute, out);
   if (algorithm == "implicit") return conv_forward_implicit(x, weight, bias, w, s, compute, out);
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
@@ -922,9 +948,11 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
                                          implicit_gemm(x, s.c / s.groups) ? "implicit" : "im2col"));
   }
   if (b.needs_grad[0]) {
-    TESSEL_ASSIGN_OR_RETURN(input_algorithm,
-                            pass_algorithm(conv_input_grad_point(), x, w, s, x.size(2), x.size(3),
-                                           implicit_gemm(x, og) ? "implicit" : "im2col"));
+    const std::string rule = winograd_rule(x, w, s, s.o, s.c, compute) ? "winograd"
+                             : implicit_gemm(x, og)                    ? "implicit"
+                                                                       : "im2col";
+    TESSEL_ASSIGN_OR_RETURN(input_algorithm, pass_algorithm(conv_input_grad_point(), x, w, s,
+                                                            x.size(2), x.size(3), rule));
   }
   if (weight_algorithm == "implicit") {
     TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_grad_implicit(x, g, w, s, compute));
@@ -963,7 +991,10 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     TESSEL_TRY(launch_kernel("conv_bias_grad", {}, {g3, db}));
     TESSEL_ASSIGN_OR_RETURN(grads[2], cast(db, b.input_meta[2].dtype));
   }
-  if (input_algorithm == "implicit") {
+  if (input_algorithm == "winograd") {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, winograd_input_grad(g, weight, w.ph, w.pw, x.shape()));
+    TESSEL_ASSIGN_OR_RETURN(grads[0], cast(dx, b.input_meta[0].dtype));
+  } else if (input_algorithm == "implicit") {
     TESSEL_ASSIGN_OR_RETURN(Tensor dx, input_grad_implicit(g, weight, w, s, x.shape(), compute));
     TESSEL_ASSIGN_OR_RETURN(grads[0], cast(dx, b.input_meta[0].dtype));
   } else if (b.needs_grad[0]) {  // dcols[n, g] = W[g]^T G[n, g], folded back onto the input
