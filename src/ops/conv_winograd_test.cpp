@@ -30,9 +30,14 @@ struct Case {
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> c = {
-      {2, 5, 9, 11, 6, 1, "odd sizes, padding 1"},       {1, 3, 7, 6, 4, 0, "batch 1, padding 0"},
-      {2, 4, 3, 2, 3, 1, "a plane smaller than a tile"}, {1, 6, 5, 5, 7, 2, "padding 2"},
-      {3, 17, 8, 12, 9, 1, "17 channels, whole tiles"},  {1, 4, 3, 9, 5, 0, "one output row"},
+      {2, 5, 9, 11, 6, 1, "odd sizes, padding 1"},
+      {1, 3, 7, 6, 4, 0, "batch 1, padding 0"},
+      {2, 4, 3, 2, 3, 1, "a plane smaller than a tile"},
+      {1, 6, 5, 5, 7, 2, "padding 2"},
+      {3, 17, 8, 12, 9, 1, "17 channels, whole tiles"},
+      {1, 4, 3, 9, 5, 0, "one output row"},
+      // Padding past the window: the input gradient runs at padding 2 - 3 = -1 (a crop).
+      {1, 3, 6, 7, 2, 3, "padding 3"},
   };
   return c;
 }
