@@ -5,6 +5,7 @@
 // V [36, C, T] and M [36, O, T] = U V (one gemm per transform element e).
 #include "ops/conv_winograd.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "ops/gemm_precision.h"
@@ -37,8 +38,8 @@ KernelParams transform_params(int64_t bt, KernelParams params) {
 // The 36 gemms M[e] = U[e] V[e]: one batched_gemm launch. On the CPU a 64-row gemm keeps a
 // block of 96 rows (kernels/aot.txt has it), not the default 192 rows whose accumulator the
 // block clears and writes back whole.
-Status transformed_products(const Tensor& u, const Tensor& v, const Tensor& m) {
-  const int64_t o = u.size(1), c = u.size(2), t = v.size(2);
+Status transformed_products(const Tensor& u, const Tensor& v, const Tensor& m, int64_t t) {
+  const int64_t o = u.size(1), c = u.size(2);
   KernelParams params = gemm_launch_blocks(u.device()->kind(), 36, o, t);
   if (u.device()->kind() == DeviceKind::kCpu && o <= 96) params = {{"BM", "96"}};
   return launch_kernel("batched_gemm", params,
@@ -47,9 +48,11 @@ Status transformed_products(const Tensor& u, const Tensor& v, const Tensor& m) {
 }
 
 // The convolution of `input` by the 3x3 weights `w` ([A, K, 3, 3] as a view: A outputs, K input
-// channels; turned 180 degrees when `flip`), padded (ph, pw), into y of `y_shape`.
+// channels; turned 180 degrees when `flip`), padded (ph, pw), into y of `y_shape`. The images go
+// through in groups whose transformed input and products each take at most `workspace_bytes`
+// (at least one image a group).
 Expected<Tensor> winograd(const Tensor& input, const View& w, bool flip, const View* bias,
-                          int64_t ph, int64_t pw, const Shape& y_shape) {
+                          int64_t ph, int64_t pw, const Shape& y_shape, int64_t workspace_bytes) {
   runs.fetch_add(1, std::memory_order_relaxed);
   const int64_t n = input.size(0), c = input.size(1), o = y_shape[1];
   // On the CPU a tile row is padded to whole blocks (tw 14 -> 16, 7 -> 8): the padding tiles
@@ -60,44 +63,57 @@ Expected<Tensor> winograd(const Tensor& input, const View& w, bool flip, const V
   const int64_t th = tiles_along(y_shape[2]);
   const int64_t tw =
       bt > 0 ? (tiles_along(y_shape[3]) + bt - 1) / bt * bt : tiles_along(y_shape[3]);
-  const int64_t t = n * th * tw;
+  const int64_t image_bytes = 36 * std::max(c, o) * th * tw * int64_t{sizeof(float)};
+  const int64_t group =
+      std::clamp<int64_t>(workspace_bytes / image_bytes, 1, std::max<int64_t>(n, 1));
   TESSEL_ASSIGN_OR_RETURN(Tensor u, empty_like_device({36, o, c}, DType::kF32, input));
   TESSEL_TRY(launch_kernel("winograd_weight",
                            {{"T", dtype_name(w.tensor.dtype())}, {"FLIP", flip ? "1" : "0"}},
                            {w, u}));
-  TESSEL_ASSIGN_OR_RETURN(Tensor v, empty_like_device({36, c, t}, DType::kF32, input));
-  TESSEL_TRY(launch_kernel("winograd_input",
-                           transform_params(bt, {{"T", dtype_name(input.dtype())}}),
-                           {input, View{v, {c, n * th, 36, tw}, {t, tw, c * t, 1}}, th, ph, pw}));
-  TESSEL_ASSIGN_OR_RETURN(Tensor m, empty_like_device({36, o, t}, DType::kF32, input));
-  TESSEL_TRY(transformed_products(u, v, m));
+  TESSEL_ASSIGN_OR_RETURN(Tensor v,
+                          empty_like_device({36 * c * group * th * tw}, DType::kF32, input));
+  TESSEL_ASSIGN_OR_RETURN(Tensor m,
+                          empty_like_device({36 * o * group * th * tw}, DType::kF32, input));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(y_shape, DType::kF32, input));
-  const View m4{m, {o, n * th, 36, tw}, {t, tw, o * t, 1}};  // kernels/winograd.tile's view
-  const View no_bias{y, {o}, {0}};                           // unread with BIAS = 0
-  TESSEL_TRY(launch_kernel("winograd_output",
-                           transform_params(bt, {{"BIAS", bias != nullptr ? "1" : "0"}}),
-                           {m4, y, bias != nullptr ? *bias : no_bias, th}));
+  for (int64_t b0 = 0; b0 < n; b0 += group) {
+    const int64_t nb = std::min(group, n - b0), t = nb * th * tw;
+    Tensor in = input, out = y;
+    if (nb < n) {
+      TESSEL_ASSIGN_OR_RETURN(in, input.slice(0, b0, b0 + nb));
+      TESSEL_ASSIGN_OR_RETURN(out, y.slice(0, b0, b0 + nb));
+    }
+    TESSEL_TRY(launch_kernel("winograd_input",
+                             transform_params(bt, {{"T", dtype_name(input.dtype())}}),
+                             {in, View{v, {c, nb * th, 36, tw}, {t, tw, c * t, 1}}, th, ph, pw}));
+    TESSEL_TRY(transformed_products(u, v, m, t));
+    const View m4{m, {o, nb * th, 36, tw}, {t, tw, o * t, 1}};  // kernels/winograd.tile's view
+    const View no_bias{out, {o}, {0}};                          // unread with BIAS = 0
+    TESSEL_TRY(launch_kernel("winograd_output",
+                             transform_params(bt, {{"BIAS", bias != nullptr ? "1" : "0"}}),
+                             {m4, out, bias != nullptr ? *bias : no_bias, th}));
+  }
   return y;
 }
 
 }  // namespace
 
 Expected<Tensor> winograd_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  bool has_bias, int64_t ph, int64_t pw, const Shape& y_shape) {
+                                  bool has_bias, int64_t ph, int64_t pw, const Shape& y_shape,
+                                  int64_t workspace_bytes) {
   TESSEL_ASSIGN_OR_RETURN(Tensor input, contiguous_on_device(x));
   const Strides& ws = weight.strides();
   const View w{weight, weight.shape(), ws};
   const View b{bias, {bias.size(0)}, {bias.strides()[0]}};
-  return winograd(input, w, false, has_bias ? &b : nullptr, ph, pw, y_shape);
+  return winograd(input, w, false, has_bias ? &b : nullptr, ph, pw, y_shape, workspace_bytes);
 }
 
 Expected<Tensor> winograd_input_grad(const Tensor& g, const Tensor& weight, int64_t ph, int64_t pw,
-                                     const Shape& x_shape) {
+                                     const Shape& x_shape, int64_t workspace_bytes) {
   TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
   // The weights [O, C, 3, 3] as [C, O, 3, 3]: the input gradient's outputs are x's channels.
   const Strides& ws = weight.strides();
   const View w{weight, {weight.size(1), weight.size(0), 3, 3}, {ws[1], ws[0], ws[2], ws[3]}};
-  return winograd(dy, w, true, nullptr, 2 - ph, 2 - pw, x_shape);
+  return winograd(dy, w, true, nullptr, 2 - ph, 2 - pw, x_shape, workspace_bytes);
 }
 
 // Measured (bench conv, 1 thread, CPU clock, load ~5, forced against the direct paths in one

@@ -14,14 +14,22 @@
 
 namespace tessel::ops {
 
+// The most bytes the transformed input, and the products, take at once: the images go through
+// in groups that fit (at least one image a group). Whole-batch buffers were 2.25 times a layer's
+// input and output on top of the activations (resnet50's peak RSS +53 MB, bench memory); 8 MiB
+// groups also stay in L3 between the transform that writes them and the gemm that reads them.
+inline constexpr int64_t kWinogradWorkspaceBytes = int64_t{8} << 20;
+
 // y [N, O, OH, OW] (f32) = conv2d(x, weight, padding (ph, pw)) + bias, for x [N, C, H, W] and
 // weight [O, C, 3, 3]; `bias` [O] is read only when `has_bias`.
 Expected<Tensor> winograd_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
-                                  bool has_bias, int64_t ph, int64_t pw, const Shape& y_shape);
+                                  bool has_bias, int64_t ph, int64_t pw, const Shape& y_shape,
+                                  int64_t workspace_bytes = kWinogradWorkspaceBytes);
 
 // dX [N, C, H, W] (f32) of that convolution from the output gradient g [N, O, OH, OW].
 Expected<Tensor> winograd_input_grad(const Tensor& g, const Tensor& weight, int64_t ph, int64_t pw,
-                                     const Shape& x_shape);
+                                     const Shape& x_shape,
+                                     int64_t workspace_bytes = kWinogradWorkspaceBytes);
 
 // Whether conv2d runs a 3x3 / stride 1 pass as Winograd by default on the CPU in f32 (the
 // algorithm choice's rule): `channels` deep (forward: C; input gradient: O) into `outputs`

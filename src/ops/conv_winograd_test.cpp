@@ -123,6 +123,15 @@ TEST(ConvWinograd, ForwardAndInputGradientMatchTheReferenceOnEveryDevice) {
         const RefTensor unbiased =
             op->reference({{xs, x}, {ws, w}, {{c.o}, std::vector<double>(c.o)}}, attrs);
         expect_close(host(*y), unbiased.values, kTol, "forward without a bias");
+        // One image a group (a workspace of one byte): the images run one after another through
+        // slices of x and y and the same transformed-input buffer.
+        Expected<Tensor> grouped =
+            winograd_forward(xt, wt, bt, false, c.pad, c.pad, want.shape, int64_t{1});
+        ASSERT_TRUE(grouped.ok()) << grouped.status().to_string();
+        expect_close(host(*grouped), unbiased.values, kTol, "forward, one image a group");
+        Expected<Tensor> dx_grouped = winograd_input_grad(gt, wt, c.pad, c.pad, xs, int64_t{1});
+        ASSERT_TRUE(dx_grouped.ok()) << dx_grouped.status().to_string();
+        expect_close(host(*dx_grouped), dx, kTol, "input gradient, one image a group");
       }
       ForceAlgorithm force("conv2d.input_grad", "winograd");
       const std::vector<TensorMeta> metas{
