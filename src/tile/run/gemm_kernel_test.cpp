@@ -203,8 +203,9 @@ TEST(GemmKernel, RowsOfAFourKiBApartAndTheirNeighbours) {
   }
 }
 
-// Row-major f32 B is read in place by the CPU micro-kernel (tile_gemm.h, gemm_direct_b) where a
-// tile has a whole panel of columns; its last, narrower panel is packed. Every width N = 1..49
+// Row-major f32 B: the CPU reads a tile a block packs for itself in place (tile_gemm.h,
+// gemm_direct_b; gemm.tile's B tiles are shared by blocks and stay packed: the conv tests cover
+// the in-place path in generated code), with its last, narrower panel packed. Every width N = 1..49
 // (no whole panel, whole panels with and without a packed tail) at M = 13 and 17 (edge
 // micro-tiles), K across several steps of the small tiles, with beta = 1 and A transposed
 // (packed) or not (read in place too); and B's rows 4 KiB apart (N = 1024: packed) beside

@@ -995,8 +995,11 @@ class CpuRenderer : public CRenderer {
     // B's tile read in place (gemm_direct_b) where it is f32 with contiguous columns: for every
     // tap of the implicit-gemm convolution B is a row-major view of the relaid input (rows =
     // channels a plane apart), and packing it was ~21% of a 1x1 layer on 56 x 56 images. The same
-    // run-time test, per tile, as for A.
-    const bool direct_b = dst.layout == Layout::kPackedB && dst.edge_packed && c->src.is_global() &&
+    // run-time test, per tile, as for A. Not for a tile shared by blocks (gemm.tile's B, packed
+    // once per launch): there the packed panels win, 1 thread, CPU time, gpt_mini's shapes
+    // 0.92-0.97x oneDNN packed against 0.46-0.77x read in place.
+    const bool direct_b = dst.layout == Layout::kPackedB && dst.edge_packed &&
+                          dst.memo_key.empty() && c->src.is_global() &&
                           storage_type(c->src.buffer->dtype) == "float" &&
                           std::string(pack_type(dst.dtype)) == "float";
     if (direct_b) {

@@ -36,7 +36,8 @@ struct BlockLoopArgs {
   bool padded_tiles = false;
   // A's tiles read in place (gemm_direct_a) where can_read_a_in_place allows, instead of packed.
   bool read_a_in_place = true;
-  // B's tiles read in place (gemm_direct_b) where can_read_b_in_place allows, instead of packed.
+  // B's tiles read in place (gemm_direct_b) where can_read_b_in_place allows and tiles are not
+  // shared, instead of packed.
   bool read_b_in_place = true;
 };
 
@@ -139,8 +140,9 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
       return args.read_a_in_place && !args.padded_tiles &&
              can_read_a_in_place<TSrc, TPack>(args.a_row_stride, args.a_col_stride, depth_at(kt));
     };
+    // As the generated code: only tiles a block packs for itself (a shared one is packed once).
     const bool b_in_place =
-        args.read_b_in_place && !args.padded_tiles &&
+        args.read_b_in_place && !args.padded_tiles && !args.share_tiles &&
         can_read_b_in_place<TSrc, TPack>(args.b_row_stride, args.b_col_stride, cols);
     if (args.share_tiles) {
       for (int64_t kt = 0; kt < grid.k; ++kt) {  // claim pass

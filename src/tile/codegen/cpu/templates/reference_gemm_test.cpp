@@ -184,7 +184,7 @@ class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
   // Every schedule and form, with the variant's default tiles and with small odd ones (20 rows:
   // not a multiple of any MR; 40 columns: not a multiple of NR 32; 33: odd, not a K pair). Form
   // 3 packs A where forms 0 and 1 read it in place (when the types and strides allow); form 4
-  // packs B where the others read it in place (row-major f32 with a whole panel of columns).
+  // packs B where form 1 reads it in place (per-block tiles, row-major f32, a whole panel).
   static std::vector<ReferenceGemmCall> all_settings() {
     std::vector<ReferenceGemmCall> settings;
     for (int small = 0; small < 2; ++small)
@@ -273,12 +273,14 @@ TEST_P(ReferenceGemmTest, RowsOfAFourKiBApartAndTheirNeighbours) {
 // apart (make_operand), so n = 1021 puts them 4 KiB apart, where B is packed instead; its
 // neighbours read in place. N = 16..49 crosses whole panels of 16 (AVX2) and 32 (AVX-512) with
 // every kind of packed last panel; M and K odd; A plain (read in place too) and transposed
-// (packed); one and two threads, shared and per-block tiles, small tiles (several K steps).
+// (packed); one and two threads, small tiles (several K steps). Per-block tiles only: a tile
+// shared by blocks is packed (the generated code's rule, cpu_renderer).
 TEST_P(ReferenceGemmTest, RowMajorBReadInPlaceEveryPanelWidth) {
-  ReferenceGemmCall one, two, per_block, small, b_packed;
+  ReferenceGemmCall one, two, shared, small, b_packed;
+  for (ReferenceGemmCall* call : {&one, &two, &small, &b_packed})
+    call->share_tiles = false;
   two.threads = 2;
-  per_block.threads = 2;
-  per_block.share_tiles = false;
+  shared.threads = 2;
   small.bm = 20;
   small.bn = 40;
   small.bk = 33;
@@ -286,7 +288,7 @@ TEST_P(ReferenceGemmTest, RowMajorBReadInPlaceEveryPanelWidth) {
   for (int64_t n = 16; n <= 49; ++n)
     for (int t = 0; t < 2; ++t)
       check({n % 2 ? 13 : 17, n, 37, GemmInput::kF32, false, t != 0, false},
-            {one, two, per_block, small});
+            {one, two, shared, small});
   for (int64_t n : {1021, 1021 + 16, 1021 + 2})
     check({29, n, 45, GemmInput::kF32, false, false, false}, {one, two, b_packed});
 }
