@@ -203,6 +203,25 @@ TEST(GemmKernel, RowsOfAFourKiBApartAndTheirNeighbours) {
   }
 }
 
+// Row-major f32 B: the CPU reads a tile a block packs for itself in place (tile_gemm.h,
+// gemm_direct_b; gemm.tile's B tiles are shared by blocks and stay packed: the conv tests cover
+// the in-place path in generated code), with its last, narrower panel packed. Every width N = 1..49
+// (no whole panel, whole panels with and without a packed tail) at M = 13 and 17 (edge
+// micro-tiles), K across several steps of the small tiles, with beta = 1 and A transposed
+// (packed) or not (read in place too); and B's rows 4 KiB apart (N = 1024: packed) beside
+// N = 1040, where it is read in place again. Default and small tiles.
+TEST(GemmKernel, RowMajorBReadInPlaceEveryWidth) {
+  for (const testing::Params& params : {kSmallTiles, testing::Params{}})
+    for_each_backend(params, [](const testing::Launcher& launch) {
+      for (int64_t n = 1; n <= 49; ++n) {
+        run_case(launch, GemmCase{n % 2 ? 13 : 17, n, 37}, ScalarType::kF32);
+        run_case(launch, GemmCase{n % 2 ? 17 : 13, n, 37, true, false, 1.0, 1.0}, ScalarType::kF32);
+      }
+      for (int64_t n : {1024, 1040})
+        run_case(launch, GemmCase{29, n, 300, false, false, 0.5, 1.0}, ScalarType::kF32);
+    });
+}
+
 // With K = 0 the K loop runs no step, and the epilogue must still run over every row of every
 // block: C = relu(beta * C + bias) (rows and columns not multiples of any tile, several blocks).
 // CPU only: PoCL gives other values here (not investigated yet; the op library never launches a

@@ -36,6 +36,9 @@ struct BlockLoopArgs {
   bool padded_tiles = false;
   // A's tiles read in place (gemm_direct_a) where can_read_a_in_place allows, instead of packed.
   bool read_a_in_place = true;
+  // B's tiles read in place (gemm_direct_b) where can_read_b_in_place allows and tiles are not
+  // shared, instead of packed.
+  bool read_b_in_place = true;
 };
 
 struct BlockGrid {
@@ -137,10 +140,14 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
       return args.read_a_in_place && !args.padded_tiles &&
              can_read_a_in_place<TSrc, TPack>(args.a_row_stride, args.a_col_stride, depth_at(kt));
     };
+    // As the generated code: only tiles a block packs for itself (a shared one is packed once).
+    const bool b_in_place =
+        args.read_b_in_place && !args.padded_tiles && !args.share_tiles &&
+        can_read_b_in_place<TSrc, TPack>(args.b_row_stride, args.b_col_stride, cols);
     if (args.share_tiles) {
       for (int64_t kt = 0; kt < grid.k; ++kt) {  // claim pass
         if (!a_in_place(kt)) tiles_a.claim(at.by * grid.k + kt, pack_a_tile(kt));
-        tiles_b.claim(at.bx * grid.k + kt, pack_b_tile(kt));
+        if (!b_in_place) tiles_b.claim(at.bx * grid.k + kt, pack_b_tile(kt));
       }
     }
     const int acc_rows = args.padded_tiles ? args.bm : rows;
@@ -149,6 +156,24 @@ void reference_block_worker(const BlockLoopArgs& args, BlockLoopWorkspace<TPack>
     for (int64_t kt = 0; kt < grid.k; ++kt) {
       const bool accumulate = kt > 0;
       const int depth = args.padded_tiles ? args.bk : depth_at(kt);
+      if constexpr (std::is_same_v<TSrc, float> && std::is_same_v<TPack, float>) {
+        if (b_in_place) {
+          const float* b_rows = b + kt * args.bk * args.b_row_stride + n0;
+          const float* a_rows = a + m0 * args.a_row_stride + kt * args.bk * args.a_col_stride;
+          const float* a_tile = nullptr;
+          if (!a_in_place(kt)) {
+            if (args.share_tiles) {
+              a_tile = tiles_a.get(at.by * grid.k + kt, pack_a_tile(kt));
+            } else {
+              pack_a_tile(kt)(ws.a_tile(thread));
+              a_tile = ws.a_tile(thread);
+            }
+          }
+          gemm_direct_b(a_tile, a_rows, args.a_row_stride, b_rows, args.b_row_stride, acc, ldacc,
+                        acc_rows, acc_cols, depth, accumulate);
+          continue;
+        }
+      }
       const TPack* b_tile;
       if (args.share_tiles) {
         b_tile = tiles_b.get(at.bx * grid.k + kt, pack_b_tile(kt));

@@ -48,6 +48,9 @@ struct ReferenceGemmCall {
   // Row-major A of the packed type read in place by the micro-kernel instead of packed
   // (gemm_direct_a in tile_gemm.h); false packs every A tile.
   bool read_a_in_place = true;
+  // Row-major f32 B read in place by the micro-kernel (gemm_direct_b) instead of packed, where
+  // tiles are not shared (share_tiles false), as the generated code does.
+  bool read_b_in_place = true;
 };
 
 struct GemmTiles {

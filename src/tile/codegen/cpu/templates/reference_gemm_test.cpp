@@ -112,7 +112,8 @@ std::string describe(const Case& c, const ReferenceGemmCall& call) {
                        : " tiles=" + std::to_string(call.bm) + "x" + std::to_string(call.bn) + "x" +
                              std::to_string(call.bk)) +
          (call.share_tiles ? " shared" : " per-block") + (call.padded_tiles ? " padded" : " edge") +
-         (call.read_a_in_place ? "" : " A packed") + " threads=" + std::to_string(call.threads);
+         (call.read_a_in_place ? "" : " A packed") + (call.read_b_in_place ? "" : " B packed") +
+         " threads=" + std::to_string(call.threads);
 }
 
 class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
@@ -182,11 +183,12 @@ class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
 
   // Every schedule and form, with the variant's default tiles and with small odd ones (20 rows:
   // not a multiple of any MR; 40 columns: not a multiple of NR 32; 33: odd, not a K pair). Form
-  // 3 packs A where forms 0 and 1 read it in place (when the types and strides allow).
+  // 3 packs A where forms 0 and 1 read it in place (when the types and strides allow); form 4
+  // packs B where form 1 reads it in place (per-block tiles, row-major f32, a whole panel).
   static std::vector<ReferenceGemmCall> all_settings() {
     std::vector<ReferenceGemmCall> settings;
     for (int small = 0; small < 2; ++small)
-      for (int form = 0; form < 4; ++form) {
+      for (int form = 0; form < 5; ++form) {
         ReferenceGemmCall call;
         if (small) {
           call.bm = 20;
@@ -196,6 +198,7 @@ class ReferenceGemmTest : public ::testing::TestWithParam<std::string> {
         call.share_tiles = form != 1;
         call.padded_tiles = form == 2;
         call.read_a_in_place = form != 3;
+        call.read_b_in_place = form != 4;
         call.threads = form == 0 ? 2 : form == 1 ? 3 : 1;
         settings.push_back(call);
       }
@@ -264,6 +267,30 @@ TEST_P(ReferenceGemmTest, RowsOfAFourKiBApartAndTheirNeighbours) {
         check({29, 40, k, input, false, false, t != 0}, {one, two});
       }
   }
+}
+
+// B read in place (tile_gemm.h, gemm_direct_b): row-major f32 B whose rows are ldb = n + 3
+// apart (make_operand), so n = 1021 puts them 4 KiB apart, where B is packed instead; its
+// neighbours read in place. N = 16..49 crosses whole panels of 16 (AVX2) and 32 (AVX-512) with
+// every kind of packed last panel; M and K odd; A plain (read in place too) and transposed
+// (packed); one and two threads, small tiles (several K steps). Per-block tiles only: a tile
+// shared by blocks is packed (the generated code's rule, cpu_renderer).
+TEST_P(ReferenceGemmTest, RowMajorBReadInPlaceEveryPanelWidth) {
+  ReferenceGemmCall one, two, shared, small, b_packed;
+  for (ReferenceGemmCall* call : {&one, &two, &small, &b_packed})
+    call->share_tiles = false;
+  two.threads = 2;
+  shared.threads = 2;
+  small.bm = 20;
+  small.bn = 40;
+  small.bk = 33;
+  b_packed.read_b_in_place = false;
+  for (int64_t n = 16; n <= 49; ++n)
+    for (int t = 0; t < 2; ++t)
+      check({n % 2 ? 13 : 17, n, 37, GemmInput::kF32, false, t != 0, false},
+            {one, two, shared, small});
+  for (int64_t n : {1021, 1021 + 16, 1021 + 2})
+    check({29, n, 45, GemmInput::kF32, false, false, false}, {one, two, b_packed});
 }
 
 TEST_P(ReferenceGemmTest, ZeroKClearsC) {

@@ -69,6 +69,7 @@ bool run_reference(BlockLoopWorkspace<TPack>& ws, const tessel::tile::ReferenceG
   args.share_tiles = call.share_tiles;
   args.padded_tiles = call.padded_tiles;
   args.read_a_in_place = call.read_a_in_place;
+  args.read_b_in_place = call.read_b_in_place;
   return reference_block_loop<TSrc, TPack>(args, call.threads, ws, PoolRunner{runner});
 }
 

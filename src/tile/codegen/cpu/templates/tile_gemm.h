@@ -76,6 +76,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <new>
 #include <type_traits>
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -236,6 +237,13 @@ struct RowsA {
   const TPack* ahead(int) const { return rows[0] + k; }
 };
 
+// B read in place (gemm_direct_b, f32 only): a micro-kernel reads kNR floats at p for its first K
+// step, then ldb floats further on for each next one (the rows of a row-major B tile).
+struct RowsB {
+  const float* p;
+  int64_t ldb;
+};
+
 }  // namespace TESSEL_CPU_ISA_NAMESPACE
 }  // namespace tessel_cpu
 
@@ -277,42 +285,59 @@ inline void pack_b(const TSrc* src, int64_t row_stride, int64_t col_stride, int 
 }
 
 // acc[0..BM) x [0..BN) (+)= A * B over micro-tiles; make_a(i0, rows) gives the A operand of the
-// micro-tile row starting at i0. Whole micro-tiles run straight on acc; one that sticks out of
-// BM x BN runs on a small copy so that nothing outside is touched.
-template <bool kAccumulate, typename TPack, typename MakeA>
-inline void gemm_tiles(MakeA make_a, const TPack* b_packed, float* acc, int64_t ldacc, int BM,
-                       int BN, int ksteps) {
+// micro-tile row starting at i0, make_b(j0) the B operand of the panel starting at column j0 (a
+// packed panel, or RowsB for B read in place, whose panels are then all kNR wide). Whole
+// micro-tiles run straight on acc; one that sticks out of BM x BN runs on a small copy so that
+// nothing outside is touched.
+template <bool kAccumulate, typename TPack, typename MakeA, typename MakeB>
+inline void gemm_tiles(MakeA make_a, MakeB make_b, float* acc, int64_t ldacc, int BM, int BN,
+                       int ksteps) {
   constexpr int kMR = MicroTile<TPack>::kMR;
   constexpr int kNR = MicroTile<TPack>::kNR;
-  const int64_t panel_k = int64_t(ksteps) * kKPack<TPack>;
+  constexpr bool kPackedB = std::is_pointer_v<decltype(make_b(0))>;
   // A's micro-panel (MR x BK) stays in L1 while B's panels stream past it from L2; measured a
   // few per cent faster than the B-panel-outer order on Zen 4 (the B tile fits L2, A's is reused).
-  for (int i0 = 0; i0 < BM; i0 += kMR) {
-    const int rows = min_int(kMR, BM - i0);
-    const auto a = make_a(i0, rows);
-    for (int j0 = 0; j0 < BN; j0 += kNR) {
-      const TPack* b_panel = b_packed + j0 * panel_k;
+  // B read in place goes the other way: its panel (rows far apart, one line each per K step) is
+  // kept in L1 while A's packed micro-panels stream past it.
+  const int outer_end = kPackedB ? BM : BN, inner_end = kPackedB ? BN : BM;
+  const int outer_step = kPackedB ? kMR : kNR, inner_step = kPackedB ? kNR : kMR;
+  for (int o0 = 0; o0 < outer_end; o0 += outer_step) {
+    for (int n0 = 0; n0 < inner_end; n0 += inner_step) {
+      const int i0 = kPackedB ? o0 : n0, j0 = kPackedB ? n0 : o0;
+      const int rows = min_int(kMR, BM - i0);
+      const auto a = make_a(i0, rows);
+      const auto b_panel = make_b(j0);
       const int cols = min_int(kNR, BN - j0);
       float* c = acc + i0 * ldacc + j0;
       if (rows == kMR && cols == kNR) {
         micro_kernel<kAccumulate>(a, b_panel, c, ldacc, ksteps);
         continue;
       }
+      // 64 rows on 6-row micro-tiles end in 4: ~5% of a 1x1 convolution ran that tile on a copy.
+      if (cols == kNR && micro_kernel_short<kAccumulate>(rows, a, b_panel, c, ldacc, ksteps))
+        continue;
       // A last panel of at most kNarrowNR columns runs the ISA's narrower tile (N = 65 ran a
       // 16-wide tile for one column).
-      const bool narrow = kNarrowNR<TPack> > 0 && cols <= kNarrowNR<TPack>;
-      if (narrow && rows == kMR && cols == kNarrowNR<TPack>) {
-        micro_kernel_narrow<kAccumulate>(a, b_panel, c, ldacc, ksteps);
-        continue;
+      const bool narrow = kPackedB && kNarrowNR<TPack> > 0 && cols <= kNarrowNR<TPack>;
+      if constexpr (kPackedB) {
+        if (narrow && rows == kMR && cols == kNarrowNR<TPack>) {
+          micro_kernel_narrow<kAccumulate>(a, b_panel, c, ldacc, ksteps);
+          continue;
+        }
       }
       alignas(64) float edge[kMR * kNR] = {};
       if (kAccumulate)
         for (int i = 0; i < rows; ++i)
           std::memcpy(edge + i * kNR, c + i * ldacc, sizeof(float) * cols);
-      if (narrow)
-        micro_kernel_narrow<kAccumulate>(a, b_panel, edge, kNR, ksteps);
-      else
-        micro_kernel<kAccumulate>(a, b_panel, edge, kNR, ksteps);
+      if constexpr (kPackedB) {
+        if (narrow) {
+          micro_kernel_narrow<kAccumulate>(a, b_panel, edge, kNR, ksteps);
+          for (int i = 0; i < rows; ++i)
+            std::memcpy(c + i * ldacc, edge + i * kNR, sizeof(float) * cols);
+          continue;
+        }
+      }
+      micro_kernel<kAccumulate>(a, b_panel, edge, kNR, ksteps);
       for (int i = 0; i < rows; ++i)
         std::memcpy(c + i * ldacc, edge + i * kNR, sizeof(float) * cols);
     }
@@ -328,10 +353,11 @@ inline void gemm_packed(const TPack* a_packed, const TPack* b_packed, float* acc
   const int ksteps = (BK + kKPack<TPack> - 1) / kKPack<TPack>;
   const int64_t panel_k = int64_t(ksteps) * kKPack<TPack>;
   auto make_a = [&](int i0, int) { return PackedPanelA<TPack, kMR>{a_packed + i0 * panel_k}; };
+  auto make_b = [&](int j0) { return b_packed + j0 * panel_k; };
   if (accumulate)
-    gemm_tiles<true>(make_a, b_packed, acc, ldacc, BM, BN, ksteps);
+    gemm_tiles<true, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps);
   else
-    gemm_tiles<false>(make_a, b_packed, acc, ldacc, BM, BN, ksteps);
+    gemm_tiles<false, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps);
 }
 
 // Sets acc[0..BM) x [0..BN) to zero outside its first rows x cols: what a clear(acc) before the
@@ -370,16 +396,114 @@ inline void gemm_direct_a(const TPack* a, int64_t lda, const TPack* b_packed, fl
                           int64_t ldacc, int BM, int BN, int BK, bool accumulate = true) {
   constexpr int kMR = MicroTile<TPack>::kMR;
   const int ksteps = (BK + kKPack<TPack> - 1) / kKPack<TPack>;
+  const int64_t panel_k = int64_t(ksteps) * kKPack<TPack>;
   auto make_a = [&](int i0, int rows) {
     RowsA<TPack, kMR> rows_a;
     for (int i = 0; i < kMR; ++i)
       rows_a.rows[i] = a + (i0 + (i < rows ? i : rows - 1)) * lda;
     return rows_a;
   };
+  auto make_b = [&](int j0) { return b_packed + j0 * panel_k; };
   if (accumulate)
-    gemm_tiles<true>(make_a, b_packed, acc, ldacc, BM, BN, ksteps);
+    gemm_tiles<true, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps);
   else
-    gemm_tiles<false>(make_a, b_packed, acc, ldacc, BM, BN, ksteps);
+    gemm_tiles<false, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps);
+}
+
+// ---- B read in place ----------------------------------------------------------------------------
+//
+// A row-major f32 B tile (columns contiguous, rows ldb apart) is already what a micro-kernel needs
+// per K step: kNR consecutive floats. gemm_direct_b reads it in place, two (one) vector loads
+// per K step at b + k * ldb + j, and skips pack_b. The convolution's implicit gemm reads every
+// tap's B tile as such a view of its relaid input (kernels/conv.tile conv_implicit), where
+// packing B was ~21% of a 1x1 layer on 56 x 56 images (perf, stop 30).
+
+// Whether B's tile (depth K steps, cols columns) can be read in place: f32 from f32, columns
+// contiguous, at least one whole panel of kNR columns (a narrower tile is packed), and rows not
+// a multiple of 4 KiB apart: as for A (can_read_a_in_place), the rows a micro-kernel walks down
+// would all fall into one L1 set and evict each other.
+template <typename TSrc, typename TPack>
+inline bool can_read_b_in_place(int64_t row_stride, int64_t col_stride, int cols) {
+  if constexpr (!std::is_same_v<TSrc, float> || !std::is_same_v<TPack, float>) {
+    return false;
+  } else {
+    constexpr int64_t kL1SetPeriod = 4096;
+    const bool rows_alias = (row_stride * int64_t(sizeof(float))) % kL1SetPeriod == 0;
+    return col_stride == 1 && cols >= MicroTile<float>::kNR && !rows_alias;
+  }
+}
+
+namespace detail {
+
+// A thread's buffer for the packed last panel of an in-place B tile (BK x kNR floats).
+inline float* tail_panel_buffer(int64_t elems) {
+  struct Buffer {
+    float* p = nullptr;
+    int64_t size = 0;
+    ~Buffer() { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  static thread_local Buffer buffer;
+  if (buffer.size < elems) {
+    ::operator delete[](buffer.p, std::align_val_t(64));
+    buffer.p =
+        static_cast<float*>(::operator new[](sizeof(float) * size_t(elems), std::align_val_t(64)));
+    buffer.size = elems;
+  }
+  return buffer.p;
+}
+
+// acc (+)= A * B with B's rows read in place; the panels of whole kNR columns straight from b,
+// the last, narrower one (BN not a multiple of kNR) packed first, since reading kNR columns there
+// would run past the tile.
+template <bool kAccumulate, typename MakeA>
+inline void gemm_tiles_rows_b(MakeA make_a, const float* b, int64_t ldb, float* acc, int64_t ldacc,
+                              int BM, int BN, int BK) {
+  constexpr int kNR = MicroTile<float>::kNR;
+  const int whole = BN / kNR * kNR;
+  if (whole > 0)
+    gemm_tiles<kAccumulate, float>(
+        make_a,
+        [&](int j0) {
+          return RowsB{b + j0, ldb};
+        },
+        acc, ldacc, BM, whole, BK);
+  if (whole == BN) return;
+  float* tail = tail_panel_buffer(packed_b_elems<float>(BK, kNR));
+  pack_b<float, float>(b + whole, ldb, 1, BK, BN - whole, BK, kNR, tail);
+  gemm_tiles<kAccumulate, float>(
+      make_a, [&](int) { return static_cast<const float*>(tail); }, acc + whole, ldacc, BM,
+      BN - whole, BK);
+}
+
+}  // namespace detail
+
+// gemm_packed with B read in place: BK rows of B at b, b + ldb, ..., BN floats each (check
+// can_read_b_in_place first); A packed (a_packed) or, where a_packed is null, read in place
+// from its rows at a, lda apart (as gemm_direct_a). f32 only.
+inline void gemm_direct_b(const float* a_packed, const float* a, int64_t lda, const float* b,
+                          int64_t ldb, float* acc, int64_t ldacc, int BM, int BN, int BK,
+                          bool accumulate = true) {
+  constexpr int kMR = MicroTile<float>::kMR;
+  auto packed_a = [&](int i0, int) {
+    return PackedPanelA<float, kMR>{a_packed + i0 * int64_t(BK)};
+  };
+  auto rows_a = [&](int i0, int rows) {
+    RowsA<float, kMR> r;
+    for (int i = 0; i < kMR; ++i)
+      r.rows[i] = a + (i0 + (i < rows ? i : rows - 1)) * lda;
+    return r;
+  };
+  if (a_packed) {
+    if (accumulate)
+      detail::gemm_tiles_rows_b<true>(packed_a, b, ldb, acc, ldacc, BM, BN, BK);
+    else
+      detail::gemm_tiles_rows_b<false>(packed_a, b, ldb, acc, ldacc, BM, BN, BK);
+  } else {
+    if (accumulate)
+      detail::gemm_tiles_rows_b<true>(rows_a, b, ldb, acc, ldacc, BM, BN, BK);
+    else
+      detail::gemm_tiles_rows_b<false>(rows_a, b, ldb, acc, ldacc, BM, BN, BK);
+  }
 }
 
 }  // namespace TESSEL_CPU_ISA_NAMESPACE

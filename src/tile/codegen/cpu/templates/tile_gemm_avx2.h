@@ -37,9 +37,14 @@ namespace detail {
 // NV = 2 is the whole 6 x 16 micro-tile; NV = 1 its left half, for a last panel of at most 8
 // columns (N = 65: the 16-wide tile computed one useful column in 16). B's panel keeps its 16
 // columns per K step either way (the packed layout does not change).
-template <int MR, int NV, bool kAccumulate, typename AOperand>
-__attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b, float* c,
-                                                      int64_t ldc, int ksteps) {
+// B advances b_step floats per K step: 16 in a packed panel, B's row stride when read in place.
+// kPrefetchB (B read in place): each K step touches a line of a row of its own, far from the
+// last, which the hardware prefetcher does not follow; the row kRowsAhead steps on is prefetched,
+// and the same row's line of the next panel, which the panel after this one starts on.
+inline constexpr int kRowsAhead = 16;
+template <int MR, int NV, bool kAccumulate, typename AOperand, bool kPrefetchB = false>
+__attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b, int64_t b_step,
+                                                      float* c, int64_t ldc, int ksteps) {
   __m256 acc[MR][NV];
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -47,6 +52,10 @@ __attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b
     for (int j = 0; j < NV; ++j)
       acc[i][j] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8 * j) : _mm256_setzero_ps();
   for (int k = 0; k < ksteps; ++k) {
+    if constexpr (kPrefetchB) {
+      _mm_prefetch(reinterpret_cast<const char*>(b + kRowsAhead * b_step), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(b + kRowsAhead * b_step + 16), _MM_HINT_T0);
+    }
     __m256 bv[NV];
 #pragma GCC unroll 2
     for (int j = 0; j < NV; ++j)
@@ -59,7 +68,7 @@ __attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b
         acc[i][j] = _mm256_fmadd_ps(av, bv[j], acc[i][j]);
     }
     a.next();
-    b += 16;
+    b += b_step;
   }
 #pragma GCC unroll 8
   for (int i = 0; i < MR; ++i)
@@ -141,11 +150,43 @@ __attribute__((always_inline)) inline void kernel_bf16(AOperand a, const bf16* b
 // One whole MR x NR tile: c (+)= a * b; without kAccumulate the old contents of c are not read.
 template <bool kAccumulate, typename AOperand>
 inline void micro_kernel(const AOperand& a, const float* b, float* c, int64_t ldc, int ksteps) {
-  detail::kernel_f32<MicroTile<float>::kMR, 2, kAccumulate>(a, b, c, ldc, ksteps);
+  detail::kernel_f32<MicroTile<float>::kMR, 2, kAccumulate>(a, b, 16, c, ldc, ksteps);
+}
+// B read in place (gemm_direct_b): 16 floats of each of its rows, ldb apart.
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel(const AOperand& a, const RowsB& b, float* c, int64_t ldc, int ksteps) {
+  detail::kernel_f32<MicroTile<float>::kMR, 2, kAccumulate, AOperand, true>(a, b.p, b.ldb, c, ldc,
+                                                                            ksteps);
 }
 template <bool kAccumulate, typename AOperand>
 inline void micro_kernel(const AOperand& a, const bf16* b, float* c, int64_t ldc, int ksteps) {
   detail::kernel_bf16<MicroTile<bf16>::kMR, 2, kAccumulate>(a, b, c, ldc, ksteps);
+}
+
+// A short micro-tile of whole columns: rows = 4 or 2 of the 6 (blocks of 64 or 128 rows, the
+// convolutions' channel counts, end in one), run straight on c instead of as a whole tile on a
+// copy. false: no such tile, the caller takes the copy. Only f32 with a packed or row-major B.
+template <bool kAccumulate, typename AOperand>
+inline bool micro_kernel_short(int rows, const AOperand& a, const float* b, float* c, int64_t ldc,
+                               int ksteps) {
+  if (rows == 4)
+    detail::kernel_f32<4, 2, kAccumulate>(a, b, 16, c, ldc, ksteps);
+  else if (rows == 2)
+    detail::kernel_f32<2, 2, kAccumulate>(a, b, 16, c, ldc, ksteps);
+  return rows == 4 || rows == 2;
+}
+template <bool kAccumulate, typename AOperand>
+inline bool micro_kernel_short(int rows, const AOperand& a, const RowsB& b, float* c, int64_t ldc,
+                               int ksteps) {
+  if (rows == 4)
+    detail::kernel_f32<4, 2, kAccumulate, AOperand, true>(a, b.p, b.ldb, c, ldc, ksteps);
+  else if (rows == 2)
+    detail::kernel_f32<2, 2, kAccumulate, AOperand, true>(a, b.p, b.ldb, c, ldc, ksteps);
+  return rows == 4 || rows == 2;
+}
+template <bool kAccumulate, typename AOperand>
+inline bool micro_kernel_short(int, const AOperand&, const bf16*, float*, int64_t, int) {
+  return false;
 }
 
 // The left kNarrowNR columns of a micro-tile (gemm_tiles runs it on a last panel that narrow):
@@ -155,7 +196,7 @@ inline constexpr int kNarrowNR = 8;
 template <bool kAccumulate, typename AOperand>
 inline void micro_kernel_narrow(const AOperand& a, const float* b, float* c, int64_t ldc,
                                 int ksteps) {
-  detail::kernel_f32<MicroTile<float>::kMR, 1, kAccumulate>(a, b, c, ldc, ksteps);
+  detail::kernel_f32<MicroTile<float>::kMR, 1, kAccumulate>(a, b, 16, c, ldc, ksteps);
 }
 template <bool kAccumulate, typename AOperand>
 inline void micro_kernel_narrow(const AOperand& a, const bf16* b, float* c, int64_t ldc,

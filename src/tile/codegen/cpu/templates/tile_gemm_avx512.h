@@ -71,9 +71,10 @@ __attribute__((always_inline)) inline void prefetch_operands(const AOperand& a, 
     _mm_prefetch(reinterpret_cast<const char*>(a.ahead(kKernelPrefetch)), _MM_HINT_T0);
 }
 
+// B advances b_step floats per K step: 16 NV in a packed panel, B's row stride when read in place.
 template <int MR, int NV, bool kAccumulate, typename AOperand>
-__attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b, float* c,
-                                                      int64_t ldc, int ksteps) {
+__attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b, int64_t b_step,
+                                                      float* c, int64_t ldc, int ksteps) {
   __m512 acc[MR][NV];
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -81,7 +82,7 @@ __attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b
     for (int j = 0; j < NV; ++j)
       acc[i][j] = kAccumulate ? _mm512_loadu_ps(c + i * ldc + 16 * j) : _mm512_setzero_ps();
   for (int k = 0; k < ksteps; ++k) {
-    prefetch_operands(a, b + kKernelPrefetch * 16 * NV, NV);
+    prefetch_operands(a, b + kKernelPrefetch * b_step, NV);
     __m512 bv[NV];
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j)
@@ -94,7 +95,7 @@ __attribute__((always_inline)) inline void kernel_f32(AOperand a, const float* b
         acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
     }
     a.next();
-    b += 16 * NV;
+    b += b_step;
   }
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -407,13 +408,25 @@ inline bool pack_n_contiguous(const float* s, int64_t stride_k, int n_valid, int
 // kAccumulate the old contents of c are not read. `a`: PackedPanelA or RowsA (tile_gemm.h).
 template <bool kAccumulate, typename AOperand>
 inline void micro_kernel(const AOperand& a, const float* b, float* c, int64_t ldc, int ksteps) {
-  detail::kernel_f32<MicroTile<float>::kMR, MicroTile<float>::kNR / 16, kAccumulate>(a, b, c, ldc,
-                                                                                     ksteps);
+  constexpr int kNR = MicroTile<float>::kNR;
+  detail::kernel_f32<MicroTile<float>::kMR, kNR / 16, kAccumulate>(a, b, kNR, c, ldc, ksteps);
+}
+// B read in place (gemm_direct_b): kNR floats of each of its rows, ldb apart.
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel(const AOperand& a, const RowsB& b, float* c, int64_t ldc, int ksteps) {
+  constexpr int kNR = MicroTile<float>::kNR;
+  detail::kernel_f32<MicroTile<float>::kMR, kNR / 16, kAccumulate>(a, b.p, b.ldb, c, ldc, ksteps);
 }
 template <bool kAccumulate, typename AOperand>
 inline void micro_kernel(const AOperand& a, const bf16* b, float* c, int64_t ldc, int ksteps) {
   detail::kernel_bf16<MicroTile<bf16>::kMR, MicroTile<bf16>::kNR / 16, kAccumulate>(a, b, c, ldc,
                                                                                     ksteps);
+}
+
+// No short micro-tile here: a micro-tile of fewer rows runs the whole tile on a copy (tile_gemm.h).
+template <bool kAccumulate, typename AOperand, typename BOperand>
+inline bool micro_kernel_short(int, const AOperand&, const BOperand&, float*, int64_t, int) {
+  return false;
 }
 
 // No narrower micro-tile here: a last panel of few columns runs the whole tile (tile_gemm.h).

@@ -30,8 +30,11 @@ struct DefaultTiles<bf16> {
 };
 
 // One whole MR x NR tile: c (+)= a * b; without kAccumulate the old contents of c are not read.
+// B advances b_step elements per K step (group): kNR P in a packed panel, B's row stride when read
+// in place (f32 only, P = 1).
 template <bool kAccumulate, typename AOperand, typename TPack>
-inline void micro_kernel(AOperand a, const TPack* b, float* c, int64_t ldc, int ksteps) {
+inline void micro_kernel_stepped(AOperand a, const TPack* b, int64_t b_step, float* c, int64_t ldc,
+                                 int ksteps) {
   constexpr int kMR = MicroTile<TPack>::kMR, kNR = MicroTile<TPack>::kNR;
   constexpr int P = kKPack<TPack>;
   float acc[kMR][kNR];
@@ -50,11 +53,26 @@ inline void micro_kernel(AOperand a, const TPack* b, float* c, int64_t ldc, int 
       }
     }
     a.next();
-    b += kNR * P;
+    b += b_step;
   }
   for (int i = 0; i < kMR; ++i)
     for (int j = 0; j < kNR; ++j)
       c[i * ldc + j] = acc[i][j];
+}
+template <bool kAccumulate, typename AOperand, typename TPack>
+inline void micro_kernel(const AOperand& a, const TPack* b, float* c, int64_t ldc, int ksteps) {
+  constexpr int64_t kStep = int64_t(MicroTile<TPack>::kNR) * kKPack<TPack>;
+  micro_kernel_stepped<kAccumulate>(a, b, kStep, c, ldc, ksteps);
+}
+template <bool kAccumulate, typename AOperand>
+inline void micro_kernel(const AOperand& a, const RowsB& b, float* c, int64_t ldc, int ksteps) {
+  micro_kernel_stepped<kAccumulate>(a, b.p, b.ldb, c, ldc, ksteps);
+}
+
+// No short micro-tile here: a micro-tile of fewer rows runs the whole tile on a copy (tile_gemm.h).
+template <bool kAccumulate, typename AOperand, typename BOperand>
+inline bool micro_kernel_short(int, const AOperand&, const BOperand&, float*, int64_t, int) {
+  return false;
 }
 
 // No narrower micro-tile here: a last panel of few columns runs the whole tile (tile_gemm.h).
