@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <string>
 
 #include <unistd.h>
@@ -73,7 +74,8 @@ TEST(TuneAlgorithm, ANamedPointTimesEveryAlgorithmAndRecordsOneChoice) {
                           ("tessel_tune_algorithm_" + std::to_string(getpid()) + ".db"))
                              .string();
   std::filesystem::remove(db);
-  // A 3x3 layer 16 channels deep: implicit (the rule), im2col and unfolded all apply.
+  // A 3x3 / stride 1 layer 16 channels deep: implicit (the rule), im2col, unfolded and winograd
+  // all apply.
   Result r = tessel::cli::testing::run_tessel(
       "tune conv2d.forward --shape 1x16x8x8x16x3x3x1x1x1x1x1x1x1 --json --db '" + db + "'");
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -81,9 +83,13 @@ TEST(TuneAlgorithm, ANamedPointTimesEveryAlgorithmAndRecordsOneChoice) {
   ASSERT_TRUE(j.is_object()) << r.output;
   EXPECT_EQ(j["point"], "conv2d.forward");
   EXPECT_EQ(j["rule"], "implicit");
-  ASSERT_EQ(j["algorithms"].size(), 3u) << r.output;
-  for (const nlohmann::json& a : j["algorithms"])
+  ASSERT_EQ(j["algorithms"].size(), 4u) << r.output;
+  std::set<std::string> timed;
+  for (const nlohmann::json& a : j["algorithms"]) {
     EXPECT_GT(double(a["median_seconds"]), 0.0) << r.output;
+    timed.insert(std::string(a["algorithm"]));
+  }
+  EXPECT_EQ(timed, (std::set<std::string>{"implicit", "im2col", "unfolded", "winograd"}));
   EXPECT_GE(int(j["rounds"]), 7);
   auto opened = tessel::tune::TuneDb::open(db);
   ASSERT_TRUE(opened.ok());
@@ -99,7 +105,7 @@ TEST(TuneAlgorithm, ANamedPointTimesEveryAlgorithmAndRecordsOneChoice) {
       EXPECT_EQ(t.params, "ALGO=" + std::string(j["chosen"]));
     }
   }
-  EXPECT_EQ(rows->size(), 3u);
+  EXPECT_EQ(rows->size(), 4u);  // one row per algorithm
   EXPECT_EQ(chosen, 1);
   opened->reset();
   std::filesystem::remove(db);
