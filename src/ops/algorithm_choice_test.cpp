@@ -13,6 +13,7 @@
 #include "ops/conv_algorithms.h"
 #include "ops/op.h"
 #include "ops/ops.h"
+#include "ops/testing/expect_close.h"
 #include "ops/testing/temp_tune_db.h"
 #include "ops/tuned_launch.h"
 #include "tune/choices.h"
@@ -94,20 +95,7 @@ Reference reference(const std::vector<int64_t>& s, const std::vector<double>& x,
   return r;
 }
 
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
-    if (!(err <= worst)) {
-      worst = err;
-      at = i;
-    }
-  }
-  EXPECT_LE(worst, tol) << what << " at " << at << ": " << got[at] << " vs " << want[at];
-}
+using testing::expect_close;
 
 TEST(AlgorithmChoice, EveryAlgorithmOfEveryPointMatchesThePlainReference) {
   Expected<const OpDef*> op = find_op("conv2d");

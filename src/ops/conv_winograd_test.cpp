@@ -16,6 +16,7 @@
 #include "ops/op.h"
 #include "ops/ops.h"
 #include "ops/testing/every_device.h"
+#include "ops/testing/expect_close.h"
 #include "ops/tuned_launch.h"
 
 namespace tessel::ops {
@@ -61,21 +62,7 @@ std::vector<double> host(const Tensor& t) {
   return {v.begin(), v.end()};
 }
 
-// max |got - want| / (1 + |want|) over the elements, and where.
-void expect_close(const std::vector<double>& got, const std::vector<double>& want, double tol,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(got[i] - want[i]) / (1.0 + std::abs(want[i]));
-    if (!(err <= worst)) {
-      worst = err;
-      at = i;
-    }
-  }
-  EXPECT_LE(worst, tol) << what << " at " << at << ": " << got[at] << " vs " << want[at];
-}
+using testing::expect_close;
 
 // |got - want| / (1 + |want|): F(4x4, 3x3) rounds its transforms (coefficients up to 8) in f32;
 // over 17 channels of unscaled values in [-1, 1) (outputs up to ~5) it measured up to 3.2e-5, the
