@@ -14,6 +14,8 @@
 //   with two FMAs: exact products, f32 sums.
 #pragma once
 
+#include "tile_gemm_whole_tiles.h"
+
 // GCC 12 warns that _mm512_undefined_*() inside its own intrinsics are used uninitialized once
 // they are inlined here (GCC bug 105593); the warning is about the compiler's header, not ours.
 #pragma GCC diagnostic push
@@ -422,18 +424,6 @@ inline void micro_kernel(const AOperand& a, const bf16* b, float* c, int64_t ldc
   detail::kernel_bf16<MicroTile<bf16>::kMR, MicroTile<bf16>::kNR / 16, kAccumulate>(a, b, c, ldc,
                                                                                     ksteps);
 }
-
-// No short micro-tile here: a micro-tile of fewer rows runs the whole tile on a copy (tile_gemm.h).
-template <bool kAccumulate, typename AOperand, typename BOperand>
-inline bool micro_kernel_short(int, const AOperand&, const BOperand&, float*, int64_t, int) {
-  return false;
-}
-
-// No narrower micro-tile here: a last panel of few columns runs the whole tile (tile_gemm.h).
-template <typename TPack>
-inline constexpr int kNarrowNR = 0;
-template <bool kAccumulate, typename AOperand, typename TPack>
-inline void micro_kernel_narrow(const AOperand&, const TPack*, float*, int64_t, int) {}
 
 // Packs n_total x k_total (the first n_valid x k_valid from src) into panels of R; layout in
 // tile_gemm.h. Unit strides take the vector paths; anything else, and conversions without one,

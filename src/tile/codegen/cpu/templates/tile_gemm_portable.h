@@ -4,6 +4,8 @@
 // array, which compilers keep in vector registers where they have them (SSE2, NEON).
 #pragma once
 
+#include "tile_gemm_whole_tiles.h"
+
 namespace tessel_cpu {
 inline namespace TESSEL_CPU_ISA_NAMESPACE {
 
@@ -68,18 +70,6 @@ template <bool kAccumulate, typename AOperand>
 inline void micro_kernel(const AOperand& a, const RowsB& b, float* c, int64_t ldc, int ksteps) {
   micro_kernel_stepped<kAccumulate>(a, b.p, b.ldb, c, ldc, ksteps);
 }
-
-// No short micro-tile here: a micro-tile of fewer rows runs the whole tile on a copy (tile_gemm.h).
-template <bool kAccumulate, typename AOperand, typename BOperand>
-inline bool micro_kernel_short(int, const AOperand&, const BOperand&, float*, int64_t, int) {
-  return false;
-}
-
-// No narrower micro-tile here: a last panel of few columns runs the whole tile (tile_gemm.h).
-template <typename TPack>
-inline constexpr int kNarrowNR = 0;
-template <bool kAccumulate, typename AOperand, typename TPack>
-inline void micro_kernel_narrow(const AOperand&, const TPack*, float*, int64_t, int) {}
 
 // Layout in tile_gemm.h.
 template <int R, typename TSrc, typename TPack>
