@@ -38,8 +38,8 @@ KernelParams transform_params(int64_t bt, KernelParams params) {
 // The 36 gemms M[e] = U[e] V[e]: one batched_gemm launch. On the CPU a 64-row gemm keeps a
 // block of 96 rows (kernels/aot.txt has it), not the default 192 rows whose accumulator the
 // block clears and writes back whole.
-Status transformed_products(const Tensor& u, const Tensor& v, const Tensor& m, int64_t t) {
-  const int64_t o = u.size(1), c = u.size(2);
+Status transformed_products(const Tensor& u, int64_t o, int64_t c, const Tensor& v, const Tensor& m,
+                            int64_t t) {
   KernelParams params = gemm_launch_blocks(u.device()->kind(), 36, o, t);
   if (u.device()->kind() == DeviceKind::kCpu && o <= 96) params = {{"BM", "96"}};
   return launch_kernel("batched_gemm", params,
@@ -47,12 +47,26 @@ Status transformed_products(const Tensor& u, const Tensor& v, const Tensor& m, i
                         View{m, {36, o, t}, {o * t, t, 1}}, 1.0, 0.0});
 }
 
-// The convolution of `input` by the 3x3 weights `w` ([A, K, 3, 3] as a view: A outputs, K input
-// channels; turned 180 degrees when `flip`), padded (ph, pw), into y of `y_shape`. The images go
-// through in groups whose transformed input and products each take at most `workspace_bytes`
-// (at least one image a group).
-Expected<Tensor> winograd(const Tensor& input, const View& w, bool flip, const View* bias,
-                          int64_t ph, int64_t pw, const Shape& y_shape, int64_t workspace_bytes) {
+// How many output channels go through at once: all, or equal blocks whose transformed weights
+// U [36, ob, C] take at most `workspace_bytes` (a multiple of 8 rows, at least 8). Whole, U is
+// 36 / 9 = 4 times the weights: 37.7 MB for 512 x 512 channels, the largest buffer of
+// resnet50's step when its layer4 runs (peak RSS +36 MB over the direct paths).
+int64_t output_block(int64_t o, int64_t c, int64_t workspace_bytes) {
+  const int64_t whole = 36 * o * c * int64_t{sizeof(float)};
+  if (whole <= workspace_bytes) return o;
+  const int64_t blocks = (whole + workspace_bytes - 1) / workspace_bytes;
+  const int64_t rows = (o + blocks - 1) / blocks;
+  return std::min(o, std::max<int64_t>(8, (rows + 7) / 8 * 8));
+}
+
+// The convolution of `input` by the 3x3 weights `weight` ([O, C, 3, 3]; when `transposed`, its
+// [C, O, 3, 3] view turned 180 degrees: the input gradient's), padded (ph, pw), into y of
+// `y_shape`. The images go through in groups whose transformed input and products each take at
+// most `workspace_bytes` (at least one image a group), and the outputs in blocks whose
+// transformed weights do (output_block).
+Expected<Tensor> winograd(const Tensor& input, const Tensor& weight, bool transposed,
+                          const Tensor* bias, int64_t ph, int64_t pw, const Shape& y_shape,
+                          int64_t workspace_bytes) {
   runs.fetch_add(1, std::memory_order_relaxed);
   const int64_t n = input.size(0), c = input.size(1), o = y_shape[1];
   // On the CPU a tile row is padded to whole blocks (tw 14 -> 16, 7 -> 8): the padding tiles
@@ -63,17 +77,35 @@ Expected<Tensor> winograd(const Tensor& input, const View& w, bool flip, const V
   const int64_t th = tiles_along(y_shape[2]);
   const int64_t tw =
       bt > 0 ? (tiles_along(y_shape[3]) + bt - 1) / bt * bt : tiles_along(y_shape[3]);
-  const int64_t image_bytes = 36 * std::max(c, o) * th * tw * int64_t{sizeof(float)};
-  const int64_t group =
+  const int64_t ob = output_block(o, c, workspace_bytes);
+  const int64_t image_bytes = 36 * std::max(c, ob) * th * tw * int64_t{sizeof(float)};
+  // Groups of equal size: 8 images at most 7 a group ran as 7 + 1, the last gemm 16 tiles wide.
+  const int64_t most =
       std::clamp<int64_t>(workspace_bytes / image_bytes, 1, std::max<int64_t>(n, 1));
-  TESSEL_ASSIGN_OR_RETURN(Tensor u, empty_like_device({36, o, c}, DType::kF32, input));
-  TESSEL_TRY(launch_kernel("winograd_weight",
-                           {{"T", dtype_name(w.tensor.dtype())}, {"FLIP", flip ? "1" : "0"}},
-                           {w, u}));
+  const int64_t groups = (n + most - 1) / most;
+  const int64_t group = std::max<int64_t>((n + groups - 1) / std::max<int64_t>(groups, 1), 1);
+  // Output block [o0, o0 + rows) of the weights as the [A, K, 3, 3] view winograd_weight reads.
+  const auto weight_block = [&](int64_t o0, int64_t rows) -> Expected<View> {
+    const Strides& ws = weight.strides();
+    if (!transposed) {
+      TESSEL_ASSIGN_OR_RETURN(Tensor w, weight.slice(0, o0, o0 + rows));
+      return View{w, {rows, c, 3, 3}, ws};
+    }
+    TESSEL_ASSIGN_OR_RETURN(Tensor w, weight.slice(1, o0, o0 + rows));
+    return View{w, {rows, c, 3, 3}, {ws[1], ws[0], ws[2], ws[3]}};
+  };
+  const auto transform_weights = [&](int64_t o0, int64_t rows, const Tensor& u) -> Status {
+    TESSEL_ASSIGN_OR_RETURN(View w, weight_block(o0, rows));
+    return launch_kernel("winograd_weight",
+                         {{"T", dtype_name(weight.dtype())}, {"FLIP", transposed ? "1" : "0"}},
+                         {w, View{u, {36, rows, c}, {rows * c, c, 1}}});
+  };
+  TESSEL_ASSIGN_OR_RETURN(Tensor u, empty_like_device({36 * ob * c}, DType::kF32, input));
+  if (ob == o) TESSEL_TRY(transform_weights(0, o, u));
   TESSEL_ASSIGN_OR_RETURN(Tensor v,
                           empty_like_device({36 * c * group * th * tw}, DType::kF32, input));
   TESSEL_ASSIGN_OR_RETURN(Tensor m,
-                          empty_like_device({36 * o * group * th * tw}, DType::kF32, input));
+                          empty_like_device({36 * ob * group * th * tw}, DType::kF32, input));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(y_shape, DType::kF32, input));
   for (int64_t b0 = 0; b0 < n; b0 += group) {
     const int64_t nb = std::min(group, n - b0), t = nb * th * tw;
@@ -85,12 +117,26 @@ Expected<Tensor> winograd(const Tensor& input, const View& w, bool flip, const V
     TESSEL_TRY(launch_kernel("winograd_input",
                              transform_params(bt, {{"T", dtype_name(input.dtype())}}),
                              {in, View{v, {c, nb * th, 36, tw}, {t, tw, c * t, 1}}, th, ph, pw}));
-    TESSEL_TRY(transformed_products(u, v, m, t));
-    const View m4{m, {o, nb * th, 36, tw}, {t, tw, o * t, 1}};  // kernels/winograd.tile's view
-    const View no_bias{out, {o}, {0}};                          // unread with BIAS = 0
-    TESSEL_TRY(launch_kernel("winograd_output",
-                             transform_params(bt, {{"BIAS", bias != nullptr ? "1" : "0"}}),
-                             {m4, out, bias != nullptr ? *bias : no_bias, th}));
+    for (int64_t o0 = 0; o0 < o; o0 += ob) {
+      const int64_t rows = std::min(ob, o - o0);
+      // With one block U was transformed once above; blocks recompute theirs for every group
+      // (reading 9 weights per 36 products: next to the gemm's 2 T flops per product, cheap).
+      if (ob < o) TESSEL_TRY(transform_weights(o0, rows, u));
+      TESSEL_TRY(transformed_products(u, rows, c, v, m, t));
+      Tensor out_block = out;
+      if (rows < o) {
+        TESSEL_ASSIGN_OR_RETURN(out_block, out.slice(1, o0, o0 + rows));
+      }
+      const View m4{m, {rows, nb * th, 36, tw}, {t, tw, rows * t, 1}};  // winograd.tile's view
+      View bias_block{out, {rows}, {0}};                                // unread with BIAS = 0
+      if (bias != nullptr) {
+        TESSEL_ASSIGN_OR_RETURN(Tensor b, bias->slice(0, o0, o0 + rows));
+        bias_block = View{b, {rows}, {b.strides()[0]}};
+      }
+      TESSEL_TRY(launch_kernel("winograd_output",
+                               transform_params(bt, {{"BIAS", bias != nullptr ? "1" : "0"}}),
+                               {m4, out_block, bias_block, th}));
+    }
   }
   return y;
 }
@@ -101,19 +147,15 @@ Expected<Tensor> winograd_forward(const Tensor& x, const Tensor& weight, const T
                                   bool has_bias, int64_t ph, int64_t pw, const Shape& y_shape,
                                   int64_t workspace_bytes) {
   TESSEL_ASSIGN_OR_RETURN(Tensor input, contiguous_on_device(x));
-  const Strides& ws = weight.strides();
-  const View w{weight, weight.shape(), ws};
-  const View b{bias, {bias.size(0)}, {bias.strides()[0]}};
-  return winograd(input, w, false, has_bias ? &b : nullptr, ph, pw, y_shape, workspace_bytes);
+  return winograd(input, weight, false, has_bias ? &bias : nullptr, ph, pw, y_shape,
+                  workspace_bytes);
 }
 
 Expected<Tensor> winograd_input_grad(const Tensor& g, const Tensor& weight, int64_t ph, int64_t pw,
                                      const Shape& x_shape, int64_t workspace_bytes) {
   TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
   // The weights [O, C, 3, 3] as [C, O, 3, 3]: the input gradient's outputs are x's channels.
-  const Strides& ws = weight.strides();
-  const View w{weight, {weight.size(1), weight.size(0), 3, 3}, {ws[1], ws[0], ws[2], ws[3]}};
-  return winograd(dy, w, true, nullptr, 2 - ph, 2 - pw, x_shape, workspace_bytes);
+  return winograd(dy, weight, true, nullptr, 2 - ph, 2 - pw, x_shape, workspace_bytes);
 }
 
 // Measured (bench conv, 1 thread, CPU clock, load ~5, forced against the direct paths in one

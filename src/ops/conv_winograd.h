@@ -14,8 +14,9 @@
 
 namespace tessel::ops {
 
-// The most bytes the transformed input, and the products, take at once: the images go through
-// in groups that fit (at least one image a group). Whole-batch buffers were 2.25 times a layer's
+// The most bytes the transformed input, the products and the transformed weights each take at
+// once: the images go through in groups that fit (at least one image a group), the outputs in
+// blocks (at least 8 channels a block). Whole-batch buffers were 2.25 times a layer's
 // input and output on top of the activations (resnet50's peak RSS +53 MB, bench memory); 8 MiB
 // groups also stay in L3 between the transform that writes them and the gemm that reads them.
 inline constexpr int64_t kWinogradWorkspaceBytes = int64_t{8} << 20;
