@@ -162,8 +162,9 @@ Expected<Tensor> winograd_input_grad(const Tensor& g, const Tensor& weight, int6
 // sitting): every 3x3 / stride 1 layer of ResNet-18 and ResNet-50 from 64 channels up, 4 x 4 to
 // 56 x 56 planes, ran faster as Winograd, forward and input gradient (resnet18.layer1.0.conv1
 // 36.0 -> 59.9 GFLOP/s, resnet50.layer1.0.conv2 34.7 -> 85.5, resnet18.layer4.0.conv2 61.6 ->
-// 78.2); an RGB stem (3 channels, or 3 rows for its input gradient) ran 3-4x slower. Layers of
-// 16 to 63 channels were not measured and keep the direct paths.
+// 78.2); an RGB stem (3 channels, or 3 rows for its input gradient) ran 3-4x slower. At 32
+// channels it lost too: the cnn workload (conv 32 -> 64 on 14 x 14, batch 128) with the rule at
+// 32 instead of 64 stepped in 165-177 ms against 143-148 (1 thread, load 2.5-2.9).
 bool winograd_by_default(int64_t channels, int64_t outputs) {
   return channels >= 64 && outputs >= 64;
 }
