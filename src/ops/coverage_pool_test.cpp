@@ -161,6 +161,87 @@ TEST(OpPoolEdgeCases, TilingWindowsPickPyTorchsElement) {
   }
 }
 
+// Overlapping and padded windows whose output rows fit one block (the CPU's max_pool_window_rows
+// and its gradient, which copy the window's rows and gather the gradient per input row) against a
+// plain scan with padding in PyTorch's order: the first inside element, then any larger one or any
+// NaN. Values from {0, 1, 2} with NaN and -inf make ties in most windows, and overlapping windows
+// choose the same element (its gradients add). Shapes: ResNet's 3 x 3 / stride 2 / padding 1 at
+// odd and even sizes, strides 1 and 3, windows of 1 to 4 columns and 1 to 5 rows, padding on one
+// axis only, columns and rows no window reads (7 columns, window 2, stride 3), rows as wide as
+// 128 outputs, and ceil_mode's last partial window.
+TEST(OpPoolEdgeCases, OverlappingWindowsPickPyTorchsElement) {
+  struct Case {
+    int64_t n, c, h, w, kh, kw, sh, sw, ph, pw;
+    bool ceil;
+  };
+  for (const Case& s :
+       {Case{2, 3, 9, 9, 3, 3, 2, 2, 1, 1, false}, Case{1, 2, 12, 14, 3, 3, 2, 2, 1, 1, false},
+        Case{1, 3, 7, 8, 3, 3, 1, 1, 1, 1, false}, Case{1, 2, 11, 10, 5, 4, 3, 3, 2, 2, false},
+        Case{2, 1, 6, 7, 2, 2, 3, 3, 0, 0, false}, Case{1, 2, 5, 9, 1, 3, 1, 2, 0, 1, false},
+        Case{1, 2, 8, 6, 4, 1, 2, 1, 2, 0, false}, Case{1, 1, 4, 256, 3, 3, 2, 2, 1, 1, false},
+        Case{1, 2, 8, 8, 3, 3, 2, 2, 0, 0, true}}) {
+    const Attrs attrs = [&] {
+      PoolOptions o;
+      o.stride = {s.sh, s.sw};
+      o.padding = {s.ph, s.pw};
+      o.ceil_mode = s.ceil;
+      return pool_attrs({s.kh, s.kw}, o);
+    }();
+    const OpDef* op = *find_op("max_pool2d");
+    const Shape out = op->infer({{{s.n, s.c, s.h, s.w}, DType::kF32}}, attrs)->shape;
+    const int64_t oh = out[2], ow = out[3], planes = s.n * s.c;
+    std::vector<float> x(planes * s.h * s.w), gy(planes * oh * ow);
+    uint32_t state = 11;
+    auto next = [&] {
+      state = state * 1664525u + 1013904223u;
+      return state >> 8;
+    };
+    for (float& v : x) {
+      const uint32_t r = next() % 20;
+      v = r == 0 ? NAN : (r == 1 ? -INFINITY : static_cast<float>(r % 3));
+    }
+    for (float& v : gy)
+      v = static_cast<float>(next() % 1000) / 100.0f + 1.0f;
+    std::vector<double> want_y(gy.size()), want_gx(x.size(), 0.0);
+    for (int64_t p = 0; p < planes; ++p)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          float best = -INFINITY;
+          int64_t at = -1;
+          for (int64_t a = 0; a < s.kh; ++a)
+            for (int64_t b = 0; b < s.kw; ++b) {
+              const int64_t r = i * s.sh - s.ph + a, col = j * s.sw - s.pw + b;
+              if (r < 0 || r >= s.h || col < 0 || col >= s.w) continue;
+              const int64_t k = (p * s.h + r) * s.w + col;
+              if (at < 0 || x[k] > best || std::isnan(x[k])) {
+                best = x[k];
+                at = k;
+              }
+            }
+          const int64_t o = (p * oh + i) * ow + j;
+          want_y[o] = best;
+          want_gx[at] += gy[o];
+        }
+    for_each_device("max_pool2d", {DType::kF32}, [&](Device* d) {
+      SCOPED_TRACE(fmt::format(
+          "{} x {} x {} x {}, window {} x {}, stride {} x {}, padding {} x {}{}", s.n, s.c, s.h,
+          s.w, s.kh, s.kw, s.sh, s.sw, s.ph, s.pw, s.ceil ? ", ceil_mode" : ""));
+      Tensor xt = floats(d, x, {s.n, s.c, s.h, s.w});
+      std::vector<float> y = host(run("max_pool2d", {xt}, attrs));
+      ASSERT_EQ(y.size(), want_y.size());
+      for (size_t i = 0; i < y.size(); ++i)
+        EXPECT_TRUE(y[i] == want_y[i] || (std::isnan(y[i]) && std::isnan(want_y[i])))
+            << "output " << i << ": " << y[i] << ", want " << want_y[i];
+      std::vector<Tensor> g =
+          backward_of("max_pool2d", {xt}, floats(d, gy, {s.n, s.c, oh, ow}), attrs);
+      const std::vector<float> gx = host(g[0]);
+      ASSERT_EQ(gx.size(), want_gx.size());
+      for (size_t i = 0; i < gx.size(); ++i)
+        EXPECT_NEAR(gx[i], want_gx[i], 1e-4) << "input gradient " << i;
+    });
+  }
+}
+
 // The 2-d functions of the first version still take windows of one integer.
 TEST(OpPoolEdgeCases, TwoDimensionalFormsKeepTheirNames) {
   for_each_device("avg_pool2d", {DType::kF32}, [&](Device* d) {

@@ -290,6 +290,40 @@ KernelParams rows_params(const PoolGeometry& g, int64_t ow) {
           {"BM", std::to_string(256 / bn)}};
 }
 
+// On the CPU, 2-d max pooling whose output rows fit one block (ResNet's 3 x 3 / stride 2 after
+// the stem): max_pool_window_rows and its gradient copy the window's input rows along their
+// contiguous columns, where max_pool's per-element bounds-checked reads at a stride and the
+// gradient's index pass and gather ran scalar (resnet50, 1 thread: ~10% of the step). The
+// output's width is the kernels' BN (each width compiles its own), W must end within the
+// fragment of BN SW + 4 columns that a row copies from -pw, and KW <= 4 (one loop body's
+// shuffles); no dilation, one depth, and no window wholly in the padding (ONNX pads past the
+// window: their -inf / no-gradient outputs stay max_pool's). BN is the width rounded up to 8
+// (fewer specialisations; the columns past the output are neither read from dY nor stored).
+constexpr int64_t kWindowRowsMaxWidth = 128;
+bool window_rows_fit(const PoolGeometry& g, const View& x, const View& y) {
+  const int64_t h = x.shape[2], w = x.shape[3], oh = y.shape[2], ow = y.shape[3];
+  return x.tensor.device()->kind() == DeviceKind::kCpu && x.shape[1] == 1 && g.k[0] == 1 &&
+         g.dil[1] == 1 && g.dil[2] == 1 && g.k[2] <= 4 && ow >= 1 && ow <= kWindowRowsMaxWidth &&
+         oh >= 1 && w <= ow * g.s[2] + 4 - g.begin[2] && g.begin[1] < g.k[1] &&
+         g.begin[2] < g.k[2] && (oh - 1) * g.s[1] - g.begin[1] < h &&
+         (ow - 1) * g.s[2] - g.begin[2] < w;
+}
+KernelParams window_rows_params(const PoolGeometry& g, int64_t ow) {
+  return {{"T", "f32"},
+          {"KW", std::to_string(g.k[2])},
+          {"SW", std::to_string(g.s[2])},
+          {"BN", std::to_string((ow + 7) / 8 * 8)}};
+}
+View plane_rows(const View& x) {  // [P, 1, H, W] as [P, H, W]
+  return View{
+      x.tensor, {x.shape[0], x.shape[2], x.shape[3]}, {x.strides[0], x.strides[2], x.strides[3]}};
+}
+std::vector<KernelArg> window_rows_args(std::vector<KernelArg> args, const PoolGeometry& g) {
+  for (int64_t v : {g.k[1], g.s[1], g.begin[1], g.begin[2]})
+    args.push_back(v);
+  return args;
+}
+
 // max_pool's gradient over tiling windows: x and dX seen as [P, OH, KH, OW, KW].
 Expected<std::vector<Tensor>> max_pool_grad_tiled(const PoolGeometry& g, const View& x,
                                                   const View& dy, const Tensor& dy_tensor) {
@@ -352,6 +386,11 @@ OpDef pool_op(int dims, PoolKind kind) {
                                  {tiled_view(x, g), tiled_out_view(yp)}));
         return y;
       }
+      if (window_rows_fit(g, x, yp)) {
+        TESSEL_TRY(launch_kernel("max_pool_window_rows", window_rows_params(g, yp.shape[3]),
+                                 window_rows_args({plane_rows(x), plane_rows(yp)}, g)));
+        return y;
+      }
     }
     Tensor indices;
     if (kind == PoolKind::kMaxIndices) {
@@ -382,6 +421,12 @@ OpDef pool_op(int dims, PoolKind kind) {
     }
     TESSEL_ASSIGN_OR_RETURN(View x, pool_planes(b.inputs[0]));
     if (windows_tile_the_input(g, x, gp)) return max_pool_grad_tiled(g, x, gp, dy);
+    if (window_rows_fit(g, x, gp)) {
+      TESSEL_TRY(
+          launch_kernel("max_pool_window_rows_grad", window_rows_params(g, gp.shape[3]),
+                        window_rows_args({plane_rows(x), plane_rows(gp), plane_rows(dxp)}, g)));
+      return std::vector<Tensor>{dx};
+    }
     TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(dy.shape(), DType::kF32, dy));
     TESSEL_ASSIGN_OR_RETURN(Tensor indices, empty_like_device(dy.shape(), DType::kI64, dy));
     TESSEL_TRY(launch_max_pool(x, y, indices, g));
