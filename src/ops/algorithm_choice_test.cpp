@@ -35,6 +35,14 @@ const std::vector<Case>& cases() {
       {{2, 3, 12, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1}, "RGB stem 7x7"},
       {{1, 32, 8, 8, 32, 3, 3, 1, 1, 2, 2, 2, 2, 2}, "groups 2, dilation 2"},
       {{2, 8, 6, 7, 8, 3, 2, 1, 2, 1, 0, 1, 1, 1}, "shallow, ragged"},
+      // Stems (unfolded forward and weight gradient, columns for the input gradient) and
+      // stride-2 input gradients: batch 1, odd and even sizes, padding 0 and 1, 1 to 17 channels.
+      {{1, 3, 11, 10, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1}, "RGB stem 7x7, batch 1"},
+      {{2, 1, 9, 12, 8, 5, 5, 2, 2, 0, 0, 1, 1, 1}, "one channel 5x5 stride 2"},
+      {{2, 3, 10, 9, 12, 3, 3, 2, 2, 0, 0, 1, 1, 1}, "RGB 3x3 stride 2 unpadded"},
+      {{1, 17, 9, 10, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "17 channels 3x3 stride 2"},
+      {{2, 24, 11, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "3x3 stride 2, odd height"},
+      {{1, 20, 8, 9, 18, 3, 3, 2, 2, 0, 0, 1, 1, 1}, "3x3 stride 2 unpadded, odd width"},
   };
   return c;
 }

@@ -807,6 +807,27 @@ Expected<Tensor> conv_forward_unfolded(const Tensor& x, const Tensor& weight, co
   return y;
 }
 
+// The weight gradient of a stem over the forward's unfolded input: one gemm per row tap i,
+// dW(i) [O, C kw] = dY U(i)^T over each image's L output positions (dY read in place, the unfolded
+// planes per image as the forward reads them), run transposed by weight_grad_gemms (U(i)'s rows
+// read in place, dY^T packed once for every tap). im2col's columns, kh kw copies of the strided
+// input (59 MB for resnet50.conv1), were written and read back: a third of the pass (perf).
+Expected<Tensor> weight_grad_unfolded(const Tensor& x, const Tensor& g, const Window& w,
+                                      const ConvShape& s, DType compute) {
+  TESSEL_ASSIGN_OR_RETURN(Unfolded u, unfold(x, w, s, compute));
+  View x_qk = tap_view(u.input, u.grid, s.n, u.s.c, 1, true);
+  x_qk.shape[0] = s.n;
+  x_qk.strides[0] = u.grid.plane();
+  x_qk.shape[6] = s.l();
+  TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
+  const View a{dy, {s.n, 1, s.o, s.l()}, {s.o * s.l(), 0, s.l(), 1}};
+  // [O, C kw, kh] = [O, C, kw, kh], turned to [O, C, kh, kw].
+  TESSEL_ASSIGN_OR_RETURN(Tensor flat, weight_grad_gemms(a, x_qk, s.l(), u.w, 1, s.o, u.s.c, x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dw, flat.reshape({s.o, s.c, w.kw, w.kh}));
+  TESSEL_ASSIGN_OR_RETURN(Tensor turned, dw.permute({0, 1, 3, 2}));
+  return contiguous_on_device(turned);
+}
+
 // The input gradient of a strided 1x1 without padding, one gemm per image over the output
 // gradient read in place (a grid plane per image, as the forward's subsampled input), each
 // image's dX = W^T dY stored at the positions (oh sh, ow sw) of a zeroed dX. The implicit grid
@@ -943,9 +964,11 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   std::vector<Tensor> grads(3);
   std::string weight_algorithm, input_algorithm;
   if (b.needs_grad[1]) {
-    TESSEL_ASSIGN_OR_RETURN(
-        weight_algorithm, pass_algorithm(conv_weight_grad_point(), x, w, s, x.size(2), x.size(3),
-                                         implicit_gemm(x, s.c / s.groups) ? "implicit" : "im2col"));
+    TESSEL_ASSIGN_OR_RETURN(weight_algorithm,
+                            pass_algorithm(conv_weight_grad_point(), x, w, s, x.size(2), x.size(3),
+                                           runs_unfolded(x, w, s)             ? "unfolded"
+                                           : implicit_gemm(x, s.c / s.groups) ? "implicit"
+                                                                              : "im2col"));
   }
   if (b.needs_grad[0]) {
     const std::string rule = winograd_rule(x, w, s, s.o, s.c, compute) ? "winograd"
@@ -954,8 +977,10 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     TESSEL_ASSIGN_OR_RETURN(input_algorithm, pass_algorithm(conv_input_grad_point(), x, w, s,
                                                             x.size(2), x.size(3), rule));
   }
-  if (weight_algorithm == "implicit") {
-    TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_grad_implicit(x, g, w, s, compute));
+  if (weight_algorithm == "implicit" || weight_algorithm == "unfolded") {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_algorithm == "unfolded"
+                                           ? weight_grad_unfolded(x, g, w, s, compute)
+                                           : weight_grad_implicit(x, g, w, s, compute));
     TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
     TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
   } else if (b.needs_grad[1]) {
