@@ -43,6 +43,13 @@ const std::vector<Case>& cases() {
       {{1, 17, 9, 10, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "17 channels 3x3 stride 2"},
       {{2, 24, 11, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "3x3 stride 2, odd height"},
       {{1, 20, 8, 9, 18, 3, 3, 2, 2, 0, 0, 1, 1, 1}, "3x3 stride 2 unpadded, odd width"},
+      // Column stride 2 over rows of 16 and more: both column phases per block
+      // (conv_input_grad_pairs), whole pieces and, odd or split between blocks, masked ones.
+      {{1, 16, 7, 18, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "pairs, 8-wide pieces"},
+      {{2, 17, 12, 32, 16, 3, 3, 2, 2, 0, 0, 1, 1, 1}, "pairs, 16-wide pieces, rows split"},
+      {{2, 16, 5, 33, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "pairs, odd width"},
+      {{1, 16, 8, 20, 16, 5, 5, 2, 2, 2, 2, 2, 2, 1}, "pairs, 5x5 dilation 2"},
+      {{1, 32, 6, 18, 32, 3, 3, 1, 2, 1, 1, 1, 1, 2}, "pairs, row stride 1, groups 2"},
   };
   return c;
 }

@@ -861,6 +861,16 @@ Expected<Tensor> input_grad_subsampled(const Tensor& g, const Tensor& weight, co
   return dx;
 }
 
+// Whether a strided input gradient runs both column phases of dX in one block
+// (conv_input_grad_pairs, kernels/conv_strided.tile): column stride 2, rows of 16 and more, so
+// that a grid row's run of dX is stored in whole unmasked pieces (16 or 32 elements). bench conv,
+// 1 thread, CPU clock, two rounds against main at load ~5: 56 x 56 and 32 x 32 inputs 0.52-0.61
+// -> 0.68-0.75x oneDNN, 28 x 28 0.71-0.75 -> 0.73-0.76, 16 x 16 level (0.61-0.66); over 14 x 14
+// and 8 x 8 (masked pieces) it was slower (0.73-0.74 against 0.78-0.80x at 14 x 14).
+bool input_grad_pairs(const Window& w, const Shape& x_shape, bool one_phase) {
+  return w.sw == 2 && !one_phase && x_shape[3] >= 16;
+}
+
 // The input gradient [N, C, H, W] (f32) of an implicit-gemm convolution: conv_implicit run
 // transposed over the output gradient g, padded so that every tap reads inside it.
 Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
@@ -892,6 +902,17 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
     TESSEL_TRY(launch_kernel("conv_weight_transpose", {{"T", dtype_name(wc.dtype())}},
                              {View{wc, {s.groups, og, cr}, {og * cr, cr, 1}}, copy}));
     taps = View{copy, {s.groups, r, s.c / s.groups, og}, {cr * og, og, r * og, 1}};
+  }
+  if (input_grad_pairs(w, x_shape, one_phase)) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
+    const StoreTarget out = store_target(dx, t.grid, s.groups);
+    TESSEL_TRY(launch_kernel(
+        "conv_input_grad_pairs",
+        {{"BM", std::to_string(implicit_block_rows(s.c / s.groups))},
+         {"RW", x_shape[3] >= 32 ? "16" : "8"}},
+        {taps, tap_view(dy, t.grid, s.n, s.o, s.groups, false), out.view, w.kw, w.dh, w.dw, w.sh,
+         w.ph, w.pw, t.top, t.left, w.sh, t.grid.ww, t.grid.plane(), out.yh, out.yw, out.ostride}));
+    return dx;
   }
   Phases phases{w.sh, w.sw, unit_strides(w)};
   Tensor dx;
