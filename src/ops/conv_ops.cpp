@@ -325,6 +325,20 @@ Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t s
                              {x, whole, inner, ph, pw}));
     return buf;
   }
+  const int64_t row_width = x.size(3) + 2 * pw, bw = row_width <= 64 ? 64 : 256;
+  if (unfold > 1 && unfold <= 7 && sw <= 2 && row_width <= bw && g.ww <= (bw - unfold) / sw + 1) {
+    // A stem's rows through a fragment (conv_unfold, kernels/conv_strided.tile).
+    View pu{buf,
+            {x.size(1), unfold, g.phases_y, n, g.hh, g.ww},
+            {unfold * per_channel, per_channel, plane_stride, g.plane(), g.ww, 1}};
+    TESSEL_TRY(launch_kernel("conv_unfold",
+                             {{"U", dtype_name(to)},
+                              {"BW", std::to_string(bw)},
+                              {"SW", std::to_string(sw)},
+                              {"KW", std::to_string(unfold)}},
+                             {x, pu, sh, ph, pw}));
+    return buf;
+  }
   View p{buf,
          {x.size(1), g.phases_y, px, n, g.hh, g.ww},
          {unfold * per_channel, g.phases_x * plane_stride, unfold > 1 ? per_channel : plane_stride,
