@@ -50,6 +50,9 @@ const std::vector<Case>& cases() {
       {{2, 16, 5, 33, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "pairs, odd width"},
       {{1, 16, 8, 20, 16, 5, 5, 2, 2, 2, 2, 2, 2, 1}, "pairs, 5x5 dilation 2"},
       {{1, 32, 6, 18, 32, 3, 3, 1, 2, 1, 1, 1, 1, 2}, "pairs, row stride 1, groups 2"},
+      // Strided relayout through rows (conv_unfold): 28 columns and more.
+      {{1, 16, 5, 29, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "strided rows, 29 wide"},
+      {{2, 16, 4, 30, 16, 3, 3, 2, 3, 0, 1, 1, 1, 1}, "strided rows, stride 2 x 3"},
   };
   return c;
 }

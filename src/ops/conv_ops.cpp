@@ -325,17 +325,25 @@ Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t s
                              {x, whole, inner, ph, pw}));
     return buf;
   }
+  // Column phases (strided layers) or a stem's shifted copies, row by row through a fragment
+  // (conv_unfold, kernels/conv_strided.tile): copy j of a row is X's row from column j - pw on,
+  // sw apart, so a stride's column phase px is copy px. conv_relayout loaded every element
+  // under a mask, sw apart (13% of resnet50.conv1's forward, perf). A block is one row, so
+  // small images keep conv_relayout: bench conv, 1 thread, CPU clock, two rounds, forward
+  // against it: resnet18.layer2.0.conv1 (32 x 32) 0.46-0.56 -> 0.60x oneDNN, resnet50's
+  // stride-2 3x3 layers level (0.69-1.06), resnet18.layer3.0.conv1 (16 x 16) 0.86-0.87 ->
+  // 0.71-0.84.
   const int64_t row_width = x.size(3) + 2 * pw, bw = row_width <= 64 ? 64 : 256;
-  if (unfold > 1 && unfold <= 7 && sw <= 2 && row_width <= bw && g.ww <= (bw - unfold) / sw + 1) {
-    // A stem's rows through a fragment (conv_unfold, kernels/conv_strided.tile).
+  if ((unfold > 1 || x.size(3) >= 28) && px <= 8 && row_width <= bw && g.ww <= (bw - px) / sw + 1) {
     View pu{buf,
-            {x.size(1), unfold, g.phases_y, n, g.hh, g.ww},
-            {unfold * per_channel, per_channel, plane_stride, g.plane(), g.ww, 1}};
+            {x.size(1), px, g.phases_y, n, g.hh, g.ww},
+            {unfold * per_channel, unfold > 1 ? per_channel : plane_stride,
+             g.phases_x * plane_stride, g.plane(), g.ww, 1}};
     TESSEL_TRY(launch_kernel("conv_unfold",
                              {{"U", dtype_name(to)},
                               {"BW", std::to_string(bw)},
                               {"SW", std::to_string(sw)},
-                              {"KW", std::to_string(unfold)}},
+                              {"KW", std::to_string(px)}},
                              {x, pu, sh, ph, pw}));
     return buf;
   }
