@@ -35,6 +35,24 @@ const std::vector<Case>& cases() {
       {{2, 3, 12, 13, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1}, "RGB stem 7x7"},
       {{1, 32, 8, 8, 32, 3, 3, 1, 1, 2, 2, 2, 2, 2}, "groups 2, dilation 2"},
       {{2, 8, 6, 7, 8, 3, 2, 1, 2, 1, 0, 1, 1, 1}, "shallow, ragged"},
+      // Stems (unfolded forward and weight gradient, columns for the input gradient) and
+      // stride-2 input gradients: batch 1, odd and even sizes, padding 0 and 1, 1 to 17 channels.
+      {{1, 3, 11, 10, 16, 7, 7, 2, 2, 3, 3, 1, 1, 1}, "RGB stem 7x7, batch 1"},
+      {{2, 1, 9, 12, 8, 5, 5, 2, 2, 0, 0, 1, 1, 1}, "one channel 5x5 stride 2"},
+      {{2, 3, 10, 9, 12, 3, 3, 2, 2, 0, 0, 1, 1, 1}, "RGB 3x3 stride 2 unpadded"},
+      {{1, 17, 9, 10, 20, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "17 channels 3x3 stride 2"},
+      {{2, 24, 11, 12, 32, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "3x3 stride 2, odd height"},
+      {{1, 20, 8, 9, 18, 3, 3, 2, 2, 0, 0, 1, 1, 1}, "3x3 stride 2 unpadded, odd width"},
+      // Column stride 2 over rows of 16 and more: both column phases per block
+      // (conv_input_grad_pairs), whole pieces and, odd or split between blocks, masked ones.
+      {{1, 16, 7, 18, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "pairs, 8-wide pieces"},
+      {{2, 17, 12, 32, 16, 3, 3, 2, 2, 0, 0, 1, 1, 1}, "pairs, 16-wide pieces, rows split"},
+      {{2, 16, 5, 33, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "pairs, odd width"},
+      {{1, 16, 8, 20, 16, 5, 5, 2, 2, 2, 2, 2, 2, 1}, "pairs, 5x5 dilation 2"},
+      {{1, 32, 6, 18, 32, 3, 3, 1, 2, 1, 1, 1, 1, 2}, "pairs, row stride 1, groups 2"},
+      // Strided relayout through rows (conv_unfold): 28 columns and more.
+      {{1, 16, 5, 29, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "strided rows, 29 wide"},
+      {{2, 16, 4, 30, 16, 3, 3, 2, 3, 0, 1, 1, 1, 1}, "strided rows, stride 2 x 3"},
   };
   return c;
 }

@@ -146,7 +146,16 @@ const AlgorithmPoint& conv_input_grad_point() {
 }
 
 const AlgorithmPoint& conv_weight_grad_point() {
-  static const AlgorithmPoint p = conv_point("conv2d.weight_grad", {"implicit", "im2col"});
+  static const AlgorithmPoint p = [] {
+    AlgorithmPoint q = conv_point("conv2d.weight_grad", {"implicit", "im2col", "unfolded"});
+    q.applies = [](const std::string& algorithm, Device* device,
+                   const std::vector<int64_t>& sizes) {
+      if (algorithm != "unfolded") return implicit_or_im2col(algorithm, device);
+      return device->kind() == DeviceKind::kCpu && sizes.size() == 14 &&
+             conv_can_unfold(sizes[13], sizes[6], sizes[12]);
+    };
+    return q;
+  }();
   return p;
 }
 

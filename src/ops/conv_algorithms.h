@@ -1,7 +1,8 @@
 // conv2d's algorithm choice points (ops/algorithm_choice.h): its forward pass, its input gradient
-// and its weight gradient each run as an implicit gemm (CPU) or as im2col + gemm, the forward of
-// a shallow layer also over unfolded columns, and the forward and input gradient of a 3x3 /
-// stride 1 layer as Winograd F(4x4, 3x3) (ops/conv_winograd.h, every device). A launch's sizes are,
+// and its weight gradient each run as an implicit gemm (CPU) or as im2col + gemm, the forward and
+// weight gradient of a shallow layer also over unfolded columns, and the forward and input
+// gradient of a 3x3 / stride 1 layer as Winograd F(4x4, 3x3) (ops/conv_winograd.h, every
+// device). A launch's sizes are,
 // in this order,
 //   N C H W O | KH KW SH SW PH PW DH DW G
 // (batch, input channels, height, width, output channels | window, strides, padding, dilation,

@@ -325,6 +325,28 @@ Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t s
                              {x, whole, inner, ph, pw}));
     return buf;
   }
+  // Column phases (strided layers) or a stem's shifted copies, row by row through a fragment
+  // (conv_unfold, kernels/conv_strided.tile): copy j of a row is X's row from column j - pw on,
+  // sw apart, so a stride's column phase px is copy px. conv_relayout loaded every element
+  // under a mask, sw apart (13% of resnet50.conv1's forward, perf). A block is one row, so
+  // small images keep conv_relayout: bench conv, 1 thread, CPU clock, two rounds, forward
+  // against it: resnet18.layer2.0.conv1 (32 x 32) 0.46-0.56 -> 0.60x oneDNN, resnet50's
+  // stride-2 3x3 layers level (0.69-1.06), resnet18.layer3.0.conv1 (16 x 16) 0.86-0.87 ->
+  // 0.71-0.84.
+  const int64_t row_width = x.size(3) + 2 * pw, bw = row_width <= 64 ? 64 : 256;
+  if ((unfold > 1 || x.size(3) >= 28) && px <= 8 && row_width <= bw && g.ww <= (bw - px) / sw + 1) {
+    View pu{buf,
+            {x.size(1), px, g.phases_y, n, g.hh, g.ww},
+            {unfold * per_channel, unfold > 1 ? per_channel : plane_stride,
+             g.phases_x * plane_stride, g.plane(), g.ww, 1}};
+    TESSEL_TRY(launch_kernel("conv_unfold",
+                             {{"U", dtype_name(to)},
+                              {"BW", std::to_string(bw)},
+                              {"SW", std::to_string(sw)},
+                              {"KW", std::to_string(px)}},
+                             {x, pu, sh, ph, pw}));
+    return buf;
+  }
   View p{buf,
          {x.size(1), g.phases_y, px, n, g.hh, g.ww},
          {unfold * per_channel, g.phases_x * plane_stride, unfold > 1 ? per_channel : plane_stride,
@@ -807,6 +829,27 @@ Expected<Tensor> conv_forward_unfolded(const Tensor& x, const Tensor& weight, co
   return y;
 }
 
+// The weight gradient of a stem over the forward's unfolded input: one gemm per row tap i,
+// dW(i) [O, C kw] = dY U(i)^T over each image's L output positions (dY read in place, the unfolded
+// planes per image as the forward reads them), run transposed by weight_grad_gemms (U(i)'s rows
+// read in place, dY^T packed once for every tap). im2col's columns, kh kw copies of the strided
+// input (59 MB for resnet50.conv1), were written and read back: a third of the pass (perf).
+Expected<Tensor> weight_grad_unfolded(const Tensor& x, const Tensor& g, const Window& w,
+                                      const ConvShape& s, DType compute) {
+  TESSEL_ASSIGN_OR_RETURN(Unfolded u, unfold(x, w, s, compute));
+  View x_qk = tap_view(u.input, u.grid, s.n, u.s.c, 1, true);
+  x_qk.shape[0] = s.n;
+  x_qk.strides[0] = u.grid.plane();
+  x_qk.shape[6] = s.l();
+  TESSEL_ASSIGN_OR_RETURN(Tensor dy, contiguous_on_device(g));
+  const View a{dy, {s.n, 1, s.o, s.l()}, {s.o * s.l(), 0, s.l(), 1}};
+  // [O, C kw, kh] = [O, C, kw, kh], turned to [O, C, kh, kw].
+  TESSEL_ASSIGN_OR_RETURN(Tensor flat, weight_grad_gemms(a, x_qk, s.l(), u.w, 1, s.o, u.s.c, x));
+  TESSEL_ASSIGN_OR_RETURN(Tensor dw, flat.reshape({s.o, s.c, w.kw, w.kh}));
+  TESSEL_ASSIGN_OR_RETURN(Tensor turned, dw.permute({0, 1, 3, 2}));
+  return contiguous_on_device(turned);
+}
+
 // The input gradient of a strided 1x1 without padding, one gemm per image over the output
 // gradient read in place (a grid plane per image, as the forward's subsampled input), each
 // image's dX = W^T dY stored at the positions (oh sh, ow sw) of a zeroed dX. The implicit grid
@@ -840,6 +883,16 @@ Expected<Tensor> input_grad_subsampled(const Tensor& g, const Tensor& weight, co
   return dx;
 }
 
+// Whether a strided input gradient runs both column phases of dX in one block
+// (conv_input_grad_pairs, kernels/conv_strided.tile): column stride 2, rows of 16 and more, so
+// that a grid row's run of dX is stored in whole unmasked pieces (16 or 32 elements). bench conv,
+// 1 thread, CPU clock, two rounds against main at load ~5: 56 x 56 and 32 x 32 inputs 0.52-0.61
+// -> 0.68-0.75x oneDNN, 28 x 28 0.71-0.75 -> 0.73-0.76, 16 x 16 level (0.61-0.66); over 14 x 14
+// and 8 x 8 (masked pieces) it was slower (0.73-0.74 against 0.78-0.80x at 14 x 14).
+bool input_grad_pairs(const Window& w, const Shape& x_shape, bool one_phase) {
+  return w.sw == 2 && !one_phase && x_shape[3] >= 16;
+}
+
 // The input gradient [N, C, H, W] (f32) of an implicit-gemm convolution: conv_implicit run
 // transposed over the output gradient g, padded so that every tap reads inside it.
 Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, const Window& w,
@@ -871,6 +924,17 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
     TESSEL_TRY(launch_kernel("conv_weight_transpose", {{"T", dtype_name(wc.dtype())}},
                              {View{wc, {s.groups, og, cr}, {og * cr, cr, 1}}, copy}));
     taps = View{copy, {s.groups, r, s.c / s.groups, og}, {cr * og, og, r * og, 1}};
+  }
+  if (input_grad_pairs(w, x_shape, one_phase)) {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
+    const StoreTarget out = store_target(dx, t.grid, s.groups);
+    TESSEL_TRY(launch_kernel(
+        "conv_input_grad_pairs",
+        {{"BM", std::to_string(implicit_block_rows(s.c / s.groups))},
+         {"RW", x_shape[3] >= 32 ? "16" : "8"}},
+        {taps, tap_view(dy, t.grid, s.n, s.o, s.groups, false), out.view, w.kw, w.dh, w.dw, w.sh,
+         w.ph, w.pw, t.top, t.left, w.sh, t.grid.ww, t.grid.plane(), out.yh, out.yw, out.ostride}));
+    return dx;
   }
   Phases phases{w.sh, w.sw, unit_strides(w)};
   Tensor dx;
@@ -943,9 +1007,11 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
   std::vector<Tensor> grads(3);
   std::string weight_algorithm, input_algorithm;
   if (b.needs_grad[1]) {
-    TESSEL_ASSIGN_OR_RETURN(
-        weight_algorithm, pass_algorithm(conv_weight_grad_point(), x, w, s, x.size(2), x.size(3),
-                                         implicit_gemm(x, s.c / s.groups) ? "implicit" : "im2col"));
+    TESSEL_ASSIGN_OR_RETURN(weight_algorithm,
+                            pass_algorithm(conv_weight_grad_point(), x, w, s, x.size(2), x.size(3),
+                                           runs_unfolded(x, w, s)             ? "unfolded"
+                                           : implicit_gemm(x, s.c / s.groups) ? "implicit"
+                                                                              : "im2col"));
   }
   if (b.needs_grad[0]) {
     const std::string rule = winograd_rule(x, w, s, s.o, s.c, compute) ? "winograd"
@@ -954,8 +1020,10 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
     TESSEL_ASSIGN_OR_RETURN(input_algorithm, pass_algorithm(conv_input_grad_point(), x, w, s,
                                                             x.size(2), x.size(3), rule));
   }
-  if (weight_algorithm == "implicit") {
-    TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_grad_implicit(x, g, w, s, compute));
+  if (weight_algorithm == "implicit" || weight_algorithm == "unfolded") {
+    TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_algorithm == "unfolded"
+                                           ? weight_grad_unfolded(x, g, w, s, compute)
+                                           : weight_grad_implicit(x, g, w, s, compute));
     TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
     TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
   } else if (b.needs_grad[1]) {
