@@ -421,10 +421,15 @@ OpDef pool_op(int dims, PoolKind kind) {
     }
     TESSEL_ASSIGN_OR_RETURN(View x, pool_planes(b.inputs[0]));
     if (windows_tile_the_input(g, x, gp)) return max_pool_grad_tiled(g, x, gp, dy);
-    if (window_rows_fit(g, x, gp)) {
-      TESSEL_TRY(
-          launch_kernel("max_pool_window_rows_grad", window_rows_params(g, gp.shape[3]),
-                        window_rows_args({plane_rows(x), plane_rows(gp), plane_rows(dxp)}, g)));
+    if (window_rows_fit(g, x, gp)) {  // each output's place in its window, then the gather
+      const KernelParams params = window_rows_params(g, gp.shape[3]);
+      TESSEL_ASSIGN_OR_RETURN(Tensor keys, empty_like_device(dy.shape(), DType::kF32, dy));
+      TESSEL_ASSIGN_OR_RETURN(View kp, pool_planes(keys));
+      TESSEL_TRY(launch_kernel("max_pool_window_keys", params,
+                               window_rows_args({plane_rows(x), plane_rows(kp)}, g)));
+      TESSEL_TRY(launch_kernel("max_pool_window_rows_grad", params,
+                               {plane_rows(kp), plane_rows(gp), plane_rows(dxp), g.s[1], g.begin[1],
+                                g.begin[2], g.k[1]}));
       return std::vector<Tensor>{dx};
     }
     TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(dy.shape(), DType::kF32, dy));
