@@ -293,17 +293,20 @@ int64_t relaid_channel_stride(const TapGrid& g, int64_t n) {
   return stride % 256 == 0 ? stride + 16 : stride;
 }
 
-// Whether relaying x for grid g is a 1x1 layer's fold (below): one phase, no taps, no padding,
-// the grid the positions (oh sh, ow sw) the layer reads and nothing more.
+// Whether relaying x for grid g is a fold (below): one phase, no taps, no padding, the grid the
+// positions (oh sh, ow sw) of x and nothing more. A 1x1 layer's input, and an output gradient
+// relaid onto its own positions (a 1x1's input gradient and weight gradient, the columns').
 bool folds_images(const Tensor& x, const TapGrid& g, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
                   int64_t unfold) {
   return unfold == 1 && g.phases_y == 1 && g.phases_x == 1 && g.taps_y == 1 && g.taps_x == 1 &&
          ph == 0 && pw == 0 && g.hh == ceil_div(x.size(2), sh) && g.ww == ceil_div(x.size(3), sw);
 }
 
-// A 1x1 layer's relayout (folds_images): buf[c per_channel + b plane + q] = x[b, c, (q / ww) sh,
-// (q % ww) sw], the images folded into the positions channel-major, and the image of zeros after
-// the last (a 1x1 reads none of it, but the buffer keeps relayout's promise). conv_fold copies
+// A relayout without taps (folds_images): buf[c per_channel + b plane + q] = x[b, c, (q / ww) sh,
+// (q % ww) sw], the images folded into the positions channel-major. The zero image after the
+// last and a channel's padding are left unwritten: without taps no view reads a position past
+// the last image (tap_view's Q is n plane), and zeroing them (a strided fill on the host) was
+// a pass over C short runs for nothing. conv_fold copies
 // rows of many channels per block, where conv_relayout_unit and conv_relayout gave each block at
 // most 8 rows of one plane and over 4 x 4 or 7 x 7 images spent most of their time starting
 // blocks (26% of resnet18.layer4.0.downsample.0's input gradient, 16% of its forward; perf).
@@ -320,9 +323,7 @@ Status fold_images(const Tensor& x, const Tensor& buf, const TapGrid& g, int64_t
       "conv_fold",
       {{"U", dtype_name(buf.dtype())}, {"BN", std::to_string(std::min<int64_t>(cols, 64))}},
       {src, dst}));
-  TESSEL_ASSIGN_OR_RETURN(Tensor by_channel, buf.reshape({c, per_channel}));
-  TESSEL_ASSIGN_OR_RETURN(Tensor tail, by_channel.slice(1, n * plane, per_channel));
-  return tail.fill(0.0);
+  return ok_status();
 }
 
 // x [N, C, H, W] relaid for the grid g by conv_relayout, as `to`, with an image of zeros after
