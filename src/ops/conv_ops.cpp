@@ -213,18 +213,22 @@ struct TapGrid {
   int64_t plane() const { return hh * ww; }
 };
 
-// Whether a gemm per image (a 1x1 read in place, or over a subsampled input) beats relaying the
-// input channel-major with the images along the positions. The relayout is a pass over the
-// input (a quarter of resnet50.layer3.1.conv1's forward, perf, 1 thread); a gemm per image
-// rounds its positions up to whole micro-tile columns (196 -> 208, 6%; 49 -> 64, 31%). The
-// pass costs per flop as 1 / `rows`, the gemm's rows per group (output channels forward, input
-// channels for the input gradient), so small images keep it only under many rows: bench conv,
-// 1 thread, CPU clock, 7 x 7 images, in place against relaid: 512 rows 0.44-0.59 -> 0.71-0.72x
-// oneDNN (forward) and 0.66-0.72 -> 0.76-0.85x (input gradient), 2048 rows 0.76-0.81 -> 0.54-0.59x
-// (forward). `rows` = 0: the weight gradient, where positions are the gemm's depth, not its
-// columns, and both its operands would be relaid (7 x 7: 0.50-0.53 -> 0.73-0.76x oneDNN).
+// Whether a gemm per image (a 1x1 read in place, or over a subsampled input) beats folding the
+// images into the positions (relayout, which for a 1x1 layer is fold_images: a copy of the
+// input channel-major) and running one gemm over all of them. A gemm per image rounds its
+// positions up to whole micro-tile columns (196 -> 208, 6%; 49 -> 64, 31%) and, as the weight
+// gradient's depth, runs K steps as short as an image (16 over 4 x 4); the fold is one pass over
+// the operand. `rows` = 0: the weight gradient, where positions are the gemm's depth and both
+// operands are folded. bench conv, 1 thread, CPU clock, per image against folded (conv_fold),
+// load ~5, two or three rounds: 14 x 14 forward and input gradient 0.84-0.96 against 0.70-0.83x
+// oneDNN (resnet50.layer3.0.conv3, layer3.1.conv1); 7 x 7 resnet50.layer4.1.conv1 forward
+// 0.61-0.70 -> 0.85-0.86x, layer4.0.conv3 input gradient 0.81 -> 0.90-0.92x; 8 x 8
+// resnet18.layer3.0.downsample.0 input gradient 0.48-0.54 -> 0.65-0.71x. Weight gradients:
+// 4 x 4 resnet18.layer4.0.downsample.0 31-32 -> 48-50 GFLOP/s, 7 x 7 and 8 x 8 level. (Before
+// conv_fold the relayout cost per flop as 1 / rows, and small images kept a gemm per image under
+// 512 rows or fewer.)
 bool gemm_per_image_pays(int64_t positions, int64_t rows) {
-  return positions >= 196 || rows <= 512;
+  return rows == 0 ? positions >= 32 : positions >= 196;
 }
 
 // Whether a 1x1 / stride 1 layer reads its NCHW input in place, one grid plane per image.
@@ -289,6 +293,39 @@ int64_t relaid_channel_stride(const TapGrid& g, int64_t n) {
   return stride % 256 == 0 ? stride + 16 : stride;
 }
 
+// Whether relaying x for grid g is a fold (below): one phase, no taps, no padding, the grid the
+// positions (oh sh, ow sw) of x and nothing more. A 1x1 layer's input, and an output gradient
+// relaid onto its own positions (a 1x1's input gradient and weight gradient, the columns').
+bool folds_images(const Tensor& x, const TapGrid& g, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
+                  int64_t unfold) {
+  return unfold == 1 && g.phases_y == 1 && g.phases_x == 1 && g.taps_y == 1 && g.taps_x == 1 &&
+         ph == 0 && pw == 0 && g.hh == ceil_div(x.size(2), sh) && g.ww == ceil_div(x.size(3), sw);
+}
+
+// A relayout without taps (folds_images): buf[c per_channel + b plane + q] = x[b, c, (q / ww) sh,
+// (q % ww) sw], the images folded into the positions channel-major. The zero image after the
+// last and a channel's padding are left unwritten: without taps no view reads a position past
+// the last image (tap_view's Q is n plane), and zeroing them (a strided fill on the host) was
+// a pass over C short runs for nothing. conv_fold copies
+// rows of many channels per block, where conv_relayout_unit and conv_relayout gave each block at
+// most 8 rows of one plane and over 4 x 4 or 7 x 7 images spent most of their time starting
+// blocks (26% of resnet18.layer4.0.downsample.0's input gradient, 16% of its forward; perf).
+Status fold_images(const Tensor& x, const Tensor& buf, const TapGrid& g, int64_t sh, int64_t sw,
+                   int64_t per_channel) {
+  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), plane = g.plane();
+  TESSEL_ASSIGN_OR_RETURN(Tensor xc, contiguous_on_device(x));
+  // Unit strides: an image's positions are one contiguous row.
+  const bool flat = sh == 1 && sw == 1;
+  const int64_t rows = flat ? 1 : g.hh, cols = flat ? plane : g.ww;
+  const View src{xc, {n, c, rows, cols}, {c * h * wd, h * wd, flat ? plane : sh * wd, sw}};
+  const View dst{buf, {c, n, rows, cols}, {per_channel, plane, cols, 1}};
+  TESSEL_TRY(launch_kernel(
+      "conv_fold",
+      {{"U", dtype_name(buf.dtype())}, {"BN", std::to_string(std::min<int64_t>(cols, 64))}},
+      {src, dst}));
+  return ok_status();
+}
+
 // x [N, C, H, W] relaid for the grid g by conv_relayout, as `to`, with an image of zeros after
 // the last in every channel and phase (conv_relayout reads image N as zeros: it is outside x).
 //
@@ -305,6 +342,10 @@ Expected<Tensor> relayout(const Tensor& x, DType to, const TapGrid& g, int64_t s
   // here: the kernels multiply what they read past an image by zeros, and 0 x a stale NaN left
   // in a reused buffer is NaN (seen as NaN weight gradients in ResNet parity runs).
   TESSEL_ASSIGN_OR_RETURN(Tensor buf, empty_like_device({c * per_channel}, to, x));
+  if (folds_images(x, g, sh, sw, ph, pw, unfold)) {
+    TESSEL_TRY(fold_images(x, buf, g, sh, sw, per_channel));
+    return buf;
+  }
   const int64_t written = g.phases_y * g.phases_x * n * g.plane();
   if (written < per_channel) {
     TESSEL_ASSIGN_OR_RETURN(Tensor rows, buf.reshape({c, per_channel}));
@@ -583,18 +624,20 @@ bool input_grad_few_rows(const Window& w, const ConvShape& s) {
 // gradient read as it is. The implicit grid held the same positions, but channel-major with the
 // images along the positions, so its forward stored element by element (image, row and column
 // of each position) and its weight gradient relaid the output gradient onto the grid first.
-// The weight gradient gains at every size (bench conv, 1 thread, CPU clock: ResNet-50's three
-// downsampling layers 0.70-0.80 -> 0.81-0.97x oneDNN, ResNet-18's 0.25-0.37 -> 0.34-0.78x); the
-// forward only where an image's outputs fill most of a 256-wide tile (14 x 14 and more): over
-// 7 x 7 outputs a gemm per image of 49 columns lost to the grid's images along the positions.
-// The input gradient reads the output gradient in place too, one gemm per image stored at the
-// positions the layer reads (input_grad_subsampled); over small images under many input
-// channels it runs the implicit grid's one output phase such a layer reaches.
+// The weight gradient gained over images of 32 or more outputs (bench conv, 1 thread, CPU
+// clock: ResNet-50's three downsampling layers 0.70-0.80 -> 0.81-0.97x oneDNN, ResNet-18's
+// 0.25-0.37 -> 0.34-0.78x); the forward only where an image's outputs fill most of a 256-wide
+// tile (14 x 14 and more): over 7 x 7 outputs a gemm per image of 49 columns lost to the grid's
+// images along the positions. The input gradient reads the output gradient in place too, one
+// gemm per image stored at the positions the layer reads (input_grad_subsampled). Below those
+// sizes (gemm_per_image_pays) each pass runs on the implicit grid, whose relayout of a 1x1
+// layer's operand is fold_images; the input gradient runs the one output phase such a layer
+// reaches.
 bool subsamples(const Window& w) {
   return w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0 && !unit_strides(w);
 }
 bool subsamples_forward(const Window& w, const ConvShape& s) {
-  return subsamples(w) && s.l() >= 196;
+  return subsamples(w) && gemm_per_image_pays(s.l(), s.o / s.groups);
 }
 
 // x [N, C, H, W] at the positions a strided 1x1 without padding reads: [N, C, OH, OW] in `to`.
@@ -738,7 +781,9 @@ Expected<Tensor> weight_grad_gemms(const View& a, const View& x_qk, int64_t posi
 // per tap over the forward's views of x and the output gradient g on the same position grid.
 Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Window& w,
                                       const ConvShape& s, DType compute) {
-  const bool subsampled = subsamples(w);
+  // Over small images (gemm_per_image_pays) a strided 1x1 runs on the implicit grid, whose
+  // relayout of x and the output gradient folds the images into the positions (fold_images).
+  const bool subsampled = subsamples(w) && gemm_per_image_pays(s.l(), 0);
   const TapGrid grid = subsampled ? subsampled_grid(s) : forward_grid(w, s, true);
   const int64_t og = s.o / s.groups, cg = s.c / s.groups;
   if (subsampled) {  // the forward's dense view of x (above), the output gradient as it is
@@ -856,10 +901,7 @@ Expected<Tensor> weight_grad_unfolded(const Tensor& x, const Tensor& g, const Wi
 // relaid the output gradient channel-major first (7.5% of resnet50.layer2.0.downsample.0's
 // input gradient, perf, 1 thread). Small images keep it where gemm_per_image_pays says so.
 bool input_grad_subsamples(const Window& w, const ConvShape& s) {
-  // Not over 4 x 4 outputs: resnet18.layer4.0.downsample.0's input gradient was slower per image
-  // (bench conv, 1 thread, CPU clock: 0.38-0.41 -> 0.33-0.38x oneDNN; 8 x 8: 0.35-0.50 ->
-  // 0.53-0.60x).
-  return subsamples(w) && s.l() >= 64 && gemm_per_image_pays(s.l(), s.c / s.groups);
+  return subsamples(w) && gemm_per_image_pays(s.l(), s.c / s.groups);
 }
 
 Expected<Tensor> input_grad_subsampled(const Tensor& g, const Tensor& weight, const ConvShape& s,

@@ -140,6 +140,10 @@ std::vector<Case> all_cases() {
                {real({2, 3, 5, 6}), real({4, 3, 3, 3}), real({4})},
                Attrs().set("padding", {1, 1}).set("compute", static_cast<int64_t>(bf16)),
                200});
+  c.push_back({"conv2d",  // a 1x1's folded operands (conv_fold) in bf16
+               {real({3, 17, 5, 3}), real({16, 17, 1, 1}), real({16})},
+               Attrs().set("stride", {2, 1}).set("compute", static_cast<int64_t>(bf16)),
+               200});
   c.push_back({"conv2d",
                {half(real({1, 2, 7, 5}), bf16), half(real({3, 2, 3, 2}), bf16), real({3})},
                Attrs().set("stride", {2, 1}).set("padding", {1, 0}),
@@ -240,6 +244,9 @@ std::vector<Case> all_cases() {
   c.push_back({"conv2d", {real({1, 16, 16, 17}), real({16, 16, 1, 1}), real({16})}, {}});
   c.push_back({"conv2d",
                {real({2, 16, 7, 6}), real({16, 16, 1, 1}), real({16})},
+               Attrs().set("stride", {2, 2})});
+  c.push_back({"conv2d",  // 1x1 / stride 2 over 3 x 4 outputs: every pass folded (conv_fold)
+               {real({2, 18, 5, 7}), real({17, 18, 1, 1}), real({17})},
                Attrs().set("stride", {2, 2})});
   c.push_back({"conv2d",
                {real({2, 16, 9, 8}), real({16, 16, 3, 3}), real({16})},
@@ -963,10 +970,9 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{3, 16, 15, 17}, 24, 3, 3, 1, 1, 1, 1, 1, true},
       {{1, 32, 15, 31}, 16, 1, 3, 1, 1, 0, 1, 2, false},
       // 1x1 / stride 1 over images of fewer than 256 positions: one gemm per image read in
-      // place (forward and input gradient under at most 512 rows per group, the weight gradient
-      // always), batch 1 to 3, odd sizes, groups, zero and random bias; and under more than 512
-      // rows, relaid with the images along the positions: the forward of 520 output channels,
-      // the input gradient of 520 input channels.
+      // place over 196 or more positions (the weight gradient over 32 or more), else folded
+      // with the images along the positions (conv_fold), batch 1 to 3, odd sizes, groups, zero
+      // and random bias, 520 output or input channels.
       {{2, 16, 7, 7}, 24, 1, 1, 1, 1, 0, 0, 1, false},
       {{3, 16, 14, 14}, 16, 1, 1, 1, 1, 0, 0, 1, true},
       {{1, 32, 5, 3}, 32, 1, 1, 1, 1, 0, 0, 2, false},
@@ -974,9 +980,21 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{2, 16, 7, 5}, 520, 1, 1, 1, 1, 0, 0, 1, false},
       {{2, 520, 3, 5}, 16, 1, 1, 1, 1, 0, 0, 1, false},
       // A strided 1x1's input gradient: one gemm per image over the output gradient read in
-      // place (the cases above), and under more than 512 input channels over few outputs, on
-      // the implicit grid's one output phase.
+      // place (the cases above), and over fewer than 196 outputs on the implicit grid's one
+      // output phase.
       {{2, 520, 5, 7}, 16, 1, 1, 2, 2, 0, 0, 1, false},
+      // 1x1 layers over images of 1 to 20 positions, every pass on the implicit grid with the
+      // images folded into the positions (conv_fold; the weight gradient too, under 32
+      // positions): stride 1 and 2, (2, 3), odd sizes, batch 1 to 3, channels that are not
+      // multiples of 8, groups, zero and random bias.
+      {{2, 20, 5, 7}, 18, 1, 1, 1, 1, 0, 0, 1, false},
+      {{1, 17, 3, 3}, 24, 1, 1, 1, 1, 0, 0, 1, true},
+      {{3, 16, 1, 1}, 16, 1, 1, 1, 1, 0, 0, 1, false},
+      {{2, 16, 1, 17}, 20, 1, 1, 1, 1, 0, 0, 1, true},
+      {{1, 20, 7, 9}, 18, 1, 1, 2, 2, 0, 0, 1, false},
+      {{3, 24, 9, 5}, 17, 1, 1, 2, 2, 0, 0, 1, true},
+      {{2, 16, 8, 13}, 16, 1, 1, 2, 3, 0, 0, 1, false},
+      {{2, 32, 4, 3}, 32, 1, 1, 2, 2, 0, 0, 2, false},
       // Input gradients of fewer than 16 input channels per group (stems) over columns: dY
       // read in place, col2im_strided_rows at strides 2, (2, 3) and (1, 2) (odd sizes, more
       // images than a block's 8, groups, zero bias), col2im_rows at unit strides.
