@@ -1,6 +1,7 @@
 // kernels/gemm.tile against a plain C++ gemm, on every backend present: shapes that include 1,
 // primes and non-multiples of every tile size; transposed operands as strided views; alpha/beta
-// (with beta = 0 ignoring NaNs in C, as BLAS does); bias and activations; bf16 and f16 inputs.
+// (with beta = 0 ignoring NaNs in C, as BLAS does); bias and activations; bf16 and f16 inputs; C
+// contiguous or a transposed view.
 // Tolerances: f32 accumulation over K terms of magnitude <= 1 stays within 1e-4 absolute + 1e-5
 // relative; 16-bit inputs are rounded by the test first, so the kernel's products are exact and the
 // same holds.
@@ -23,6 +24,7 @@ struct GemmCase {
   int64_t m, n, k;
   bool trans_a = false, trans_b = false;
   double alpha = 1.0, beta = 0.0;
+  bool trans_c = false;  // C stored [n, m] and passed as a strided view of [m, n]
 };
 
 const Kernel& gemm_source() {
@@ -53,8 +55,8 @@ std::vector<double> reference(const GemmCase& c, const std::vector<float>& a,
 void run_case(const testing::Launcher& launch, const GemmCase& c, ScalarType in_type, int act = 0,
               bool with_bias = false) {
   std::string what = fmt::format(
-      "gemm m={} n={} k={} ta={} tb={} alpha={} beta={} in={} act={} bias={}", c.m, c.n, c.k,
-      c.trans_a, c.trans_b, c.alpha, c.beta, scalar_type_name(in_type), act, with_bias);
+      "gemm m={} n={} k={} ta={} tb={} tc={} alpha={} beta={} in={} act={} bias={}", c.m, c.n, c.k,
+      c.trans_a, c.trans_b, c.trans_c, c.alpha, c.beta, scalar_type_name(in_type), act, with_bias);
   std::vector<float> a = random_floats(c.m * c.k, 1), b = random_floats(c.k * c.n, 2);
   std::vector<float> c0 = random_floats(c.m * c.n, 3), bias = random_floats(c.n, 4);
   // 16-bit inputs: the kernel sees the rounded values, and so does the reference.
@@ -97,10 +99,20 @@ void run_case(const testing::Launcher& launch, const GemmCase& c, ScalarType in_
                         c.trans_b, &bf, &bh);
   std::vector<float> out = c0;
   if (c.beta == 0) std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
-  Status s = launch({ta, tb, TensorArg{out.data(), ScalarType::kF32, {c.m, c.n}, {}},
+  std::vector<float> stored = out;  // C as the kernel sees it: transposed where trans_c
+  if (c.trans_c)
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j)
+        stored[j * c.m + i] = out[i * c.n + j];
+  std::vector<int64_t> c_strides =
+      c.trans_c ? std::vector<int64_t>{1, c.m} : std::vector<int64_t>{c.n, 1};
+  Status s = launch({ta, tb, TensorArg{stored.data(), ScalarType::kF32, {c.m, c.n}, c_strides},
                      TensorArg{with_bias ? bias.data() : nullptr, ScalarType::kF32, {c.n}, {}},
                      c.alpha, c.beta});
   ASSERT_TRUE(s.ok()) << s.to_string();
+  for (int64_t i = 0; i < c.m; ++i)
+    for (int64_t j = 0; j < c.n; ++j)
+      out[i * c.n + j] = c.trans_c ? stored[j * c.m + i] : stored[i * c.n + j];
   expect_close(out, reference(c, a, b, c0, with_bias ? &bias : nullptr, act), 1e-4, 1e-5, what);
 }
 
@@ -220,6 +232,37 @@ TEST(GemmKernel, RowMajorBReadInPlaceEveryWidth) {
       for (int64_t n : {1024, 1040})
         run_case(launch, GemmCase{29, n, 300, false, false, 0.5, 1.0}, ScalarType::kF32);
     });
+}
+
+// On the CPU the epilogue (alpha, beta, bias, activation) runs per micro-tile inside the last K
+// step (cpu_renderer: fused epilogues), on edge micro-tiles of every height and width: M and N
+// 1..17 (6 x 16 micro-tiles and their 8-wide narrow form), K in one step and in several with a
+// ragged last one, beta = 1, C contiguous and C a transposed view (the any-strides version),
+// default and small tiles; and bias with each activation at shapes of several blocks.
+TEST(GemmKernel, EpilogueOfEveryMicroTileEdge) {
+  for (const testing::Params& params : {testing::Params{}, kSmallTiles}) {
+    Expected<testing::Launcher> cpu = testing::cpu_launcher(gemm_source(), params);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().to_string();
+    {
+      const testing::Launcher& launch = *cpu;
+      for (int64_t m = 1; m <= 17; ++m)
+        for (int64_t n = 1; n <= 17; ++n) {
+          const int64_t k = (m + n) % 3 == 0 ? 300 : 5;
+          run_case(launch, GemmCase{m, n, k, false, false, 0.5, 1.0, (m + n) % 2 == 1},
+                   ScalarType::kF32);
+        }
+      run_case(launch, GemmCase{200, 270, 300, true, false, 1.0, 1.0, true}, ScalarType::kF32);
+      run_case(launch, GemmCase{200, 270, 300, false, true, 2.0, 0.0}, ScalarType::kF32);
+    }
+  }
+  for (int act : {0, 1, 2}) {
+    testing::Params params = {{"BIAS", "1"}, {"ACT", std::to_string(act)}};
+    for_each_backend(params, [act](const testing::Launcher& launch) {
+      for (GemmCase c : {GemmCase{197, 263, 259, false, false, 1.0, 1.0},
+                         GemmCase{13, 17, 7, false, false, 0.5, 0.0, true}})
+        run_case(launch, c, ScalarType::kF32, act, true);
+    });
+  }
 }
 
 // With K = 0 the K loop runs no step, and the epilogue must still run over every row of every

@@ -5,8 +5,9 @@
 // whole vectors with the edge as a mask; a load's bounds on the inner index are tested once per
 // inner loop where they can be. A clear(acc) before a K loop whose only use of acc is
 // its gemm is folded into the loop's first step (kept for a loop of no step), and kept where the
-// loop reads acc otherwise. Reductions over scratch tiles vectorise along rows (partial lanes)
-// and down columns (the serial loop outside).
+// loop reads acc otherwise; the loop over acc after a K loop runs per micro-tile in its last step
+// where it reads acc only at its own element. Reductions over scratch tiles vectorise along rows
+// (partial lanes) and down columns (the serial loop outside).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -287,9 +288,13 @@ TEST(CpuRenderer, ClearBeforeAGemmLoopIsItsFirstStep) {
   EXPECT_NE(clears[0].find("if (!("), std::string::npos) << clears[0];
   EXPECT_NE(clears[0].find(" > 0)) std::memset"), std::string::npos) << clears[0];
   EXPECT_NE(src.find("tessel_cpu::gemm_packed<float>(As, Bs, acc, 32, _tAs_rows, _tBs_cols, "
-                     "_tAs_cols, k != 0);"),
+                     "_tAs_cols, k != 0, _tepilogue0);"),
             std::string::npos)
       << src;
+  // The store into T runs in the last step where the gemm covers T's limits; at an edge block
+  // T's limits reach past it, and the loop after the K loop runs instead.
+  EXPECT_NE(src.find("_tepilogue0_on = k + 1 == ("), std::string::npos) << src;
+  EXPECT_NE(src.find("if (!_tepilogue0_on)"), std::string::npos) << src;
   // T's tile reaches past A's and B's edges, so the first step clears what the epilogue reads
   // there: a run-time test of T's limits against what the gemm wrote.
   EXPECT_NE(src.find("tessel_cpu::clear_outside(acc, 32, 24, 32, _tAs_rows, _tBs_cols);"),
@@ -438,6 +443,109 @@ kernel halving_gemm<BM = 24, BN = 32, BK = 16>(A: f32[M, K], B: f32[K, N], C: f3
       }
       ASSERT_NEAR(c[i * n + j], want, 1e-4) << "C[" << i << ", " << j << "]";
     }
+}
+
+// The loop over acc after the K loop runs per micro-tile inside the gemm of the last step, where
+// it reads acc only at its own (i, j): here it also reads bias and C (beta = 1), and C is a
+// transposed view in the second launch (the any-strides version of the lambda). A loop that
+// reads acc at another element (a row's first) stays after the K loop. Results against a plain
+// loop at shapes with edge micro-tiles in both dimensions, several K steps and none (K = 0).
+TEST(CpuRenderer, EpilogueRunsPerMicroTileInTheLastKStep) {
+  constexpr const char* kFused = R"(
+kernel fused_gemm<BM = 24, BN = 40, BK = 16>(A: f32[M, K], B: f32[K, N], C: f32[M, N],
+                                             bias: f32[N]) {
+  grid (cdiv(N, BN), cdiv(M, BM)) as (bx, by) {
+    As = shared<f32>[BM, BK]
+    Bs = shared<f32>[BK, BN]
+    acc = fragment<f32>[BM, BN]
+    clear(acc)
+    for k in pipelined(cdiv(K, BK), stages=2) {
+      copy(A[by * BM, k * BK], As)
+      copy(B[k * BK, bx * BN], Bs)
+      gemm(As, Bs, acc)
+    }
+    parallel (i, j) in acc {
+      c = bx * BN + j
+      C[by * BM + i, c] = relu(2.0 * acc[i, j] + C[by * BM + i, c] + bias[c])
+    }
+  }
+}
+)";
+  constexpr const char* kRowFirst = R"(
+kernel row_first_gemm<BM = 24, BN = 40, BK = 16>(A: f32[M, K], B: f32[K, N], C: f32[M, N],
+                                                 bias: f32[N]) {
+  grid (cdiv(N, BN), cdiv(M, BM)) as (bx, by) {
+    As = shared<f32>[BM, BK]
+    Bs = shared<f32>[BK, BN]
+    acc = fragment<f32>[BM, BN]
+    clear(acc)
+    for k in pipelined(cdiv(K, BK), stages=2) {
+      copy(A[by * BM, k * BK], As)
+      copy(B[k * BK, bx * BN], Bs)
+      gemm(As, Bs, acc)
+    }
+    parallel (i, j) in acc {
+      C[by * BM + i, bx * BN + j] = acc[i, j] - acc[i, 0] + bias[bx * BN + j]
+    }
+  }
+}
+)";
+  std::string fused = rendered(kFused);
+  EXPECT_NE(fused.find("auto _tepilogue0 = [&](int _ti0, int _tj0, int _trows, int _tcols)"),
+            std::string::npos)
+      << fused;
+  EXPECT_NE(fused.find("_tAs_cols, k != 0, _tepilogue0);"), std::string::npos) << fused;
+  EXPECT_NE(fused.find("constexpr int64_t _tnr = tessel_cpu::MicroTile<float>::kNR;"),
+            std::string::npos)
+      << fused;
+  std::string row_first = rendered(kRowFirst);
+  EXPECT_EQ(row_first.find("_tepilogue"), std::string::npos) << row_first;
+
+  for (const char* source : {kFused, kRowFirst}) {
+    const bool first_of_row = source == kRowFirst;
+    Expected<testing::Launcher> k =
+        testing::cpu_launcher(parse_kernel(source, "test.tile").value());
+    ASSERT_TRUE(k.ok()) << k.status().to_string();
+    const int64_t shapes[][3] = {{48, 80, 48}, {50, 75, 37}, {5, 9, 3}, {31, 17, 16}, {29, 33, 0}};
+    for (const auto& shape : shapes)
+      for (bool transposed_c : {false, true}) {
+        const int64_t m = shape[0], n = shape[1], kk = shape[2];
+        SCOPED_TRACE(fmt::format("{} m={} n={} k={} transposed C {}",
+                                 first_of_row ? "row first" : "fused", m, n, kk, transposed_c));
+        std::vector<float> a(std::max<int64_t>(m * kk, 1)), b(std::max<int64_t>(kk * n, 1));
+        std::vector<float> c(m * n), bias(n);
+        for (size_t i = 0; i < a.size(); ++i)
+          a[i] = input_value(int64_t(i), 7);
+        for (size_t i = 0; i < b.size(); ++i)
+          b[i] = input_value(int64_t(i), 8);
+        for (size_t i = 0; i < c.size(); ++i)
+          c[i] = input_value(int64_t(i), 9);
+        for (size_t i = 0; i < bias.size(); ++i)
+          bias[i] = input_value(int64_t(i), 10);
+        const std::vector<float> c0 = c;  // C[i, j] at c[i * n + j], or at c[j * m + i] transposed
+        const std::vector<int64_t> c_strides =
+            transposed_c ? std::vector<int64_t>{1, m} : std::vector<int64_t>{n, 1};
+        ASSERT_TRUE((*k)({TensorArg{a.data(), ScalarType::kF32, {m, kk}, {}},
+                          TensorArg{b.data(), ScalarType::kF32, {kk, n}, {}},
+                          TensorArg{c.data(), ScalarType::kF32, {m, n}, c_strides},
+                          TensorArg{bias.data(), ScalarType::kF32, {n}, {}}})
+                        .ok());
+        auto product = [&](int64_t i, int64_t j) {
+          double s = 0;
+          for (int64_t p = 0; p < kk; ++p)
+            s += double(a[i * kk + p]) * double(b[p * n + j]);
+          return s;
+        };
+        for (int64_t i = 0; i < m; ++i)
+          for (int64_t j = 0; j < n; ++j) {
+            const int64_t at = transposed_c ? j * m + i : i * n + j;
+            // The row's first element of this block's acc.
+            const double want = first_of_row ? product(i, j) - product(i, j / 40 * 40) + bias[j]
+                                             : std::max(0.0, 2 * product(i, j) + c0[at] + bias[j]);
+            ASSERT_NEAR(c[at], want, 2e-4) << "C[" << i << ", " << j << "]";
+          }
+      }
+  }
 }
 
 // Reductions over a scratch tile, both axes, sum and max, starting from values other than the

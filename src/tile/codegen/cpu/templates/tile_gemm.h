@@ -56,6 +56,10 @@
 //   The generated code does (cpu_renderer: `accumulate = k != 0`), keeps the clear for a loop of
 //   no step (K = 0), and at an edge block, where the gemm writes only rows x cols of acc, clears
 //   the rest with clear_outside(acc, ldacc, BM, BN, rows, cols) at the first step.
+// - Optional last argument of gemm_packed, gemm_direct_a and gemm_direct_b: an epilogue,
+//   epilogue(i0, j0, rows, cols), called for each micro-tile once it is in acc (still in L1).
+//   The generated code passes its element-wise loop after the K loop there at the last K step
+//   (cpu_renderer: fused epilogues), so C is stored while the micro-tiles finish.
 // - Faster where the types allow: gemm_direct_a(&A(m0, k0), lda, Bs, acc, ldacc, BM, BN, BK,
 //   accumulate) reads A's tile in place instead of packing it, when can_read_a_in_place<TSrc,
 //   TPack>(lda, cs_a, cols) holds (A already of the packed type, K contiguous, whole K pairs for
@@ -284,14 +288,24 @@ inline void pack_b(const TSrc* src, int64_t row_stride, int64_t col_stride, int 
   pack_panels<MicroTile<TPack>::kNR>(src, col_stride, row_stride, cols, rows, BN, BK, dst);
 }
 
+// What a gemm runs after each micro-tile: nothing (below), or the generated kernel's epilogue
+// for the last K step, `epilogue(i0, j0, rows, cols)` over acc[i0, i0 + rows) x [j0, j0 + cols),
+// which the micro-kernel has just written (so it is in L1). Storing C as the micro-tiles finish
+// overlaps those stores with the FMAs; a pass over the whole accumulator after the K loop read
+// it back from L2 (192 x 256 floats) and was ~7% of a 2048x1152x384 f32 gemm (perf, 1 thread).
+struct NoEpilogue {
+  void operator()(int, int, int, int) const {}
+};
+
 // acc[0..BM) x [0..BN) (+)= A * B over micro-tiles; make_a(i0, rows) gives the A operand of the
 // micro-tile row starting at i0, make_b(j0) the B operand of the panel starting at column j0 (a
 // packed panel, or RowsB for B read in place, whose panels are then all kNR wide). Whole
 // micro-tiles run straight on acc; one that sticks out of BM x BN runs on a small copy so that
-// nothing outside is touched.
-template <bool kAccumulate, typename TPack, typename MakeA, typename MakeB>
+// nothing outside is touched. Each micro-tile, once in acc, goes to `epilogue`.
+template <bool kAccumulate, typename TPack, typename MakeA, typename MakeB,
+          typename Epilogue = NoEpilogue>
 inline void gemm_tiles(MakeA make_a, MakeB make_b, float* acc, int64_t ldacc, int BM, int BN,
-                       int ksteps) {
+                       int ksteps, Epilogue&& epilogue = {}) {
   constexpr int kMR = MicroTile<TPack>::kMR;
   constexpr int kNR = MicroTile<TPack>::kNR;
   constexpr bool kPackedB = std::is_pointer_v<decltype(make_b(0))>;
@@ -311,17 +325,21 @@ inline void gemm_tiles(MakeA make_a, MakeB make_b, float* acc, int64_t ldacc, in
       float* c = acc + i0 * ldacc + j0;
       if (rows == kMR && cols == kNR) {
         micro_kernel<kAccumulate>(a, b_panel, c, ldacc, ksteps);
+        epilogue(i0, j0, rows, cols);
         continue;
       }
       // 64 rows on 6-row micro-tiles end in 4: ~5% of a 1x1 convolution ran that tile on a copy.
-      if (cols == kNR && micro_kernel_short<kAccumulate>(rows, a, b_panel, c, ldacc, ksteps))
+      if (cols == kNR && micro_kernel_short<kAccumulate>(rows, a, b_panel, c, ldacc, ksteps)) {
+        epilogue(i0, j0, rows, cols);
         continue;
+      }
       // A last panel of at most kNarrowNR columns runs the ISA's narrower tile (N = 65 ran a
       // 16-wide tile for one column).
       const bool narrow = kPackedB && kNarrowNR<TPack> > 0 && cols <= kNarrowNR<TPack>;
       if constexpr (kPackedB) {
         if (narrow && rows == kMR && cols == kNarrowNR<TPack>) {
           micro_kernel_narrow<kAccumulate>(a, b_panel, c, ldacc, ksteps);
+          epilogue(i0, j0, rows, cols);
           continue;
         }
       }
@@ -334,30 +352,33 @@ inline void gemm_tiles(MakeA make_a, MakeB make_b, float* acc, int64_t ldacc, in
           micro_kernel_narrow<kAccumulate>(a, b_panel, edge, kNR, ksteps);
           for (int i = 0; i < rows; ++i)
             std::memcpy(c + i * ldacc, edge + i * kNR, sizeof(float) * cols);
+          epilogue(i0, j0, rows, cols);
           continue;
         }
       }
       micro_kernel<kAccumulate>(a, b_panel, edge, kNR, ksteps);
       for (int i = 0; i < rows; ++i)
         std::memcpy(c + i * ldacc, edge + i * kNR, sizeof(float) * cols);
+      epilogue(i0, j0, rows, cols);
     }
   }
 }
 
 // acc[0..BM) x [0..BN) += A * B from packed tiles, or = A * B when `accumulate` is false (the
 // first K step after clear(acc) may pass false and skip the clear: acc is then not read).
-template <typename TPack>
+// With an epilogue (see NoEpilogue), each micro-tile goes to it once written.
+template <typename TPack, typename Epilogue = NoEpilogue>
 inline void gemm_packed(const TPack* a_packed, const TPack* b_packed, float* acc, int64_t ldacc,
-                        int BM, int BN, int BK, bool accumulate = true) {
+                        int BM, int BN, int BK, bool accumulate = true, Epilogue&& epilogue = {}) {
   constexpr int kMR = MicroTile<TPack>::kMR;
   const int ksteps = (BK + kKPack<TPack> - 1) / kKPack<TPack>;
   const int64_t panel_k = int64_t(ksteps) * kKPack<TPack>;
   auto make_a = [&](int i0, int) { return PackedPanelA<TPack, kMR>{a_packed + i0 * panel_k}; };
   auto make_b = [&](int j0) { return b_packed + j0 * panel_k; };
   if (accumulate)
-    gemm_tiles<true, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps);
+    gemm_tiles<true, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps, epilogue);
   else
-    gemm_tiles<false, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps);
+    gemm_tiles<false, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps, epilogue);
 }
 
 // Sets acc[0..BM) x [0..BN) to zero outside its first rows x cols: what a clear(acc) before the
@@ -391,9 +412,10 @@ inline bool can_read_a_in_place(int64_t row_stride, int64_t col_stride, int dept
 // K contiguous; check can_read_a_in_place first). Skips A's packing, the transposing one, which
 // pays where A is not reused much: +18% at 2048x384x1536 single-threaded, +2.5% at 2048^3.
 // Rows past BM are never read (a short micro-tile repeats its last row).
-template <typename TPack>
+template <typename TPack, typename Epilogue = NoEpilogue>
 inline void gemm_direct_a(const TPack* a, int64_t lda, const TPack* b_packed, float* acc,
-                          int64_t ldacc, int BM, int BN, int BK, bool accumulate = true) {
+                          int64_t ldacc, int BM, int BN, int BK, bool accumulate = true,
+                          Epilogue&& epilogue = {}) {
   constexpr int kMR = MicroTile<TPack>::kMR;
   const int ksteps = (BK + kKPack<TPack> - 1) / kKPack<TPack>;
   const int64_t panel_k = int64_t(ksteps) * kKPack<TPack>;
@@ -405,9 +427,9 @@ inline void gemm_direct_a(const TPack* a, int64_t lda, const TPack* b_packed, fl
   };
   auto make_b = [&](int j0) { return b_packed + j0 * panel_k; };
   if (accumulate)
-    gemm_tiles<true, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps);
+    gemm_tiles<true, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps, epilogue);
   else
-    gemm_tiles<false, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps);
+    gemm_tiles<false, TPack>(make_a, make_b, acc, ldacc, BM, BN, ksteps, epilogue);
 }
 
 // ---- B read in place ----------------------------------------------------------------------------
@@ -455,9 +477,9 @@ inline float* tail_panel_buffer(int64_t elems) {
 // acc (+)= A * B with B's rows read in place; the panels of whole kNR columns straight from b,
 // the last, narrower one (BN not a multiple of kNR) packed first, since reading kNR columns there
 // would run past the tile.
-template <bool kAccumulate, typename MakeA>
+template <bool kAccumulate, typename MakeA, typename Epilogue>
 inline void gemm_tiles_rows_b(MakeA make_a, const float* b, int64_t ldb, float* acc, int64_t ldacc,
-                              int BM, int BN, int BK) {
+                              int BM, int BN, int BK, Epilogue& epilogue) {
   constexpr int kNR = MicroTile<float>::kNR;
   const int whole = BN / kNR * kNR;
   if (whole > 0)
@@ -466,13 +488,15 @@ inline void gemm_tiles_rows_b(MakeA make_a, const float* b, int64_t ldb, float* 
         [&](int j0) {
           return RowsB{b + j0, ldb};
         },
-        acc, ldacc, BM, whole, BK);
+        acc, ldacc, BM, whole, BK, epilogue);
   if (whole == BN) return;
   float* tail = tail_panel_buffer(packed_b_elems<float>(BK, kNR));
   pack_b<float, float>(b + whole, ldb, 1, BK, BN - whole, BK, kNR, tail);
+  // The tail's micro-tiles start at column `whole` of acc.
+  auto shifted = [&](int i0, int j0, int rows, int cols) { epilogue(i0, whole + j0, rows, cols); };
   gemm_tiles<kAccumulate, float>(
       make_a, [&](int) { return static_cast<const float*>(tail); }, acc + whole, ldacc, BM,
-      BN - whole, BK);
+      BN - whole, BK, shifted);
 }
 
 }  // namespace detail
@@ -480,9 +504,10 @@ inline void gemm_tiles_rows_b(MakeA make_a, const float* b, int64_t ldb, float* 
 // gemm_packed with B read in place: BK rows of B at b, b + ldb, ..., BN floats each (check
 // can_read_b_in_place first); A packed (a_packed) or, where a_packed is null, read in place
 // from its rows at a, lda apart (as gemm_direct_a). f32 only.
+template <typename Epilogue = NoEpilogue>
 inline void gemm_direct_b(const float* a_packed, const float* a, int64_t lda, const float* b,
                           int64_t ldb, float* acc, int64_t ldacc, int BM, int BN, int BK,
-                          bool accumulate = true) {
+                          bool accumulate = true, Epilogue&& epilogue = {}) {
   constexpr int kMR = MicroTile<float>::kMR;
   auto packed_a = [&](int i0, int) {
     return PackedPanelA<float, kMR>{a_packed + i0 * int64_t(BK)};
@@ -495,14 +520,14 @@ inline void gemm_direct_b(const float* a_packed, const float* a, int64_t lda, co
   };
   if (a_packed) {
     if (accumulate)
-      detail::gemm_tiles_rows_b<true>(packed_a, b, ldb, acc, ldacc, BM, BN, BK);
+      detail::gemm_tiles_rows_b<true>(packed_a, b, ldb, acc, ldacc, BM, BN, BK, epilogue);
     else
-      detail::gemm_tiles_rows_b<false>(packed_a, b, ldb, acc, ldacc, BM, BN, BK);
+      detail::gemm_tiles_rows_b<false>(packed_a, b, ldb, acc, ldacc, BM, BN, BK, epilogue);
   } else {
     if (accumulate)
-      detail::gemm_tiles_rows_b<true>(rows_a, b, ldb, acc, ldacc, BM, BN, BK);
+      detail::gemm_tiles_rows_b<true>(rows_a, b, ldb, acc, ldacc, BM, BN, BK, epilogue);
     else
-      detail::gemm_tiles_rows_b<false>(rows_a, b, ldb, acc, ldacc, BM, BN, BK);
+      detail::gemm_tiles_rows_b<false>(rows_a, b, ldb, acc, ldacc, BM, BN, BK, epilogue);
   }
 }
 
