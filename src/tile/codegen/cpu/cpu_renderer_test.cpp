@@ -8,6 +8,7 @@
 // loop reads acc otherwise; the loop over acc after a K loop runs per micro-tile in its last step
 // where it reads acc only at its own element. Reductions over scratch tiles vectorise along rows
 // (partial lanes) and down columns (the serial loop outside).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -451,45 +452,37 @@ kernel halving_gemm<BM = 24, BN = 32, BK = 16>(A: f32[M, K], B: f32[K, N], C: f3
 // reads acc at another element (a row's first) stays after the K loop. Results against a plain
 // loop at shapes with edge micro-tiles in both dimensions, several K steps and none (K = 0).
 TEST(CpuRenderer, EpilogueRunsPerMicroTileInTheLastKStep) {
-  constexpr const char* kFused = R"(
-kernel fused_gemm<BM = 24, BN = 40, BK = 16>(A: f32[M, K], B: f32[K, N], C: f32[M, N],
-                                             bias: f32[N]) {
-  grid (cdiv(N, BN), cdiv(M, BM)) as (bx, by) {
+  // One gemm kernel, `name`, whose loop over acc after the K loop is `epilogue`.
+  auto gemm_then = [](const char* name, const char* epilogue) {
+    return fmt::format(R"(
+kernel {}<BM = 24, BN = 40, BK = 16>(A: f32[M, K], B: f32[K, N], C: f32[M, N], bias: f32[N]) {{
+  grid (cdiv(N, BN), cdiv(M, BM)) as (bx, by) {{
     As = shared<f32>[BM, BK]
     Bs = shared<f32>[BK, BN]
     acc = fragment<f32>[BM, BN]
     clear(acc)
-    for k in pipelined(cdiv(K, BK), stages=2) {
+    for k in pipelined(cdiv(K, BK), stages=2) {{
       copy(A[by * BM, k * BK], As)
       copy(B[k * BK, bx * BN], Bs)
       gemm(As, Bs, acc)
-    }
-    parallel (i, j) in acc {
-      c = bx * BN + j
-      C[by * BM + i, c] = relu(2.0 * acc[i, j] + C[by * BM + i, c] + bias[c])
-    }
-  }
-}
-)";
-  constexpr const char* kRowFirst = R"(
-kernel row_first_gemm<BM = 24, BN = 40, BK = 16>(A: f32[M, K], B: f32[K, N], C: f32[M, N],
-                                                 bias: f32[N]) {
-  grid (cdiv(N, BN), cdiv(M, BM)) as (bx, by) {
-    As = shared<f32>[BM, BK]
-    Bs = shared<f32>[BK, BN]
-    acc = fragment<f32>[BM, BN]
-    clear(acc)
-    for k in pipelined(cdiv(K, BK), stages=2) {
-      copy(A[by * BM, k * BK], As)
-      copy(B[k * BK, bx * BN], Bs)
-      gemm(As, Bs, acc)
-    }
-    parallel (i, j) in acc {
-      C[by * BM + i, bx * BN + j] = acc[i, j] - acc[i, 0] + bias[bx * BN + j]
-    }
-  }
-}
-)";
+    }}
+    parallel (i, j) in acc {{
+{}
+    }}
+  }}
+}}
+)",
+                       name, epilogue);
+  };
+  const std::string fused_source = gemm_then("fused_gemm",
+                                             "      c = bx * BN + j\n"
+                                             "      C[by * BM + i, c] = relu(2.0 * acc[i, j] + "
+                                             "C[by * BM + i, c] + bias[c])");
+  const std::string row_first_source =
+      gemm_then("row_first_gemm",
+                "      C[by * BM + i, bx * BN + j] = acc[i, j] - acc[i, 0] + bias[bx * BN + j]");
+  const char* kFused = fused_source.c_str();
+  const char* kRowFirst = row_first_source.c_str();
   std::string fused = rendered(kFused);
   EXPECT_NE(fused.find("auto _tepilogue0 = [&](int _ti0, int _tj0, int _trows, int _tcols)"),
             std::string::npos)
