@@ -306,10 +306,10 @@ bool folds_images(const Tensor& x, const TapGrid& g, int64_t sh, int64_t sw, int
 // (q % ww) sw], the images folded into the positions channel-major. The zero image after the
 // last and a channel's padding are left unwritten: without taps no view reads a position past
 // the last image (tap_view's Q is n plane), and zeroing them (a strided fill on the host) was
-// a pass over C short runs for nothing. conv_fold copies
-// rows of many channels per block, where conv_relayout_unit and conv_relayout gave each block at
-// most 8 rows of one plane and over 4 x 4 or 7 x 7 images spent most of their time starting
-// blocks (26% of resnet18.layer4.0.downsample.0's input gradient, 16% of its forward; perf).
+// a pass over C short runs for nothing. conv_fold copies rows of many channels per block, where
+// conv_relayout_unit and conv_relayout gave each block at most 8 rows of one plane and over
+// 4 x 4 or 7 x 7 images spent most of their time starting blocks (26% of
+// resnet18.layer4.0.downsample.0's input gradient, 16% of its forward; perf).
 Status fold_images(const Tensor& x, const Tensor& buf, const TapGrid& g, int64_t sh, int64_t sw,
                    int64_t per_channel) {
   const int64_t n = x.size(0), c = x.size(1), h = x.size(2), wd = x.size(3), plane = g.plane();
