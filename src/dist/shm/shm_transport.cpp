@@ -234,19 +234,28 @@ Status ShmTransport::check_peers(const Activity& activity, const std::function<b
   for (int peer = 0; peer < nranks_; ++peer) {
     if (!(activity.peers & bit(peer))) continue;
     RankBlock& block = segment_->rank(peer);
-    RankState state = load_acquire(block.state);
-    if (state == RankState::kLeft || state == RankState::kAborted) {
-      if (ready()) return ok_status();
-      bool left = state == RankState::kLeft;
+    auto left_or_aborted = [&] {
+      RankState state = load_acquire(block.state);
+      return state == RankState::kLeft || state == RankState::kAborted;
+    };
+    auto report_leaving = [&] {
+      bool left = load_acquire(block.state) == RankState::kLeft;
       return record_fault(left ? FaultKind::kLeft : FaultKind::kAborted, peer,
                           fmt::format("rank {} (pid {}) {} its communicator", peer, block.pid,
                                       left ? "destroyed" : "aborted"),
                           activity);
+    };
+    if (left_or_aborted()) {
+      if (ready()) return ok_status();
+      return report_leaving();
     }
     std::string why;
     ProcessId id{block.pid, block.start_time, block.pid_namespace};
     if (check_process(id, &why) == Liveness::kGone) {
       if (ready()) return ok_status();
+      // A rank that destroys its communicator and then exits may do both between the state read
+      // above and the process check; its recorded leaving, stored before it exited, is the cause.
+      if (left_or_aborted()) return report_leaving();
       return record_fault(FaultKind::kDied, peer,
                           fmt::format("rank {} (pid {}) died: {}", peer, block.pid, why), activity);
     }
