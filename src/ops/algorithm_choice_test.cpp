@@ -52,6 +52,16 @@ const std::vector<Case>& cases() {
       {{2, 16, 5, 33, 24, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "pairs, odd width"},
       {{1, 16, 8, 20, 16, 5, 5, 2, 2, 2, 2, 2, 2, 1}, "pairs, 5x5 dilation 2"},
       {{1, 32, 6, 18, 32, 3, 3, 1, 2, 1, 1, 1, 1, 2}, "pairs, row stride 1, groups 2"},
+      // Stems over row-unfolded input (ops/conv_stem.h, `unfolded` without dilation): the whole
+      // window in one gemm per output row; strides 1 and 2 (and unequal), padding 0 to 3, odd
+      // and even sizes, windows 3 to 7 (and 2 x 3), 1 to 17 channels, batch 1. A row dilation
+      // or a padded row wider than 256 keeps the kh x 1 unfolded form.
+      {{2, 3, 8, 9, 16, 5, 5, 1, 1, 2, 2, 1, 1, 1}, "stem rows 5x5 stride 1"},
+      {{1, 3, 10, 7, 8, 7, 7, 1, 2, 3, 1, 1, 1, 1}, "stem rows 7x7 stride 1 x 2"},
+      {{1, 1, 6, 9, 8, 2, 3, 2, 1, 0, 0, 1, 1, 1}, "stem rows 2x3, one channel"},
+      {{2, 17, 7, 8, 70, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "stem rows 17 channels, 70 outputs"},
+      {{1, 3, 9, 10, 8, 3, 3, 1, 1, 2, 1, 2, 1, 1}, "stem row dilation 2"},
+      {{1, 3, 2, 260, 8, 3, 3, 1, 2, 1, 1, 1, 1, 1}, "stem rows wider than 256"},
       // Strided relayout through rows (conv_unfold): 28 columns and more.
       {{1, 16, 5, 29, 16, 3, 3, 2, 2, 1, 1, 1, 1, 1}, "strided rows, 29 wide"},
       {{2, 16, 4, 30, 16, 3, 3, 2, 3, 0, 1, 1, 1, 1}, "strided rows, stride 2 x 3"},

@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "ops/conv_algorithms.h"
+#include "ops/conv_stem.h"
 #include "ops/conv_winograd.h"
 #include "ops/gemm_precision.h"
 #include "ops/kernel_util.h"
@@ -895,6 +896,16 @@ Expected<Tensor> weight_grad_unfolded(const Tensor& x, const Tensor& g, const Wi
   return contiguous_on_device(turned);
 }
 
+// Whether an unfolded layer runs over row-unfolded input (ops/conv_stem.h: the whole window in
+// one gemm per output row) rather than as the kh x 1 convolution above: without dilation, rows
+// conv_unfold holds. bench conv, 1 thread, CPU clock: see docs/CONV.md.
+StemWindow stem_window(const Window& w) {
+  return StemWindow{w.kh, w.kw, w.sh, w.sw, w.ph, w.pw};
+}
+bool stem_rows(const Window& w, const ConvShape& s, int64_t width) {
+  return stem_rows_fit(stem_window(w), s.groups, w.dh, w.dw, width, s.ow);
+}
+
 // The input gradient of a strided 1x1 without padding, one gemm per image over the output
 // gradient read in place (a grid plane per image, as the forward's subsampled input), each
 // image's dX = W^T dY stored at the positions (oh sh, ow sw) of a zeroed dX. The implicit grid
@@ -1023,6 +1034,8 @@ Expected<Tensor> conv_forward(const std::vector<Tensor>& in, const Attrs& a,
                                                                 x.size(2), x.size(3), rule));
   if (algorithm == "winograd")
     return winograd_forward(x, weight, bias_f32, true, w.ph, w.pw, out.shape);
+  if (algorithm == "unfolded" && stem_rows(w, s, x.size(3)))
+    return stem_forward_rows(x, weight, bias_f32, stem_window(w), out.shape);
   if (algorithm == "unfolded") return conv_forward_unfolded(x, weight, bias, w, s, compute, out);
   if (algorithm == "implicit") return conv_forward_implicit(x, weight, bias, w, s, compute, out);
   TESSEL_ASSIGN_OR_RETURN(Tensor cols, im2col(x, w, s));
@@ -1063,9 +1076,10 @@ Expected<std::vector<Tensor>> conv_backward(const BackwardArgs& b) {
                                                             x.size(2), x.size(3), rule));
   }
   if (weight_algorithm == "implicit" || weight_algorithm == "unfolded") {
-    TESSEL_ASSIGN_OR_RETURN(Tensor dw, weight_algorithm == "unfolded"
-                                           ? weight_grad_unfolded(x, g, w, s, compute)
-                                           : weight_grad_implicit(x, g, w, s, compute));
+    TESSEL_ASSIGN_OR_RETURN(
+        Tensor dw, weight_algorithm != "unfolded" ? weight_grad_implicit(x, g, w, s, compute)
+                   : stem_rows(w, s, x.size(3))   ? stem_weight_grad_rows(x, g, stem_window(w))
+                                                  : weight_grad_unfolded(x, g, w, s, compute));
     TESSEL_ASSIGN_OR_RETURN(Tensor dw4, reshape(dw, weight.shape()));
     TESSEL_ASSIGN_OR_RETURN(grads[1], cast(dw4, b.input_meta[1].dtype));
   } else if (b.needs_grad[1]) {
