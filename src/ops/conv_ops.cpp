@@ -831,9 +831,11 @@ Expected<Tensor> weight_grad_implicit(const Tensor& x, const Tensor& g, const Wi
 // layer a kh x 1 convolution over C kw channels (21 for a 7x7 RGB stem), deep enough, without
 // writing im2col's kh kw shifted copies of the input: the relaid buffer holds kw of them. The
 // weights go as [O, kh, C, kw] (a small permuted copy), so that tap i's [O, C kw] matrix has
-// unit stride. The forward only: the weight gradient stays on im2col (its gemm per tap would be
-// 21 wide, a third of each micro-tile idle), the input gradient runs over columns
-// (input_grad_few_rows; a network's stem needs none, but a stem elsewhere may).
+// unit stride; the weight gradient reads the same planes (weight_grad_unfolded). Without
+// dilation, and where a padded row fits conv_unfold, the algorithm runs over row-unfolded input
+// instead (ops/conv_stem.h: the whole window in one gemm per output row; stem_rows below). The
+// input gradient runs over columns (input_grad_few_rows; a network's stem needs none, but a stem
+// elsewhere may).
 
 // Whether a layer runs unfolded on this device.
 bool runs_unfolded(const Tensor& like, const Window& w, const ConvShape& s) {
