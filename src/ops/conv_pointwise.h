@@ -11,13 +11,18 @@
 
 namespace tessel::ops {
 
+// The most bytes of packed input tiles one conv_pointwise launch holds (its workspace): the
+// images go through in groups that fit, at least one a group.
+inline constexpr int64_t kPointwiseWorkspaceBytes = int64_t{8} << 20;
+
 // Whether a 1x1 pass whose gemm has `rows` rows per image (the forward: output channels; the
 // input gradient: input channels) runs as conv_pointwise, its operands in `compute`.
 bool pointwise_pays(int64_t rows, DType compute);
 
 // Y[z] = A X[z] (+ bias) for z < Z: `a` the weights as [M, K] (any strides: the input gradient
 // passes them transposed), `x` [Z, K, N], `y` [Z, M, N] with contiguous rows, `bias` [M] read
-// only when `has_bias`.
+// only when `has_bias`. Where Z > 1, x's and y's first dimension is their tensors' first (the
+// images go through in groups, as slices).
 Status launch_pointwise(const View& a, const View& x, const View& y, const View& bias,
                         bool has_bias);
 

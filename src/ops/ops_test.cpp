@@ -1030,6 +1030,10 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{2, 16, 1, 17}, 220, 1, 1, 1, 1, 0, 0, 1, false},
       {{1, 24, 7, 9}, 200, 1, 1, 2, 2, 0, 0, 1, false},
       {{3, 20, 9, 8}, 199, 1, 1, 2, 3, 0, 0, 1, true},
+      // Images in groups whose packed tiles fit kPointwiseWorkspaceBytes (11 tiles of 256 x 256
+      // floats an image over 52 x 53: groups of 2, the last of 1), forward and input gradient.
+      {{3, 16, 52, 53}, 200, 1, 1, 1, 1, 0, 0, 1, false},
+      {{3, 200, 53, 52}, 16, 1, 1, 1, 1, 0, 0, 1, true},
       // conv_relayout_unit (unit strides): rows wider than 64 (32-column blocks, the last
       // ragged), padding wider than the window's reach (pad 2 under a 3x3), batch 1 and 2.
       {{1, 16, 5, 70}, 16, 3, 3, 1, 1, 1, 1, 1, false},
