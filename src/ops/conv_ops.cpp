@@ -18,6 +18,7 @@
 #include <string_view>
 
 #include "ops/conv_algorithms.h"
+#include "ops/conv_pointwise.h"
 #include "ops/conv_stem.h"
 #include "ops/conv_winograd.h"
 #include "ops/gemm_precision.h"
@@ -655,6 +656,16 @@ TapGrid subsampled_grid(const ConvShape& s) {
   return g;
 }
 
+// A 1x1 forward as conv_pointwise (ops/conv_pointwise.h): x [N, C, OH, OW] contiguous (the
+// input, or the positions a strided layer reads), wc [O, C, 1, 1], into y [N, O, OH, OW].
+Status pointwise_forward(const Tensor& x, const Tensor& wc, const View& bias, const ConvShape& s,
+                         const Tensor& y) {
+  const int64_t l = s.l();
+  return launch_pointwise(View{wc, {s.o, s.c}, {s.c, 1}}, View{x, {s.n, s.c, l}, {s.c * l, l, 1}},
+                          View{y, {s.n, s.o, l}, {s.o * l, l, 1}},
+                          View{bias.tensor, {s.o}, {bias.strides[1]}}, true);
+}
+
 Expected<Tensor> conv_forward_subsampled(const Tensor& x, const Tensor& weight, const View& bias,
                                          const Window& w, const ConvShape& s, DType compute,
                                          const TensorMeta& out) {
@@ -662,6 +673,10 @@ Expected<Tensor> conv_forward_subsampled(const Tensor& x, const Tensor& weight, 
   const TapGrid g = subsampled_grid(s);
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  if (s.groups == 1 && pointwise_pays(s.o, compute)) {
+    TESSEL_TRY(pointwise_forward(xs, wc, bias, s, y));
+    return y;
+  }
   TESSEL_TRY(launch_implicit(weight_taps(wc, s.groups, false),
                              tap_view(xs, g, s.n, s.c, s.groups, false),
                              store_target(y, g, s.groups), bias, true, false, kPointwise, g, 0, 0));
@@ -683,6 +698,18 @@ Expected<Tensor> conv_forward_implicit(const Tensor& x, const Tensor& weight, co
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
   const View taps = weight_taps(wc, s.groups, false);
   TESSEL_ASSIGN_OR_RETURN(Tensor y, empty_like_device(out.shape, out.dtype, x));
+  if (s.groups == 1 && pointwise_pays(s.o, compute)) {
+    if (g.direct) {
+      TESSEL_TRY(pointwise_forward(input, wc, bias, s, y));
+      return y;
+    }
+    if (folds_images(x, g, w.sh, w.sw, w.ph, w.pw, 1)) {
+      const View folded{input, {1, s.c, s.n * s.l()}, {0, relaid_channel_stride(g, s.n), 1}};
+      TESSEL_TRY(launch_pointwise_folded(View{wc, {s.o, s.c}, {s.c, 1}}, folded, y,
+                                         View{bias.tensor, {s.o}, {bias.strides[1]}}, true));
+      return y;
+    }
+  }
   TESSEL_TRY(launch_implicit(taps, tap_view(input, g, s.n, s.c, s.groups, false),
                              store_target(y, g, s.groups), bias, true, false, w, g, 0, 0));
   return y;
@@ -963,6 +990,22 @@ Expected<Tensor> input_grad_implicit(const Tensor& g, const Tensor& weight, cons
     TESSEL_ASSIGN_OR_RETURN(dy, relayout(g, compute, t.grid, 1, 1, t.top, t.left));
   }
   TESSEL_ASSIGN_OR_RETURN(Tensor wc, contiguous_on_device(weight));
+  if (unit_strides(w) && w.kh == 1 && w.kw == 1 && w.ph == 0 && w.pw == 0 && s.groups == 1 &&
+      pointwise_pays(s.c, compute)) {
+    // dX = W^T dY per image, or over the images folded (ops/conv_pointwise.h), the weights read
+    // transposed.
+    TESSEL_ASSIGN_OR_RETURN(Tensor dx, empty_like_device(x_shape, DType::kF32, g));
+    const View wt{wc, {s.c, s.o}, {1, s.c}}, no_bias{dx, {s.c}, {0}};
+    const int64_t l = s.l();
+    if (t.grid.direct) {
+      TESSEL_TRY(launch_pointwise(wt, View{dy, {s.n, s.o, l}, {s.o * l, l, 1}},
+                                  View{dx, {s.n, s.c, l}, {s.c * l, l, 1}}, no_bias, false));
+    } else {
+      const View folded{dy, {1, s.o, s.n * l}, {0, relaid_channel_stride(t.grid, s.n), 1}};
+      TESSEL_TRY(launch_pointwise_folded(wt, folded, dx, no_bias, false));
+    }
+    return dx;
+  }
   // A strided 1x1 without padding reaches output phase (0, 0) alone: that one plane runs, with
   // the weight tiles shared among blocks, into a zeroed dX (the other phases' planes would
   // store zeros element by element, and make every block pack its own weight tiles).

@@ -1011,6 +1011,29 @@ TEST(BackendOps, LargerConvolutionsMatchPlainLoops) {
       {{1, 32, 20, 21}, 144, 3, 3, 1, 1, 1, 1, 2, false},
       {{1, 400, 14, 15}, 32, 1, 1, 1, 1, 0, 0, 2, true},
       {{2, 200, 9, 11}, 16, 3, 3, 2, 2, 1, 1, 1, true},
+      // 1x1 passes of more than 192 gemm rows, one group, f32 (conv_pointwise on the CPU, one
+      // gemm per image read in place): forward (output channels) and input gradient (input
+      // channels) at stride 1 over 196 or more positions, the forward at strides 2 and (2, 3)
+      // over the subsampled input; odd sizes, channels not multiples of 8, depths over two
+      // 256-deep K steps, batch 1 to 3, zero and random bias; under 196 positions over the
+      // images folded (conv_fold), the result unfolded by conv_fold: 1 to 20 positions, stride 1,
+      // 2 and (2, 3), the input gradient at stride 1. Two groups keep conv_implicit.
+      {{2, 201, 13, 17}, 203, 1, 1, 1, 1, 0, 0, 1, false},
+      {{1, 300, 14, 14}, 260, 1, 1, 1, 1, 0, 0, 1, true},
+      {{3, 200, 15, 14}, 24, 1, 1, 1, 1, 0, 0, 1, false},
+      {{1, 20, 29, 31}, 200, 1, 1, 2, 2, 0, 0, 1, false},
+      {{2, 17, 28, 45}, 210, 1, 1, 2, 3, 0, 0, 1, true},
+      {{1, 32, 14, 14}, 400, 1, 1, 1, 1, 0, 0, 2, false},
+      {{2, 200, 3, 5}, 200, 1, 1, 1, 1, 0, 0, 1, false},
+      {{3, 197, 7, 7}, 205, 1, 1, 1, 1, 0, 0, 1, true},
+      {{1, 210, 1, 1}, 17, 1, 1, 1, 1, 0, 0, 1, false},
+      {{2, 16, 1, 17}, 220, 1, 1, 1, 1, 0, 0, 1, false},
+      {{1, 24, 7, 9}, 200, 1, 1, 2, 2, 0, 0, 1, false},
+      {{3, 20, 9, 8}, 199, 1, 1, 2, 3, 0, 0, 1, true},
+      // Images in groups whose packed tiles fit kPointwiseWorkspaceBytes (11 tiles of 256 x 256
+      // floats an image over 52 x 53: groups of 2, the last of 1), forward and input gradient.
+      {{3, 16, 52, 53}, 200, 1, 1, 1, 1, 0, 0, 1, false},
+      {{3, 200, 53, 52}, 16, 1, 1, 1, 1, 0, 0, 1, true},
       // conv_relayout_unit (unit strides): rows wider than 64 (32-column blocks, the last
       // ragged), padding wider than the window's reach (pad 2 under a 3x3), batch 1 and 2.
       {{1, 16, 5, 70}, 16, 3, 3, 1, 1, 1, 1, 1, false},
