@@ -155,7 +155,9 @@ ShmTransport::ShmTransport(std::shared_ptr<Segment> segment, int rank, const Com
   });
 }
 
-ShmTransport::~ShmTransport() { stop_heartbeat(); }
+ShmTransport::~ShmTransport() {
+  stop_heartbeat();
+}
 
 void ShmTransport::stop_heartbeat() {
   {
